@@ -1,0 +1,1 @@
+"""Checkpoints: the catalog of manifests, the loader, and the tiny-checkpoint builder."""

@@ -1,0 +1,155 @@
+"""Load a checkpoint folder through moshi's own loaders, never reaching the network.
+
+Every file is resolved to a local path before moshi's `CheckpointInfo` sees it, so its
+Hugging Face download path is never taken: downloading is the desktop app's job.
+A real checkpoint and the tiny one go through exactly this code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece
+import torch
+from moshi.models import LMModel, MimiModel, loaders
+
+from app.checkpoints.catalog import Manifest
+from app.checkpoints.tiny_builder import BUILDERS, RANDOM_WEIGHTS_MARKER
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class CheckpointMissingError(FileNotFoundError):
+    """The checkpoint's files are not on disk; the message says how to get them."""
+
+
+@dataclass
+class LoadedCheckpoint:
+    manifest: Manifest
+    folder: Path
+    info: loaders.CheckpointInfo
+    mimi: MimiModel
+    lm: LMModel
+    tokenizer: sentencepiece.SentencePieceProcessor
+    device: torch.device
+    dtype: torch.dtype
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise ValueError(f"unknown dtype {name!r} (choose from {', '.join(_DTYPES)})")
+    return _DTYPES[name]
+
+
+def _how_to_get(manifest: Manifest) -> str:
+    if manifest.source_kind == "built":
+        return f"build it with: python main.py build {manifest.id}"
+    if manifest.source_kind == "huggingface":
+        gated = " (gated: accept its licence on Hugging Face and set HF_TOKEN)" if manifest.gated else ""
+        return f"download it from Hugging Face repo {manifest.hf_repo}{gated}, or choose a local folder"
+    return "choose the folder that holds it"
+
+
+def _config(folder: Path) -> dict | None:
+    path = folder / "config.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointMissingError(f"{path} is not valid JSON ({exc})") from exc
+
+
+def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.CheckpointInfo:
+    """Resolve the checkpoint's files in `folder` into moshi's CheckpointInfo."""
+    folder = Path(folder) if folder is not None else manifest.default_folder()
+    if not folder.is_dir():
+        raise CheckpointMissingError(
+            f"model {manifest.id!r} is not on disk (no folder {folder}); {_how_to_get(manifest)}"
+        )
+    config = _config(folder)
+    random_weights = bool(config and config.get(RANDOM_WEIGHTS_MARKER))
+    if config is None:
+        # Legacy layout (kyutai/moshi*-pytorch-bf16): no config.json, moshi's 7B defaults.
+        names = {
+            "moshi": manifest.files.get("moshi", loaders.MOSHI_NAME),
+            "mimi": manifest.files.get("mimi", loaders.MIMI_NAME),
+            "tokenizer": manifest.files.get("tokenizer", loaders.TEXT_TOKENIZER_NAME),
+        }
+    else:
+        names = {
+            "moshi": config.get("moshi_name", loaders.MOSHI_NAME),
+            "mimi": config.get("mimi_name", loaders.MIMI_NAME),
+            "tokenizer": config.get("tokenizer_name", loaders.TEXT_TOKENIZER_NAME),
+        }
+        if config.get("mimi_config_name"):
+            names["mimi_config"] = config["mimi_config_name"]
+        if config.get("lora_name"):
+            names["lora"] = config["lora_name"]
+    required = dict(names)
+    if random_weights:
+        required.pop("moshi")
+        required.pop("mimi")
+    missing = [name for name in required.values() if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointMissingError(
+            f"model {manifest.id!r} in {folder} is missing {', '.join(missing)}; "
+            f"{_how_to_get(manifest)}"
+        )
+    if config is None:
+        return loaders.CheckpointInfo(
+            moshi_weights=folder / names["moshi"],
+            mimi_weights=folder / names["mimi"],
+            tokenizer=folder / names["tokenizer"],
+        )
+    return loaders.CheckpointInfo.from_hf_repo(
+        manifest.hf_repo or "local",
+        moshi_weights=folder / names["moshi"],
+        mimi_weights=folder / names["mimi"],
+        tokenizer=folder / names["tokenizer"],
+        config_path=folder / "config.json",
+        mimi_config_path=folder / names["mimi_config"] if "mimi_config" in names else None,
+        lora_weights=folder / names["lora"] if "lora" in names else None,
+    )
+
+
+def ensure_built(manifest: Manifest, folder: Path | None = None) -> Path:
+    """Build a `built` checkpoint (tiny, random 7B) if its folder is not there yet."""
+    folder = Path(folder) if folder is not None else manifest.default_folder()
+    if manifest.source_kind != "built":
+        return folder
+    if not (folder / "config.json").is_file():
+        builder = BUILDERS.get(manifest.builder or "")
+        if builder is None:
+            raise CheckpointMissingError(f"model {manifest.id!r} names unknown builder {manifest.builder!r}")
+        builder(folder)
+    return folder
+
+
+def load_checkpoint(
+    manifest: Manifest,
+    folder: Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> LoadedCheckpoint:
+    folder = Path(folder) if folder is not None else manifest.default_folder()
+    info = checkpoint_info(manifest, folder)
+    device = torch.device(device)
+    if dtype is None:
+        dtype = parse_dtype(manifest.sampling.dtype)
+        if device.type == "cpu" and dtype != torch.float32:
+            dtype = torch.float32  # bf16 matmuls on CPU are slow and gain nothing here
+    random_weights = bool(info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER))
+    if random_weights:
+        # Random weights of the real architecture: moshi's loaders with no weight file.
+        info.lm_config = {k: v for k, v in info.lm_config.items() if k != RANDOM_WEIGHTS_MARKER}
+        mimi = loaders.get_mimi(None, info.mimi_config, device=device, num_codebooks=8)
+        lm = info.get_moshi(device=device, dtype=dtype, load_weight=False)
+    else:
+        mimi = info.get_mimi(device=device)
+        lm = info.get_moshi(device=device, dtype=dtype)
+    lm.eval()
+    tokenizer = info.get_text_tokenizer()
+    return LoadedCheckpoint(manifest, folder, info, mimi, lm, tokenizer, device, dtype)

@@ -1,0 +1,210 @@
+"""Build random-weight checkpoints in the real on-disk layout.
+
+`tiny`: a small LMModel, a small Mimi and a small SentencePiece tokenizer, deterministic
+from a seed, written exactly as a real checkpoint folder is (config.json naming the
+weight, Mimi and tokenizer files, safetensors weights), so that tests load it through
+the same loader as a real checkpoint.
+
+`moshi-7b-random`: config.json with moshi's own Moshi 7B architecture and a small
+tokenizer; the 7B weights are drawn at random on the device when loaded (for timing on a
+GPU without weights), never written to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from moshi.models import loaders
+from safetensors.torch import save_file
+
+MOSHI_FILE = "model.safetensors"
+MIMI_FILE = "mimi.safetensors"
+MIMI_CONFIG_FILE = "mimi_config.json"
+TOKENIZER_FILE = "tokenizer.model"
+CONFIG_FILE = "config.json"
+RANDOM_WEIGHTS_MARKER = "random_weights"  # config.json key: weights are drawn at load time
+
+TINY_TEXT_VOCAB = 400
+TINY_AUDIO_BINS = 64
+TINY_CONTEXT = 375  # 30 s of frames: small enough for tests to run past the window quickly
+
+
+def tiny_mimi_config() -> dict:
+    seanet = {
+        "channels": 1,
+        "dimension": 32,
+        "causal": True,
+        "n_filters": 4,
+        "n_residual_layers": 1,
+        "activation": "ELU",
+        "compress": 2,
+        "dilation_base": 2,
+        "disable_norm_outer_blocks": 0,
+        "kernel_size": 7,
+        "residual_kernel_size": 3,
+        "last_kernel_size": 3,
+        "norm": "none",
+        "pad_mode": "constant",
+        "ratios": [8, 6, 5, 4],  # the real hop length (960 at 24 kHz): frames stay 80 ms
+        "true_skip": True,
+    }
+    return {
+        "sample_rate": 24000,
+        "channels": 1,
+        "frame_rate": 12.5,
+        "seanet": seanet,
+        "quantizer": {
+            "dimension": 16,
+            "n_q": 8,
+            "bins": TINY_AUDIO_BINS,
+            "input_dimension": seanet["dimension"],
+            "output_dimension": seanet["dimension"],
+        },
+        "transformer": {
+            "d_model": seanet["dimension"],
+            "num_heads": 2,
+            "num_layers": 1,
+            "causal": True,
+            "layer_scale": 0.01,
+            "context": 250,
+            "conv_layout": True,
+            "max_period": 10000,
+            "gating": "none",
+            "norm": "layer_norm",
+            "positional_embedding": "rope",
+            "dim_feedforward": 64,
+            "input_dimension": seanet["dimension"],
+            "output_dimensions": [seanet["dimension"]],
+        },
+    }
+
+
+def tiny_lm_config() -> dict:
+    """A Moshi-architecture LM (17 streams, the real delays) at a few hundred K parameters."""
+    return {
+        "dim": 64,
+        "text_card": TINY_TEXT_VOCAB,
+        "existing_text_padding_id": 3,
+        "n_q": 16,
+        "dep_q": 8,
+        "card": TINY_AUDIO_BINS,
+        "num_heads": 4,
+        "num_layers": 2,
+        "hidden_scale": 4.125,
+        "causal": True,
+        "layer_scale": None,
+        "context": TINY_CONTEXT,
+        "max_period": 10000,
+        "gating": "silu",
+        "norm": "rms_norm_f32",
+        "positional_embedding": "rope",
+        "depformer_dim": 32,
+        "depformer_dim_feedforward": 132,
+        "depformer_num_heads": 2,
+        "depformer_num_layers": 1,
+        "depformer_layer_scale": None,
+        "depformer_multi_linear": True,
+        "depformer_context": 8,
+        "depformer_max_period": 10000,
+        "depformer_gating": "silu",
+        "depformer_pos_emb": "none",
+        "depformer_weights_per_step": True,
+        "delays": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],
+    }
+
+
+def _train_tokenizer(out: Path, vocab_size: int, seed: int) -> None:
+    # In a child process: SentencePiece training leaves threads that slow torch here.
+    cmd = [
+        sys.executable, "-m", "app.checkpoints.tokenizer_trainer",
+        "--out", str(out), "--vocab-size", str(vocab_size), "--seed", str(seed),
+    ]
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"tokenizer training failed: {result.stderr.strip()[-500:]}")
+
+
+def _contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def _voice_prompt_wave(seconds: float = 1.6, sample_rate: int = 24000) -> np.ndarray:
+    """A vowel-like harmonic tone with a slow pitch glide: the tiny persona's 'voice'."""
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    pitch = 140.0 + 30.0 * np.sin(2 * math.pi * 0.7 * t)
+    phase = 2 * math.pi * np.cumsum(pitch) / sample_rate
+    wave = sum(np.sin(h * phase) / h for h in range(1, 6))
+    envelope = np.minimum(1.0, np.minimum(t, seconds - t) * 8.0)
+    return (0.2 * wave * envelope).astype(np.float32)
+
+
+def build_tiny(folder: Path, seed: int = 1234) -> Path:
+    """Write the tiny checkpoint into `folder` (replaced if present). Returns the folder."""
+    import sphn
+
+    folder = Path(folder)
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+
+    _train_tokenizer(staging / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
+
+    lm_config = tiny_lm_config()
+    mimi_config = tiny_mimi_config()
+    torch.manual_seed(seed)
+    lm = loaders.get_moshi_lm(None, lm_kwargs=lm_config, device="cpu", dtype=torch.float32)
+    save_file(_contiguous_state(lm), str(staging / MOSHI_FILE))
+    torch.manual_seed(seed + 1)
+    mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=8)
+    save_file(_contiguous_state(mimi), str(staging / MIMI_FILE))
+    (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
+
+    config = dict(lm_config)
+    config.update(
+        {
+            "moshi_name": MOSHI_FILE,
+            "mimi_name": MIMI_FILE,
+            "mimi_config_name": MIMI_CONFIG_FILE,
+            "tokenizer_name": TOKENIZER_FILE,
+            "model_type": "moshi",
+            "model_id": {"sig": f"contextspan-tiny-seed{seed}", "epoch": 0},
+        }
+    )
+    (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+    voices = staging / "voices"
+    voices.mkdir()
+    sphn.write_wav(str(voices / "TINY0.wav"), _voice_prompt_wave(), 24000)
+
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return folder
+
+
+def build_moshi_7b_random(folder: Path, seed: int = 1234) -> Path:
+    """Write config.json (moshi's Moshi 7B architecture) and a small tokenizer."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _train_tokenizer(folder / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
+    config = dict(loaders._lm_kwargs)  # moshi's own 7B configuration
+    config.update(
+        {
+            "moshi_name": MOSHI_FILE,
+            "tokenizer_name": TOKENIZER_FILE,
+            "model_type": "moshi",
+            RANDOM_WEIGHTS_MARKER: True,
+        }
+    )
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    return folder
+
+
+BUILDERS = {"tiny": build_tiny, "moshi-7b-random": build_moshi_7b_random}

@@ -1,0 +1,27 @@
+"""Where ContextSpan keeps its files: the platformdirs data dir, overridable for tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "ContextSpan"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CATALOG_DIR = REPO_ROOT / "models"
+
+
+def data_dir() -> Path:
+    """The folder that holds built and downloaded checkpoints.
+
+    `CONTEXTSPAN_DATA_DIR` overrides it so tests and CI never write into a user's home.
+    """
+    override = os.environ.get("CONTEXTSPAN_DATA_DIR")
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def checkpoints_dir() -> Path:
+    return data_dir() / "checkpoints"
