@@ -1,0 +1,1 @@
+"""The duplex engine: Mimi + LMGen frame loop, with the Context Spanning injector."""

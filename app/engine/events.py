@@ -1,0 +1,117 @@
+"""Typed events the engine thread emits. Everything crossing a thread is one of these.
+
+They are frozen; `AudioOut.pcm` is a fresh array owned by the receiver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    model_id: str
+    device: str
+    dtype: str
+    chunk_limit: int  # most span positions prefilled between two frames
+    step_ms: float | None  # median full-frame time measured at start-up (None: not measured)
+    budget_ms: float
+    context_window: int
+    prompt_frames: int  # frames used by the checkpoint's own start of conversation
+
+
+@dataclass(frozen=True)
+class AudioOut:
+    frame_index: int
+    pcm: np.ndarray  # float32 [1920] at 24 kHz
+
+
+@dataclass(frozen=True)
+class TextPiece:
+    frame_index: int
+    text: str
+    token_id: int
+
+
+@dataclass(frozen=True)
+class SpanAccepted:
+    span_id: int
+    source: str
+    text: str
+    tokens: int  # positions it will occupy, wrapping included
+    truncated: bool
+    original_content_tokens: int
+    kept_content_tokens: int
+
+
+@dataclass(frozen=True)
+class SpanChunkInjected:
+    span_id: int
+    source: str
+    before_frame: int  # the chunk landed between frame before_frame - 1 and before_frame
+    k: int
+    chunk_index: int
+    prefill_ms: float
+
+
+@dataclass(frozen=True)
+class SpanInjected:
+    span_id: int
+    source: str
+    first_frame: int
+    last_frame: int
+    positions: int
+    chunks: int
+
+
+@dataclass(frozen=True)
+class SpanRejected:
+    span_id: int
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    window: int
+    used: int  # positions currently inside the attention window
+    frame_positions: int  # total frames stepped
+    span_positions: int  # total positions injected
+    span_positions_in_window: int
+    wrapped: bool  # the conversation is longer than the window
+
+
+@dataclass(frozen=True)
+class FrameStats:
+    frame_index: int
+    frame_ms: float  # engine time for this frame, injection included
+    inject_ms: float
+    context: ContextUsage
+
+
+@dataclass(frozen=True)
+class EngineError:
+    message: str
+    fatal: bool
+
+
+@dataclass(frozen=True)
+class EngineStopped:
+    frames: int
+    reason: str
+
+
+EngineEvent = (
+    EngineReady
+    | AudioOut
+    | TextPiece
+    | SpanAccepted
+    | SpanChunkInjected
+    | SpanInjected
+    | SpanRejected
+    | FrameStats
+    | EngineError
+    | EngineStopped
+)

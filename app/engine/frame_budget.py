@@ -1,0 +1,60 @@
+"""How many span positions fit in the 80 ms frame budget, measured on this device."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FRAME_MS = 80.0  # 1920 samples at 24 kHz
+
+
+@dataclass(frozen=True)
+class ChunkBudget:
+    step_ms: float  # median time of one full frame (Mimi encode, LM step, Mimi decode)
+    prefill_ms: dict[int, float]  # K -> median time of one K-position prefill
+    budget_ms: float  # the frame minus the safety margin
+    chunk_limit: int  # largest K whose prefill plus one frame fits in budget_ms
+
+
+def median_ms(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def largest_k_in_budget(step_ms: float, prefill_ms: dict[int, float], budget_ms: float,
+                        cap: int) -> int:
+    """Interpolate prefill time linearly in K between the measured sizes."""
+    points = sorted(prefill_ms.items())
+    best = 0
+    for (k0, t0), (k1, t1) in zip(points, points[1:], strict=False):
+        per_position = max((t1 - t0) / max(k1 - k0, 1), 1e-6)
+        for k in range(k0, k1 + 1):
+            if step_ms + t0 + (k - k0) * per_position <= budget_ms:
+                best = max(best, k)
+    if len(points) == 1 and step_ms + points[0][1] <= budget_ms:
+        best = points[0][0]
+    return max(1, min(best, cap))
+
+
+def measure_chunk_budget(
+    run_frame: Callable[[], object],
+    run_prefill: Callable[[int], object],
+    sync: Callable[[], None],
+    cap: int,
+    margin: float = 0.25,
+    frame_repeats: int = 12,
+    prefill_repeats: int = 5,
+) -> ChunkBudget:
+    budget_ms = FRAME_MS * (1.0 - margin)
+    step_ms = median_ms(run_frame, frame_repeats, sync)
+    sizes = sorted({1, max(1, cap // 16), max(1, cap // 4), cap})
+    prefill_ms = {k: median_ms(lambda k=k: run_prefill(k), prefill_repeats, sync) for k in sizes}
+    limit = largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap)
+    return ChunkBudget(step_ms, prefill_ms, budget_ms, limit)

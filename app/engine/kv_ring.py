@@ -1,0 +1,45 @@
+"""Widen the temporal transformer's KV rings so that chunked prefill stays exact.
+
+moshi sizes each attention ring to the model's context. A chunk of K positions written at
+once then overwrites the K-1 oldest keys that the chunk's own first queries still attend
+to, once the conversation is longer than the context window. With a ring of
+context + K_max - 1 slots, every query still sees exactly the keys a one-at-a-time feed
+would show it: the attention mask (delta < context) is unchanged, only storage grows.
+"""
+
+from __future__ import annotations
+
+from moshi.models import LMModel
+from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention
+
+
+def widen_attention_rings(lm: LMModel, max_chunk: int) -> int:
+    """Give every temporal attention layer room for a chunk of `max_chunk` positions.
+
+    Must run right after streaming starts and before the first step (on CUDA the step
+    graph is captured around the ring's tensors). Returns the new ring capacity.
+    """
+    capacity = 0
+    for module in lm.transformer.modules():
+        if not isinstance(module, StreamingMultiheadAttention) or module.cross_attention:
+            continue
+        state = module._streaming_state
+        if state is None or state.kv_cache is None or module.context is None:
+            raise RuntimeError("widen_attention_rings needs the LM in streaming mode")
+        ring = state.kv_cache
+        if int(ring.end_offset.max()) != 0:
+            raise RuntimeError("widen_attention_rings must run before the first step")
+        capacity = module.context + max(1, max_chunk) - 1
+        if ring.capacity >= capacity:
+            continue
+        _, batch, heads, _, dim_per_head = ring.cache.shape
+        state.kv_cache = RingKVCache(
+            batch,
+            heads,
+            dim_per_head,
+            capacity,
+            respect_exec_mask=ring.respect_exec_mask,
+            device=ring.cache.device,
+            dtype=ring.cache.dtype,
+        )
+    return capacity
