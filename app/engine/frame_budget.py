@@ -30,7 +30,9 @@ def median_ms(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) 
 
 def largest_k_in_budget(step_ms: float, prefill_ms: dict[int, float], budget_ms: float,
                         cap: int) -> int:
-    """Interpolate prefill time linearly in K between the measured sizes."""
+    """Largest K (0 if none) whose prefill plus one frame fits in the budget.
+
+    Prefill time is interpolated linearly in K between the measured sizes."""
     points = sorted(prefill_ms.items())
     best = 0
     for (k0, t0), (k1, t1) in zip(points, points[1:], strict=False):
@@ -40,7 +42,7 @@ def largest_k_in_budget(step_ms: float, prefill_ms: dict[int, float], budget_ms:
                 best = max(best, k)
     if len(points) == 1 and step_ms + points[0][1] <= budget_ms:
         best = points[0][0]
-    return max(1, min(best, cap))
+    return min(best, cap)
 
 
 def measure_chunk_budget(
@@ -56,5 +58,6 @@ def measure_chunk_budget(
     step_ms = median_ms(run_frame, frame_repeats, sync)
     sizes = sorted({1, max(1, cap // 16), max(1, cap // 4), cap})
     prefill_ms = {k: median_ms(lambda k=k: run_prefill(k), prefill_repeats, sync) for k in sizes}
-    limit = largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap)
+    # At least one position per frame, so that a span always progresses on a slow device.
+    limit = max(1, largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap))
     return ChunkBudget(step_ms, prefill_ms, budget_ms, limit)

@@ -1,0 +1,152 @@
+"""The command line: `python main.py [command]`.
+
+With no command it launches the desktop app once that exists; until then it prints help.
+Errors are one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(
+        prog="python main.py",
+        description="ContextSpan: a full-duplex voice assistant with Context Spanning injection.",
+    )
+    commands = parser.add_subparsers(dest="command", parser_class=OneLineErrorParser)
+
+    commands.add_parser("models", help="list the model catalog")
+
+    build = commands.add_parser("build", help="build a random-weight checkpoint (tiny, moshi-7b-random)")
+    build.add_argument("model", choices=["tiny", "moshi-7b-random"])
+    build.add_argument("--out", type=Path, default=None, help="folder (default: the data dir)")
+    build.add_argument("--seed", type=int, default=1234)
+
+    run = commands.add_parser("run", help="process an audio file through the engine, headless")
+    _add_model_args(run)
+    run.add_argument("--input", type=Path, required=True, help="audio file (any rate, channels)")
+    run.add_argument("--output", type=Path, required=True, help="reply audio, 24 kHz WAV")
+    run.add_argument("--transcript", type=Path, required=True, help="JSONL transcript")
+    run.add_argument("--inject", action="append", default=[], metavar="TEXT",
+                     help="span text to inject; pair each with --at")
+    run.add_argument("--at", action="append", default=[], type=float, metavar="SECONDS",
+                     help="when the preceding --inject lands (seconds into the input)")
+    run.add_argument("--source", default="cli", help="source label of the injected spans")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
+    run.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
+    run.add_argument("--role", default=None, help="role prompt (persona checkpoints)")
+    run.add_argument("--chunk-limit", type=int, default=None,
+                     help="most positions per frame (default: measured on this device)")
+
+    bench = commands.add_parser("bench", help="benchmarks that print numbers")
+    bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
+    injection = bench_kinds.add_parser("injection", help="chunked prefill against one-by-one")
+    _add_model_args(injection)
+    injection.add_argument("--k", type=int, action="append", default=None,
+                           help="K values (default 16, 64, 256)")
+    injection.add_argument("--repeats", type=int, default=7)
+    injection.add_argument("--no-wrap", action="store_true",
+                           help="skip the check after the context window wraps")
+    injection.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _cmd_models() -> int:
+    from app.checkpoints.catalog import load_catalog
+
+    for manifest in load_catalog().values():
+        where = manifest.hf_repo or manifest.builder or manifest.local_folder
+        print(f"{manifest.id:16} {manifest.display_name}  [{where}]")
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from app.checkpoints.catalog import get_manifest
+    from app.checkpoints.tiny_builder import BUILDERS
+
+    folder = args.out or get_manifest(args.model).default_folder()
+    BUILDERS[args.model](folder, seed=args.seed)
+    print(f"built {args.model} in {folder}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from app.headless_run import Injection, run_headless
+
+    if len(args.inject) != len(args.at):
+        raise ValueError("each --inject needs exactly one --at (and the other way round)")
+    if args.chunk_limit is not None and args.chunk_limit < 1:
+        raise ValueError("--chunk-limit must be at least 1")
+    injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
+    summary = run_headless(
+        args.model, args.input, args.output, args.transcript, injections,
+        device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
+        voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
+    )
+    speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
+    print(
+        f"processed {summary.audio_seconds:.2f} s of audio ({summary.frames} frames) in "
+        f"{summary.elapsed_seconds:.2f} s ({speed:.2f}x real time); {summary.spans} span(s) injected",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench != "injection":
+        raise ValueError("choose a benchmark: python main.py bench injection")
+    from app.bench.injection_bench import run_injection_bench
+
+    ks = tuple(args.k) if args.k else (16, 64, 256)
+    if min(ks) < 1:
+        raise ValueError("--k must be at least 1")
+    result = run_injection_bench(args.model, args.device, args.dtype, ks, args.repeats,
+                                 check_wrap=not args.no_wrap)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['model']} on {result['device']} ({result['dtype']}): "
+              f"step {result['step_ms']:.2f} ms, max K in budget {result['max_k_in_budget']}")
+        for row in result["k"]:
+            print(f"  K={row['k']:5}  prefill {row['prefill_ms']:8.2f} ms  sequential "
+                  f"{row['sequential_ms']:9.2f} ms  ratio {row['ratio']:7.2f}  "
+                  f"max_diff {row['max_diff']:.2e}  after wrap {row.get('max_diff_after_wrap', 0):.2e}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    handlers = {"models": lambda: _cmd_models(), "build": lambda: _cmd_build(args),
+                "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args)}
+    try:
+        return handlers[args.command]()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line for the user; the details are not theirs to debug
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_FAILURE

@@ -1,0 +1,47 @@
+"""Shared fixtures: the tiny checkpoint, built once per session by the project's own command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private data dir, so tests never touch the user's checkpoints."""
+    folder = tmp_path_factory.mktemp("contextspan-data")
+    os.environ["CONTEXTSPAN_DATA_DIR"] = str(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(data_dir: Path) -> Path:
+    """The tiny checkpoint, built by `python main.py build tiny` in a child process
+    (SentencePiece training must not run in the test process)."""
+    result = subprocess.run(
+        [sys.executable, "main.py", "build", "tiny"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    folder = data_dir / "checkpoints" / "tiny"
+    assert (folder / "config.json").is_file()
+    return folder
+
+
+@pytest.fixture()
+def tiny_checkpoint(tiny_folder: Path):
+    """A freshly loaded tiny checkpoint (float32, CPU), through the real loader."""
+    from app.checkpoints.catalog import get_manifest
+    from app.checkpoints.loader import load_checkpoint
+
+    return load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu")
