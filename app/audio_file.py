@@ -21,12 +21,17 @@ def read_mono_24k(path: Path) -> np.ndarray:
     if not path.is_file():
         raise AudioFileError(f"input file not found: {path}")
     try:
-        pcm, _ = sphn.read(str(path), sample_rate=SAMPLE_RATE)
+        pcm, rate = sphn.read(str(path))
+        pcm = np.asarray(pcm, dtype=np.float32)
+        if pcm.ndim == 2:
+            pcm = pcm.mean(axis=0)
+        if rate != SAMPLE_RATE:
+            # The resampler pads its tail: trim to the input's own duration.
+            expected = round(pcm.shape[-1] * SAMPLE_RATE / rate)
+            pcm = sphn.resample(pcm, src_sample_rate=rate, dst_sample_rate=SAMPLE_RATE)
+            pcm = np.asarray(pcm, dtype=np.float32)[:expected]
     except Exception as exc:  # sphn raises plain exceptions for undecodable files
         raise AudioFileError(f"cannot read audio from {path}: {exc}") from exc
-    pcm = np.asarray(pcm, dtype=np.float32)
-    if pcm.ndim == 2:
-        pcm = pcm.mean(axis=0)
     if pcm.size == 0:
         raise AudioFileError(f"{path} holds no audio")
     return np.ascontiguousarray(pcm)

@@ -8,6 +8,7 @@ each of its chunks landed, with K.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -85,7 +86,8 @@ def run_headless(
         checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role)
     )
     for injection in injections:
-        engine.inject(injection.text, injection.source, at_frame=int(injection.at_seconds * FRAME_RATE))
+        at_frame = int(injection.at_seconds * FRAME_RATE)
+        engine.inject(injection.text, injection.source, at_frame=at_frame)
 
     padded = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     padded[: len(pcm)] = pcm
@@ -94,7 +96,8 @@ def run_headless(
     def feed() -> None:
         try:
             for i in range(frames):
-                while not engine.push_frame(padded[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES], 1.0):
+                frame = padded[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]
+                while not engine.push_frame(frame, 1.0):
                     if not engine.running:
                         return
             engine.finish_input()
@@ -119,7 +122,7 @@ def run_headless(
                 raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
             try:
                 event = engine.events.get(timeout=min(remaining, 1.0))
-            except Exception:
+            except queue.Empty:
                 if not engine.running and engine.events.empty():
                     break
                 continue
@@ -132,7 +135,8 @@ def run_headless(
                     "context_window": event.context_window, "prompt_frames": event.prompt_frames,
                 })
             elif isinstance(event, ev.AudioOut):
-                out_pcm[event.frame_index * FRAME_SAMPLES : (event.frame_index + 1) * FRAME_SAMPLES] = event.pcm
+                first = event.frame_index * FRAME_SAMPLES
+                out_pcm[first : first + FRAME_SAMPLES] = event.pcm
                 done += 1
             elif isinstance(event, ev.TextPiece):
                 text_parts.append(event.text)

@@ -47,8 +47,11 @@ def _how_to_get(manifest: Manifest) -> str:
     if manifest.source_kind == "built":
         return f"build it with: python main.py build {manifest.id}"
     if manifest.source_kind == "huggingface":
-        gated = " (gated: accept its licence on Hugging Face and set HF_TOKEN)" if manifest.gated else ""
-        return f"download it from Hugging Face repo {manifest.hf_repo}{gated}, or choose a local folder"
+        gated = " (gated: accept its licence on Hugging Face and set HF_TOKEN)"
+        return (
+            f"download it from Hugging Face repo {manifest.hf_repo}"
+            f"{gated if manifest.gated else ''}, or choose a local folder"
+        )
     return "choose the folder that holds it"
 
 
@@ -123,7 +126,9 @@ def ensure_built(manifest: Manifest, folder: Path | None = None) -> Path:
     if not (folder / "config.json").is_file():
         builder = BUILDERS.get(manifest.builder or "")
         if builder is None:
-            raise CheckpointMissingError(f"model {manifest.id!r} names unknown builder {manifest.builder!r}")
+            raise CheckpointMissingError(
+                f"model {manifest.id!r} names unknown builder {manifest.builder!r}"
+            )
         builder(folder)
     return folder
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 # A small closed vocabulary is enough for a random-weight model: the tokenizer only has to
 # be a real SentencePiece model with Moshi's special ids, deterministic from a seed.
-_WORDS = (
+_WORDS = (  # noqa: SIM905 - one readable block of words
     "the a an and or but of to in on at for with from by about as into like through after "
     "over between out against during without before under around among is are was were be "
     "been have has had do does did say says said go goes went get make know think take see "

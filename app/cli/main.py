@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("models", help="list the model catalog")
 
-    build = commands.add_parser("build", help="build a random-weight checkpoint (tiny, moshi-7b-random)")
+    build = commands.add_parser(
+        "build", help="build a random-weight checkpoint (tiny, moshi-7b-random)"
+    )
     build.add_argument("model", choices=["tiny", "moshi-7b-random"])
     build.add_argument("--out", type=Path, default=None, help="folder (default: the data dir)")
     build.add_argument("--seed", type=int, default=1234)
@@ -105,7 +107,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
         f"processed {summary.audio_seconds:.2f} s of audio ({summary.frames} frames) in "
-        f"{summary.elapsed_seconds:.2f} s ({speed:.2f}x real time); {summary.spans} span(s) injected",
+        f"{summary.elapsed_seconds:.2f} s ({speed:.2f}x real time); "
+        f"{summary.spans} span(s) injected",
         file=sys.stderr,
     )
     return 0
@@ -129,7 +132,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for row in result["k"]:
             print(f"  K={row['k']:5}  prefill {row['prefill_ms']:8.2f} ms  sequential "
                   f"{row['sequential_ms']:9.2f} ms  ratio {row['ratio']:7.2f}  "
-                  f"max_diff {row['max_diff']:.2e}  after wrap {row.get('max_diff_after_wrap', 0):.2e}")
+                  f"max_diff {row['max_diff']:.2e}  "
+                  f"after wrap {row.get('max_diff_after_wrap', 0):.2e}")
     return 0
 
 

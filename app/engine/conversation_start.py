@@ -55,7 +55,8 @@ def list_voices(start: ConversationStart, checkpoint_folder: Path) -> list[str]:
         folder = voices_folder(start, checkpoint_folder)
     except ConversationStartError:
         return []
-    names = {p.stem for p in folder.iterdir() if p.suffix in (".wav", ".pt", ".mp3", ".flac", ".ogg")}
+    suffixes = (".wav", ".pt", ".mp3", ".flac", ".ogg")
+    names = {p.stem for p in folder.iterdir() if p.suffix in suffixes}
     return sorted(names)
 
 
@@ -111,7 +112,8 @@ class PersonaPrompt:
         lm = lm_gen.lm_model
         self._pad = lm.text_padding_token_id
         # Encoded with a fresh streaming Mimi: call before the engine's Mimi streams.
-        self._silence = start.agent_silence_codes or self._codes_of(np.zeros(FRAME_SAMPLES, np.float32))
+        silence = np.zeros(FRAME_SAMPLES, np.float32)
+        self._silence = start.agent_silence_codes or self._codes_of(silence)
         self._tone = start.user_tone_codes or self._codes_of(_tone(FRAME_SAMPLES / SAMPLE_RATE))
 
     def _codes_of(self, pcm: np.ndarray) -> tuple[int, ...]:

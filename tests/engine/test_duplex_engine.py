@@ -1,0 +1,154 @@
+"""The engine thread: frames in, frames and text out, spans between frames, clean stop."""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.checkpoints.catalog import get_manifest
+from app.checkpoints.loader import load_checkpoint
+from app.engine import events as ev
+from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
+
+
+def _run(engine: DuplexEngine, frames: int, timeout: float = 60.0) -> list:
+    engine.start()
+    rng = np.random.default_rng(0)
+    for _ in range(frames):
+        assert engine.push_frame((0.05 * rng.standard_normal(FRAME_SAMPLES)).astype(np.float32), 10)
+    engine.finish_input()
+    assert engine.join(timeout), "the engine thread did not end"
+    collected = []
+    while True:
+        try:
+            collected.append(engine.events.get_nowait())
+        except queue.Empty:
+            return collected
+
+
+def of(kind, events):
+    return [e for e in events if isinstance(e, kind)]
+
+
+def test_one_output_frame_per_input_frame_with_text_and_stats(tiny_checkpoint):
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=64))
+    events = _run(engine, 30)
+    audio = of(ev.AudioOut, events)
+    assert [a.frame_index for a in audio] == list(range(30))
+    assert all(a.pcm.shape == (FRAME_SAMPLES,) and a.pcm.dtype == np.float32 for a in audio)
+    assert np.abs(np.concatenate([a.pcm for a in audio[2:]])).max() > 0  # the model speaks
+    texts = of(ev.TextPiece, events)
+    assert texts and all(0 < t.frame_index < 30 and t.text for t in texts)
+    ready = of(ev.EngineReady, events)[0]
+    assert ready.model_id == "tiny" and ready.chunk_limit == 64 and ready.context_window == 375
+    stats = of(ev.FrameStats, events)
+    assert stats[-1].context.frame_positions == 30
+    assert of(ev.EngineStopped, events)[-1].reason == "end of input"
+    assert not of(ev.EngineError, events)
+
+
+def test_spans_land_before_the_frame_asked_for_and_count_in_the_context(tiny_checkpoint):
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=16))
+    first = engine.inject("the capital of australia is canberra", "search", at_frame=5)
+    second = engine.inject("word " * 400, "file", at_frame=10)
+    events = _run(engine, 40)
+    chunks = of(ev.SpanChunkInjected, events)
+    first_chunks = [c for c in chunks if c.span_id == first]
+    assert first_chunks[0].before_frame == 5
+    accepted = {a.span_id: a for a in of(ev.SpanAccepted, events)}
+    assert accepted[second].truncated and accepted[second].tokens == 128  # the manifest's max
+    second_chunks = [c for c in chunks if c.span_id == second]
+    assert second_chunks[0].before_frame >= 10
+    assert [c.k for c in second_chunks] == [16] * 8
+    frames = [c.before_frame for c in second_chunks]
+    assert frames == list(range(frames[0], frames[0] + 8))  # consecutive frames
+    total = sum(c.k for c in chunks)
+    assert of(ev.FrameStats, events)[-1].context.span_positions == total
+    assert {s.span_id for s in of(ev.SpanInjected, events)} == {first, second}
+
+
+def test_measures_its_chunk_budget_when_not_given(tiny_checkpoint):
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1))
+    events = _run(engine, 3)
+    ready = of(ev.EngineReady, events)[0]
+    assert ready.step_ms is not None and ready.step_ms > 0
+    assert 1 <= ready.chunk_limit <= 256
+    assert engine.budget is not None and set(engine.budget.prefill_ms) >= {1, 256}
+
+
+def test_stop_ends_the_thread_and_a_new_engine_starts_after_it(tiny_checkpoint):
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
+    engine.start()
+    assert engine.ready.wait(30)
+    for _ in range(3):
+        engine.push_frame(np.zeros(FRAME_SAMPLES, np.float32), 5)
+    assert engine.stop(10)
+    assert not engine.running
+    again = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
+    events = _run(again, 5)
+    assert len(of(ev.AudioOut, events)) == 5 and not of(ev.EngineError, events)
+
+
+def test_same_seed_same_reply(tiny_checkpoint):
+    replies = []
+    for _ in range(2):
+        engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=7, chunk_limit=32))
+        engine.inject("hello there", "test", at_frame=3)
+        events = _run(engine, 12)
+        replies.append(np.concatenate([a.pcm for a in of(ev.AudioOut, events)]))
+    assert np.array_equal(replies[0], replies[1])
+
+
+def test_wrong_frame_size_is_refused(tiny_checkpoint):
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=8))
+    with pytest.raises(ValueError, match="1920"):
+        engine.push_frame(np.zeros(100, np.float32))
+
+
+def test_persona_checkpoint_starts_with_its_voice_and_role_prompts(tiny_folder: Path):
+    checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
+    engine = DuplexEngine(checkpoint, EngineOptions(seed=1, chunk_limit=32,
+                                                    role="You are a teacher."))
+    events = _run(engine, 5)
+    ready = of(ev.EngineReady, events)[0]
+    role_ids = engine.span_tokenizer.encode("You are a teacher.").ids
+    voice_frames = -(-int(1.6 * 24000) // FRAME_SAMPLES)  # the tiny voice prompt is 1.6 s
+    assert ready.prompt_frames == voice_frames + 2 * 2 + len(role_ids)
+    assert of(ev.FrameStats, events)[-1].context.frame_positions == ready.prompt_frames + 5
+    assert len(of(ev.AudioOut, events)) == 5
+
+
+def test_persona_role_text_reaches_the_models_text_stream(tiny_folder: Path):
+    """The forced role tokens are what the model's own text stream holds afterwards."""
+    import torch
+    from moshi.models import LMGen
+
+    from app.engine.conversation_start import PersonaPrompt
+    from app.engine.span_text import SpanTokenizer
+
+    checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
+    start = checkpoint.manifest.conversation_start
+    gen = LMGen(checkpoint.lm, use_sampling=False)
+    tokenizer = SpanTokenizer(checkpoint.tokenizer, start.role_wrapping, 1000)
+    persona = PersonaPrompt(gen, checkpoint.mimi, start, tiny_folder, tokenizer)
+    plan = persona.plan(voice=None, role="be kind")
+    role_ids = tokenizer.encode("be kind").ids
+    seen = []
+    with torch.no_grad(), gen.streaming(1):
+        original_step = gen.step
+
+        def recording_step(*args, **kwargs):
+            out = original_step(*args, **kwargs)
+            if out is not None:
+                seen.append(int(out[0, 0, 0]))
+            return out
+
+        gen.step = recording_step
+        persona.feed(plan)
+    # The step output lags the ring by one frame: the last role token appears after it.
+    text_stream = seen
+    joined = ",".join(map(str, text_stream))
+    assert ",".join(map(str, role_ids[:-1])) in joined
