@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ def read_mono_24k(path: Path) -> np.ndarray:
     import sphn
 
     path = Path(path)
+    if path.is_dir():
+        raise AudioFileError(f"input is a folder, not an audio file: {path}")
     if not path.is_file():
         raise AudioFileError(f"input file not found: {path}")
     try:
@@ -26,15 +29,35 @@ def read_mono_24k(path: Path) -> np.ndarray:
         if pcm.ndim == 2:
             pcm = pcm.mean(axis=0)
         if rate != SAMPLE_RATE:
-            # The resampler pads its tail: trim to the input's own duration.
-            expected = round(pcm.shape[-1] * SAMPLE_RATE / rate)
-            pcm = sphn.resample(pcm, src_sample_rate=rate, dst_sample_rate=SAMPLE_RATE)
-            pcm = np.asarray(pcm, dtype=np.float32)[:expected]
+            pcm = _resample_aligned(pcm, rate)
     except Exception as exc:  # sphn raises plain exceptions for undecodable files
         raise AudioFileError(f"cannot read audio from {path}: {exc}") from exc
     if pcm.size == 0:
         raise AudioFileError(f"{path} holds no audio")
     return np.ascontiguousarray(pcm)
+
+
+@functools.lru_cache(maxsize=16)
+def _resampler_delay(rate: int) -> int:
+    """Output samples by which sphn's resampler delays its input (it depends on the rate)."""
+    import sphn
+
+    impulse = np.zeros(rate, dtype=np.float32)
+    impulse[rate // 2] = 1.0
+    out = sphn.resample(impulse, src_sample_rate=rate, dst_sample_rate=SAMPLE_RATE)
+    return max(0, int(np.argmax(np.abs(out))) - SAMPLE_RATE // 2)
+
+
+def _resample_aligned(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """Resample to 24 kHz keeping time aligned: no leading delay, no lost tail."""
+    import sphn
+
+    delay = _resampler_delay(rate)
+    expected = round(pcm.shape[-1] * SAMPLE_RATE / rate)
+    flush = np.zeros(int(np.ceil((delay + 64) * rate / SAMPLE_RATE)), dtype=np.float32)
+    out = sphn.resample(np.concatenate([pcm, flush]), src_sample_rate=rate,
+                        dst_sample_rate=SAMPLE_RATE)
+    return np.ascontiguousarray(np.asarray(out, dtype=np.float32)[delay : delay + expected])
 
 
 def write_wav_24k(path: Path, pcm: np.ndarray) -> None:

@@ -155,6 +155,8 @@ def load_catalog(folder: Path = CATALOG_DIR) -> dict[str, Manifest]:
         except json.JSONDecodeError as exc:
             raise CatalogError(f"{path.name}: not valid JSON ({exc})") from exc
         manifest = parse_manifest(raw, origin=path.name)
+        if manifest.id in catalog:
+            raise CatalogError(f"{path.name}: model id {manifest.id!r} is used twice")
         catalog[manifest.id] = manifest
     return catalog
 

@@ -46,6 +46,8 @@ def synthetic_corpus(seed: int, sentences: int = 4000) -> str:
         sentence = " ".join(words).capitalize() + rng.choice([".", "?", "!", ","])
         if rng.random() < 0.1:
             sentence += f" {rng.randint(0, 9999)}"
+        if rng.random() < 0.05:  # role prompts and spans come wrapped in <system> tags
+            sentence = f"<system> {sentence} <system>"
         lines.append(sentence)
     return "\n".join(lines) + "\n"
 

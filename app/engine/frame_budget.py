@@ -33,7 +33,13 @@ def largest_k_in_budget(step_ms: float, prefill_ms: dict[int, float], budget_ms:
     """Largest K (0 if none) whose prefill plus one frame fits in the budget.
 
     Prefill time is interpolated linearly in K between the measured sizes."""
-    points = sorted(prefill_ms.items())
+    # A shorter prefill never takes longer: a noisy small K must not hide a larger K that
+    # was measured to fit.
+    points, fastest = [], float("inf")
+    for k, ms in sorted(prefill_ms.items(), reverse=True):
+        fastest = min(fastest, ms)
+        points.append((k, fastest))
+    points.reverse()
     best = 0
     for (k0, t0), (k1, t1) in zip(points, points[1:], strict=False):
         per_position = max((t1 - t0) / max(k1 - k0, 1), 1e-6)

@@ -46,6 +46,11 @@ class SpanTokenizer:
         markers = {m for m in (wrapping.open, wrapping.close) if m.strip()}
         self._patterns = [_marker_pattern(m) for m in markers]
         self._forbidden_sequences = [s for s in (self.open_ids, self.close_ids) if s]
+        if any(self._is_special(i) for i in self.open_ids + self.close_ids):
+            raise ValueError(
+                f"the tokenizer cannot spell the span wrapping {wrapping.open!r}/"
+                f"{wrapping.close!r} without special or unknown ids"
+            )
         if max_tokens <= len(self.open_ids) + len(self.close_ids):
             raise ValueError("max_tokens leaves no room for content inside the wrapping")
 
