@@ -152,3 +152,20 @@ def test_persona_role_text_reaches_the_models_text_stream(tiny_folder: Path):
     text_stream = seen
     joined = ",".join(map(str, text_stream))
     assert ",".join(map(str, role_ids[:-1])) in joined
+
+
+def test_a_failure_on_the_engine_thread_is_reported_not_swallowed(tiny_folder: Path):
+    checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
+    engine = DuplexEngine(checkpoint, EngineOptions(chunk_limit=8, voice="NO-SUCH-VOICE"))
+    engine.start()
+    assert engine.join(30)
+    events = []
+    while True:
+        try:
+            events.append(engine.events.get_nowait())
+        except queue.Empty:
+            break
+    errors = of(ev.EngineError, events)
+    assert errors and errors[0].fatal and "NO-SUCH-VOICE" in errors[0].message
+    assert of(ev.EngineStopped, events)[-1].reason == "error"
+    assert not of(ev.EngineReady, events)
