@@ -1,0 +1,1 @@
+"""Streaming speech recognition of the user's voice, for the LLM side."""

@@ -1,0 +1,41 @@
+"""What the ASR thread emits. Times are seconds of user audio since the stream started."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AsrWord:
+    text: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class AsrPartial:
+    """The utterance so far (grows word by word)."""
+
+    text: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class AsrFinal:
+    """A finished utterance: the user's turn ended (end of speech detected)."""
+
+    text: str
+    start_s: float
+    end_s: float
+    detected_by: str  # "stt" (the STT's own end-of-speech head) or "vad"
+    detected_at_s: float  # audio time at which the end of turn was decided
+
+
+@dataclass(frozen=True)
+class AsrError:
+    message: str
+    fatal: bool
+
+
+AsrEvent = AsrWord | AsrPartial | AsrFinal | AsrError

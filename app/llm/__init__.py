@@ -1,0 +1,1 @@
+"""LLM backends: one small interface (`backend.py`), one file per backend."""

@@ -1,0 +1,92 @@
+"""The interface every LLM backend implements, and the typed messages it exchanges.
+
+A backend is one file (`ollama_backend.py`, `openai_compat_backend.py`); adding one touches
+no other backend. Every call has a timeout; failures raise `LLMError` with a kind the UI can
+show ("Ollama is not running at ...", "model not found", ...).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ErrorKind = Literal["unreachable", "timeout", "http", "malformed", "model_missing", "cancelled"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: Mapping[str, Any]  # parsed JSON object; treat as read-only
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the LLM sees it: a name, what it does, and its JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str
+    tool_name: str | None = None  # role == "tool": which tool produced this content
+    tool_calls: tuple[ToolCall, ...] = ()  # role == "assistant": the calls it asked for
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    first_token_s: float | None  # seconds from the request to the first streamed fragment
+    total_s: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class BackendHealth:
+    ok: bool
+    message: str  # one line for the status bar
+    models: tuple[str, ...] = field(default_factory=tuple)
+
+
+class LLMError(RuntimeError):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class LLMBackend(ABC):
+    """A chat LLM with tool calling. Implementations are thread-safe for one call at a time
+    per instance; the orchestrator runs them off the frame loop."""
+
+    name: str = "backend"
+
+    @abstractmethod
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        on_delta: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ChatResult:
+        """One streamed chat completion. `on_delta` receives content fragments as they
+        arrive; setting `cancel` aborts the stream (raises LLMError kind "cancelled")."""
+
+    @abstractmethod
+    def list_models(self) -> list[str]:
+        """The models the server offers (for the settings dialog)."""
+
+    def health(self) -> BackendHealth:
+        try:
+            models = self.list_models()
+        except LLMError as exc:
+            return BackendHealth(False, str(exc))
+        return BackendHealth(True, f"{self.name}: {len(models)} model(s) available", tuple(models))

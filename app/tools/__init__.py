@@ -1,0 +1,1 @@
+"""Tools the LLM can call. Every tool's output is size-limited, untrusted content."""
