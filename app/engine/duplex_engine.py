@@ -61,7 +61,12 @@ class EngineNotRunningError(RuntimeError):
 
 
 class DuplexEngine:
-    def __init__(self, checkpoint: LoadedCheckpoint, options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint: LoadedCheckpoint,
+        options: EngineOptions | None = None,
+        events: queue.SimpleQueue | None = None,
+    ) -> None:
         self.checkpoint = checkpoint
         self.options = options or EngineOptions()
         manifest = checkpoint.manifest
@@ -83,7 +88,8 @@ class DuplexEngine:
         self.max_chunk = max(1, min(manifest.max_chunk_positions, self.options.chunk_limit
                                     or manifest.max_chunk_positions))
         self.injector = SpanInjector(self.lm_gen, self.span_tokenizer, self.ledger, self.max_chunk)
-        self.events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
+        # Events go to `events`; a pipeline passes one queue shared by all its stages.
+        self.events: queue.SimpleQueue[EngineEvent] = events or queue.SimpleQueue()
         self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

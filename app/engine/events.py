@@ -5,7 +5,8 @@ They are frozen; `AudioOut.pcm` is a fresh array owned by the receiver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +27,7 @@ class EngineReady:
 class AudioOut:
     frame_index: int
     pcm: np.ndarray  # float32 [1920] at 24 kHz
+    monotonic_s: float = field(default_factory=time.monotonic)  # when the frame was ready
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,10 @@ class SpanInjected:
     span_id: int
     source: str
     first_frame: int
-    last_frame: int
+    last_frame: int  # its last chunk landed before this frame
     positions: int
     chunks: int
+    monotonic_s: float = field(default_factory=time.monotonic)  # when its last chunk landed
 
 
 @dataclass(frozen=True)

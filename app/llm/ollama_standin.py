@@ -1,0 +1,359 @@
+"""A scriptable stand-in for an Ollama server, speaking its HTTP wire protocol on 127.0.0.1.
+
+Ollama cannot be installed on the machines that build and test ContextSpan, so the tests and
+the pipeline benchmark run the real `ollama` client against this server instead. It follows
+`notes/ollama-wire.md`: NDJSON streaming on /api/chat, /api/tags, /api/show, and
+`{"error": ...}` bodies for failures. Each /api/chat reply is a `ScriptedReply`: what to say,
+which tools to call, how slowly, and which fault to inject.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_STOP_JOIN_S = 2.0  # how long stop() waits for each thread before giving up on it
+
+
+@dataclass
+class ScriptedReply:
+    """One /api/chat answer, and the fault (if any) to inject into it."""
+
+    content: str = ""  # streamed in chunks of `chunk_chars`
+    tool_calls: list[dict] = field(default_factory=list)  # [{"name":..., "arguments": {...}}]
+    first_token_delay_s: float = 0.0
+    chunk_delay_s: float = 0.0
+    chunk_chars: int = 8
+    status: int = 200  # non-2xx -> {"error": error}
+    error: str = "boom"
+    malformed: bool = False  # send a non-JSON line mid-stream
+    stream_error: str | None = None  # an {"error": ...} line inside the stream
+
+
+_DEFAULT_REPLY = ScriptedReply(content="Hello from the Ollama stand-in.")
+
+
+class _Server(ThreadingHTTPServer):
+    """Keeps its handler threads so that stop() can join them (the stdlib forgets daemons)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, standin: OllamaStandIn) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.standin = standin
+        self.handler_threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name="ollama-standin-request",
+            daemon=True,
+        )
+        with self._threads_lock:
+            self.handler_threads = [t for t in self.handler_threads if t.is_alive()]
+            self.handler_threads.append(thread)
+        thread.start()
+
+    def live_handler_threads(self) -> list[threading.Thread]:
+        with self._threads_lock:
+            return list(self.handler_threads)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-stream is normal here (cancel, timeouts): stay quiet."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.0"  # one request per connection; a stream ends when it closes
+    timeout = 10.0  # a silent client cannot pin a handler thread forever
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request log lines."""
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def do_HEAD(self) -> None:
+        self._send_json(200, None)
+
+    def do_GET(self) -> None:
+        standin = self.server.standin
+        if self.path == "/":
+            self._send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
+        elif self.path == "/api/tags":
+            self._send_json(200, {"models": [_model_entry(name) for name in standin.models]})
+        elif self.path == "/api/version":
+            self._send_json(200, {"version": "0.0.0-standin"})
+        else:
+            self._send_json(404, {"error": "404 page not found"})
+
+    def do_POST(self) -> None:
+        body = self._read_json()
+        if body is None:
+            self._send_json(400, {"error": "invalid JSON body"})
+            return
+        if self.path == "/api/chat":
+            self._chat(body)
+        elif self.path == "/api/show":
+            self._show(body)
+        else:
+            self._send_json(404, {"error": "404 page not found"})
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def _show(self, body: dict) -> None:
+        name = str(body.get("model") or body.get("name") or "")
+        if not self.server.standin.knows(name):
+            self._send_json(404, {"error": f"model '{name}' not found"})
+            return
+        self._send_json(
+            200,
+            {
+                "modelfile": f"FROM {name}",
+                "parameters": "",
+                "template": "{{ .Prompt }}",
+                "details": _model_entry(name)["details"],
+                "model_info": {"general.architecture": "standin"},
+                "capabilities": ["completion", "tools"],
+            },
+        )
+
+    def _chat(self, body: dict) -> None:
+        standin = self.server.standin
+        standin.record(body)
+        model = str(body.get("model") or "")
+        if not standin.knows(model):
+            self._send_json(404, {"error": f"model '{model}' not found"})
+            return
+        reply = standin.next_reply(body)
+        if not 200 <= reply.status < 300:
+            self._send_json(reply.status, {"error": reply.error})
+            return
+        if not standin.wait(reply.first_token_delay_s):
+            return
+        counters = _counters(body, reply)
+        if body.get("stream", True) is False:
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            if reply.tool_calls:
+                message["tool_calls"] = _wire_tool_calls(reply.tool_calls)
+            self._send_json(200, {**_line(model, message, done=True), **counters})
+            return
+        self._stream(model, reply, counters)
+
+    def _stream(self, model: str, reply: ScriptedReply, counters: dict[str, Any]) -> None:
+        standin = self.server.standin
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        size = max(1, reply.chunk_chars)
+        fragments = [reply.content[i : i + size] for i in range(0, len(reply.content), size)]
+        lines: list[bytes] = []
+        for fragment in fragments:
+            lines.append(_ndjson(_line(model, {"role": "assistant", "content": fragment})))
+        if reply.tool_calls:
+            calls = _wire_tool_calls(reply.tool_calls)
+            message = {"role": "assistant", "content": "", "tool_calls": calls}
+            lines.append(_ndjson(_line(model, message)))
+        fault_at = min(1, len(lines))  # faults come after the first fragment, mid-stream
+        if reply.malformed:
+            lines.insert(fault_at, b'{"model": "' + model.encode() + b'", "message": {\n')
+        if reply.stream_error is not None:
+            del lines[fault_at:]
+            lines.append(_ndjson({"error": reply.stream_error}))
+        else:
+            final = _line(model, {"role": "assistant", "content": ""}, done=True)
+            lines.append(_ndjson({**final, **counters}))
+        try:
+            for index, line in enumerate(lines):
+                if index and not standin.wait(reply.chunk_delay_s):
+                    return
+                self.wfile.write(line)
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client hung up (cancel or timeout): nothing left to do
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _read_json(self) -> dict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        data = b"" if payload is None else json.dumps(payload).encode()
+        self._send_bytes(status, data, "application/json; charset=utf-8")
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _line(model: str, message: dict[str, Any], *, done: bool = False) -> dict[str, Any]:
+    line: dict[str, Any] = {"model": model, "created_at": _now(), "message": message, "done": done}
+    if done:
+        line["done_reason"] = "stop"
+    return line
+
+
+def _ndjson(obj: Any) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _wire_tool_calls(calls: Sequence[dict]) -> list[dict[str, Any]]:
+    """Ollama's shape; `arguments` is passed through as given, so a test can send a bad one."""
+    return [{"function": {"name": c.get("name"), "arguments": c.get("arguments")}} for c in calls]
+
+
+def _counters(body: dict, reply: ScriptedReply) -> dict[str, Any]:
+    """Plausible counters: a word count of the prompt, one token per streamed fragment."""
+    prompt_tokens = 0
+    for message in body.get("messages") or []:
+        if isinstance(message, dict):
+            prompt_tokens += len(str(message.get("content") or "").split())
+    size = max(1, reply.chunk_chars)
+    eval_count = -(-len(reply.content) // size) + len(reply.tool_calls)
+    return {
+        "total_duration": 1_000_000,
+        "load_duration": 1_000,
+        "prompt_eval_count": prompt_tokens,
+        "prompt_eval_duration": 100_000,
+        "eval_count": eval_count,
+        "eval_duration": 500_000,
+    }
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    return {
+        "model": name,
+        "name": name,
+        "modified_at": "2026-11-29T00:00:00Z",
+        "digest": "0" * 64,
+        "size": 1024,
+        "details": {
+            "format": "gguf",
+            "family": "standin",
+            "parameter_size": "1M",
+            "quantization_level": "Q4_0",
+        },
+    }
+
+
+def _full_name(name: str) -> str:
+    return name if ":" in name else f"{name}:latest"
+
+
+class OllamaStandIn:
+    """A local Ollama look-alike in a background thread; use it as a context manager."""
+
+    def __init__(
+        self,
+        script: Callable[[dict], ScriptedReply] | Sequence[ScriptedReply] = (),
+        models: Sequence[str] = ("standin:latest",),
+    ) -> None:
+        self._lock = threading.Lock()
+        self._script = script
+        self._next_index = 0
+        self.models = tuple(models)
+        self.url = ""
+        self.requests: list[dict] = []
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def script(self) -> Callable[[dict], ScriptedReply] | Sequence[ScriptedReply]:
+        return self._script
+
+    @script.setter
+    def script(self, script: Callable[[dict], ScriptedReply] | Sequence[ScriptedReply]) -> None:
+        """A new script may be set at any time; a sequence then starts from its first reply."""
+        with self._lock:
+            self._script = script
+            self._next_index = 0
+
+    # -- used by the request handlers -------------------------------------------------------
+
+    def record(self, body: dict) -> None:
+        with self._lock:
+            self.requests.append(body)
+
+    def knows(self, model: str) -> bool:
+        return _full_name(model) in {_full_name(m) for m in self.models}
+
+    def next_reply(self, body: dict) -> ScriptedReply:
+        with self._lock:
+            script = self._script
+            if not callable(script):
+                if not script:
+                    return _DEFAULT_REPLY
+                index = min(self._next_index, len(script) - 1)
+                self._next_index += 1
+                return script[index]
+        return script(body)  # outside the lock: a slow script must not block other requests
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep that stop() interrupts; False means the stand-in is stopping."""
+        if seconds <= 0:
+            return not self._stopping.is_set()
+        return not self._stopping.wait(seconds)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> OllamaStandIn:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        self._server = _Server(self)
+        port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # shutdown() waits up to one poll interval
+            name="ollama-standin",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()  # ends the scripted delays of in-flight replies
+        server.shutdown()
+        server.server_close()
+        deadline = time.monotonic() + _STOP_JOIN_S
+        for worker in [thread, *server.live_handler_threads()]:
+            if worker is not None:
+                worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> OllamaStandIn:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,30 @@
+"""Turn the LLM's answer into a short, speakable span of plain text."""
+
+from __future__ import annotations
+
+import re
+
+_MARKDOWN = [
+    (re.compile(r"```.*?```", re.DOTALL), " "),  # code blocks are not speakable
+    (re.compile(r"!\[[^\]]*\]\([^)]*\)"), " "),  # images
+    (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # links keep their text
+    (re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE), ""),  # headings
+    (re.compile(r"^\s*[-*+]\s+", re.MULTILINE), ""),  # bullets
+    (re.compile(r"[*_`~]{1,3}"), ""),  # emphasis
+    (re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE), " "),  # reasoning traces
+]
+
+
+def speakable_span(answer: str, max_chars: int) -> str:
+    """Plain text, whitespace collapsed, cut at a sentence end within `max_chars`."""
+    text = answer
+    for pattern, replacement in _MARKDOWN:
+        text = pattern.sub(replacement, text)
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    end = max(cut.rfind(". "), cut.rfind("? "), cut.rfind("! "))
+    if end >= max_chars // 2:
+        return cut[: end + 1]
+    return cut.rsplit(" ", 1)[0] + "…"
