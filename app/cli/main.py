@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     injection.add_argument("--no-wrap", action="store_true",
                            help="skip the check after the context window wraps")
     injection.add_argument("--json", action="store_true", help="print one JSON object")
+    pipeline = bench_kinds.add_parser(
+        "pipeline", help="per-stage latency of scripted turns against a stand-in Ollama")
+    pipeline.add_argument("--model", default="tiny", help="speech model (default tiny)")
+    pipeline.add_argument("--device", default=None)
+    pipeline.add_argument("--turns", type=int, default=20)
+    pipeline.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -114,9 +120,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    from app.bench.pipeline_bench import run_pipeline_bench
+
+    if args.turns < 1:
+        raise ValueError("--turns must be at least 1")
+    result = run_pipeline_bench(args.model, args.turns, args.device)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{result['completed']}/{result['turns']} turns on {result['model']} "
+          f"({result['device']}); spans injected within one frame: "
+          f"{result['span_injected_within_one_frame']}")
+    for stage, numbers in result["stages_ms"].items():
+        print(f"  {stage:34} median {numbers['median']:9.2f} ms   p95 {numbers['p95']:9.2f} ms")
+    for failure in result["failures"]:
+        print(f"  failure: {failure}")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench == "pipeline":
+        return _cmd_bench_pipeline(args)
     if args.bench != "injection":
-        raise ValueError("choose a benchmark: python main.py bench injection")
+        raise ValueError("choose a benchmark: injection or pipeline")
     from app.bench.injection_bench import run_injection_bench
 
     ks = tuple(args.k) if args.k else (16, 64, 256)
