@@ -11,7 +11,7 @@ import json
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -23,6 +23,7 @@ from app.checkpoints.loader import ensure_built, load_checkpoint
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE, DuplexEngine, EngineOptions
+from app.pipeline import ConversationPipeline
 
 FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # 12.5 Hz
 
@@ -39,6 +40,21 @@ class Injection:
 
 
 @dataclass(frozen=True)
+class ConversationConfig:
+    """The LLM side of a headless run: ASR of the input, an LLM backend and its tools."""
+
+    asr_model: str | None = None  # STT catalog id (models/stt); None: no ASR
+    force_vad: bool = False  # end turns by the VAD even if the STT has an end-of-speech head
+    llm: str | None = None  # "ollama", "openai" or None
+    llm_host: str | None = None  # Ollama host or OpenAI-compatible base URL
+    llm_model: str | None = None
+    llm_timeout_s: float = 30.0
+    tools: tuple[str, ...] | None = None  # None: every configured tool
+    folders: tuple[str, ...] = ()  # local folders the local_search tool may read
+    realtime: bool = False  # feed frames at 80 ms, like a microphone
+
+
+@dataclass(frozen=True)
 class RunSummary:
     frames: int
     audio_seconds: float
@@ -49,6 +65,86 @@ class RunSummary:
 
 def _write(out: TextIO, record: dict) -> None:
     out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _build_backend(config: ConversationConfig):
+    if config.llm == "ollama":
+        from app.llm.ollama_backend import OllamaBackend, OllamaSettings
+
+        settings = OllamaSettings(timeout_s=config.llm_timeout_s)
+        overrides = {k: v for k, v in (("host", config.llm_host), ("model", config.llm_model))
+                     if v}
+        return OllamaBackend(replace(settings, **overrides))
+    if config.llm == "openai":
+        from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
+
+        if not config.llm_host:
+            raise HeadlessRunError("--llm openai needs --llm-host (the server's base URL)")
+        return OpenAICompatBackend(OpenAICompatSettings(
+            base_url=config.llm_host, model=config.llm_model or "",
+            timeout_s=config.llm_timeout_s))
+    raise HeadlessRunError(f"unknown LLM backend {config.llm!r} (choose ollama or openai)")
+
+
+def _build_asr(config: ConversationConfig, device):
+    from app.asr.asr_thread import AsrOptions, StreamingAsr
+    from app.asr.stt_catalog import get_stt_manifest, load_stt
+    from app.asr.tiny_stt_builder import build_tiny_stt
+
+    manifest = get_stt_manifest(config.asr_model or "")
+    folder = manifest.default_folder()
+    if manifest.source_kind == "built" and not (folder / "config.json").is_file():
+        build_tiny_stt(folder)  # seconds; the real STT is downloaded by the app
+    stt = load_stt(manifest, folder, device)
+    return StreamingAsr(stt, AsrOptions(force_vad=config.force_vad))
+
+
+def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, device
+                   ) -> ConversationPipeline:
+    if config is None:
+        return ConversationPipeline(engine)
+    asr = _build_asr(config, device) if config.asr_model else None
+    orchestrator = None
+    if config.llm:
+        from app.orchestrator.orchestrator import Orchestrator
+        from app.tools.default_tools import ToolSettings, build_tools
+
+        tools = build_tools(ToolSettings(enabled=config.tools, local_folders=config.folders))
+        orchestrator = Orchestrator(_build_backend(config), tools, engine)
+    return ConversationPipeline(engine, asr, orchestrator)
+
+
+def _record(event: object, spans: dict[int, dict]) -> dict | None:
+    """The transcript line for an event of the LLM side, or None."""
+    from app.asr.events import AsrError, AsrFinal
+    from app.orchestrator import events as oe
+
+    if isinstance(event, AsrFinal):
+        return {"type": "user", "text": event.text, "start": round(event.start_s, 3),
+                "end": round(event.end_s, 3), "end_of_turn_by": event.detected_by,
+                "detected_at": round(event.detected_at_s, 3)}
+    if isinstance(event, AsrError):
+        return {"type": "notice", "message": f"speech recognition: {event.message}"}
+    if isinstance(event, oe.TurnStarted):
+        return {"type": "turn", "turn_id": event.turn_id, "question": event.question,
+                "trigger": event.trigger}
+    if isinstance(event, oe.ToolCalled):
+        return {"type": "tool_call", "turn_id": event.turn_id, "tool": event.tool,
+                "arguments": dict(event.arguments), "ok": event.ok, "error": event.error,
+                "source": event.source, "chars": event.chars, "truncated": event.truncated}
+    if isinstance(event, oe.SpanQueued):
+        return {"type": "span_queued", "turn_id": event.turn_id, "span_id": event.span_id,
+                "text": event.text, "source": event.source}
+    if isinstance(event, oe.TurnLatency):
+        return {"type": "latency", **{k: v for k, v in vars(event).items()}}
+    if isinstance(event, oe.TurnFailed):
+        return {"type": "notice", "turn_id": event.turn_id,
+                "message": f"LLM {event.kind}: {event.message}"}
+    if isinstance(event, oe.TurnCancelled):
+        return {"type": "turn_cancelled", "turn_id": event.turn_id, "reason": event.reason}
+    if isinstance(event, oe.LlmStatus) and event.state == "error":
+        return {"type": "llm_status", "state": event.state, "message": event.message}
+    return None
 
 
 def run_headless(
@@ -65,6 +161,7 @@ def run_headless(
     role: str | None = None,
     chunk_limit: int | None = None,
     timeout_s: float = 3600.0,
+    conversation: ConversationConfig | None = None,
 ) -> RunSummary:
     from app.checkpoints.loader import parse_dtype
 
@@ -85,6 +182,7 @@ def run_headless(
     engine = DuplexEngine(
         checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role)
     )
+    pipeline = build_pipeline(engine, conversation, torch_device)
     for injection in injections:
         at_frame = int(injection.at_seconds * FRAME_RATE)
         engine.inject(injection.text, injection.source, at_frame=at_frame)
@@ -92,86 +190,108 @@ def run_headless(
     padded = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     padded[: len(pcm)] = pcm
     failure: list[str] = []
+    realtime = bool(conversation and conversation.realtime)
+    stop_feeding = threading.Event()
 
     def feed() -> None:
         try:
+            next_at = time.monotonic()
             for i in range(frames):
                 frame = padded[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]
-                while not engine.push_frame(frame, 1.0):
-                    if not engine.running:
+                if realtime:  # a microphone's pace: a late engine drops frames, as live
+                    next_at += FRAME_SAMPLES / SAMPLE_RATE
+                    if stop_feeding.wait(max(0.0, next_at - time.monotonic())):
                         return
-            engine.finish_input()
+                    if not pipeline.push_frame(frame, 0.0):
+                        failure.append(f"the engine fell behind real time at frame {i}")
+                        return
+                    continue
+                while not pipeline.push_frame(frame, 1.0):
+                    if not engine.running or stop_feeding.is_set():
+                        return
+            pipeline.finish_input()
         except Exception as exc:  # reported through `failure`, never a silent stop
             failure.append(f"feeding the engine failed: {exc}")
 
     out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     start = time.perf_counter()
-    engine.start()
+    pipeline.start()
     feeder = threading.Thread(target=feed, name="file-feeder", daemon=True)
     feeder.start()
     spans: dict[int, dict] = {}
     text_parts: list[str] = []
     done = 0
     transcript_path.parent.mkdir(parents=True, exist_ok=True)
-    with transcript_path.open("w", encoding="utf-8") as out:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                engine.stop()
-                raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
-            try:
-                event = engine.events.get(timeout=min(remaining, 1.0))
-            except queue.Empty:
-                if not engine.running and engine.events.empty():
-                    break
-                continue
-            if isinstance(event, ev.EngineReady):
-                _write(out, {
-                    "type": "run", "model": event.model_id, "device": event.device,
-                    "dtype": event.dtype, "input": str(input_path), "frames": frames,
-                    "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
-                    "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
-                    "context_window": event.context_window, "prompt_frames": event.prompt_frames,
-                })
-            elif isinstance(event, ev.AudioOut):
-                first = event.frame_index * FRAME_SAMPLES
-                out_pcm[first : first + FRAME_SAMPLES] = event.pcm
-                done += 1
-            elif isinstance(event, ev.TextPiece):
-                text_parts.append(event.text)
-                _write(out, {"type": "text", "frame": event.frame_index,
-                             "time": round(event.frame_index / FRAME_RATE, 3), "text": event.text})
-            elif isinstance(event, ev.SpanAccepted):
-                spans[event.span_id] = {
-                    "type": "span", "span_id": event.span_id, "source": event.source,
-                    "text": event.text, "positions": event.tokens, "chunks": [],
-                    "truncated": event.truncated,
-                }
-                if event.truncated:
+    try:
+        with transcript_path.open("w", encoding="utf-8") as out:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
+                try:
+                    event = pipeline.events.get(timeout=min(remaining, 1.0))
+                except queue.Empty:
+                    if not engine.running and not feeder.is_alive() and failure:
+                        break
+                    continue
+                if isinstance(event, ev.EngineReady):
                     _write(out, {
-                        "type": "notice", "span_id": event.span_id,
-                        "message": f"span {event.span_id} from {event.source} was truncated: "
-                                   f"{event.kept_content_tokens} of "
-                                   f"{event.original_content_tokens} tokens kept",
+                        "type": "run", "model": event.model_id, "device": event.device,
+                        "dtype": event.dtype, "input": str(input_path), "frames": frames,
+                        "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
+                        "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
+                        "context_window": event.context_window,
+                        "prompt_frames": event.prompt_frames,
                     })
-            elif isinstance(event, ev.SpanChunkInjected):
-                spans[event.span_id]["chunks"].append(
-                    {"before_frame": event.before_frame, "k": event.k,
-                     "prefill_ms": round(event.prefill_ms, 3)})
-            elif isinstance(event, ev.SpanInjected):
-                _write(out, spans[event.span_id])
-            elif isinstance(event, ev.SpanRejected):
-                _write(out, {"type": "notice", "span_id": event.span_id,
-                             "message": f"span {event.span_id} from {event.source} was not "
-                                        f"injected: {event.reason}"})
-            elif isinstance(event, ev.EngineError):
-                failure.append(event.message)
-            elif isinstance(event, ev.EngineStopped):
-                _write(out, {"type": "end", "frames": event.frames, "reason": event.reason})
-                break
-    engine.join(10.0)
-    feeder.join(10.0)
+                elif isinstance(event, ev.AudioOut):
+                    first = event.frame_index * FRAME_SAMPLES
+                    out_pcm[first : first + FRAME_SAMPLES] = event.pcm
+                    done += 1
+                elif isinstance(event, ev.TextPiece):
+                    text_parts.append(event.text)
+                    _write(out, {"type": "text", "frame": event.frame_index,
+                                 "time": round(event.frame_index / FRAME_RATE, 3),
+                                 "text": event.text})
+                elif isinstance(event, ev.SpanAccepted):
+                    spans[event.span_id] = {
+                        "type": "span", "span_id": event.span_id, "source": event.source,
+                        "text": event.text, "positions": event.tokens, "chunks": [],
+                        "truncated": event.truncated,
+                    }
+                    if event.truncated:
+                        _write(out, {
+                            "type": "notice", "span_id": event.span_id,
+                            "message": f"span {event.span_id} from {event.source} was "
+                                       f"truncated: {event.kept_content_tokens} of "
+                                       f"{event.original_content_tokens} tokens kept",
+                        })
+                elif isinstance(event, ev.SpanChunkInjected):
+                    spans[event.span_id]["chunks"].append(
+                        {"before_frame": event.before_frame, "k": event.k,
+                         "prefill_ms": round(event.prefill_ms, 3)})
+                elif isinstance(event, ev.SpanInjected):
+                    _write(out, spans[event.span_id])
+                elif isinstance(event, ev.SpanRejected):
+                    _write(out, {"type": "notice", "span_id": event.span_id,
+                                 "message": f"span {event.span_id} from {event.source} was "
+                                            f"not injected: {event.reason}"})
+                elif isinstance(event, ev.EngineError):
+                    failure.append(event.message)
+                elif isinstance(event, ev.EngineStopped):
+                    if engine.injector.has_pending():
+                        _write(out, {"type": "notice", "message": "the input ended before "
+                                     "every queued span was injected"})
+                    _write(out, {"type": "end", "frames": event.frames, "reason": event.reason})
+                    break
+                else:
+                    record = _record(event, spans)
+                    if record is not None:
+                        _write(out, record)
+    finally:
+        stop_feeding.set()
+        pipeline.stop(10.0)
+        feeder.join(10.0)
     elapsed = time.perf_counter() - start
     if failure:
         raise HeadlessRunError(failure[0])

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     build = commands.add_parser(
         "build", help="build a random-weight checkpoint (tiny, moshi-7b-random)"
     )
-    build.add_argument("model", choices=["tiny", "moshi-7b-random"])
+    build.add_argument("model", choices=["tiny", "moshi-7b-random", "tiny-stt"])
     build.add_argument("--out", type=Path, default=None, help="folder (default: the data dir)")
     build.add_argument("--seed", type=int, default=1234)
 
@@ -58,6 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--role", default=None, help="role prompt (persona checkpoints)")
     run.add_argument("--chunk-limit", type=int, default=None,
                      help="most positions per frame (default: measured on this device)")
+    llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
+    llm.add_argument("--asr", default=None, metavar="STT_MODEL",
+                     help="recognise the input's speech with this STT (e.g. tiny-stt)")
+    llm.add_argument("--vad", action="store_true",
+                     help="end turns by voice activity even if the STT has its own signal")
+    llm.add_argument("--llm", choices=["ollama", "openai"], default=None,
+                     help="ask this LLM backend and inject its findings")
+    llm.add_argument("--llm-host", default=None,
+                     help="Ollama host (default $OLLAMA_HOST or http://127.0.0.1:11434) or "
+                          "an OpenAI-compatible base URL")
+    llm.add_argument("--llm-model", default=None)
+    llm.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
+    llm.add_argument("--tools", default=None,
+                     help="comma-separated tools (default: all configured): web_search, "
+                          "web_fetch, local_search, calculator, clock; 'none' for none")
+    llm.add_argument("--folder-search", action="append", default=[], metavar="DIR",
+                     help="a folder local_search may read (repeatable)")
+    llm.add_argument("--realtime", action="store_true",
+                     help="feed the input at real-time pace, like a microphone")
 
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
@@ -88,6 +107,14 @@ def _cmd_models() -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    if args.model == "tiny-stt":
+        from app.asr.stt_catalog import get_stt_manifest
+        from app.asr.tiny_stt_builder import build_tiny_stt
+
+        folder = args.out or get_stt_manifest("tiny-stt").default_folder()
+        build_tiny_stt(folder, seed=args.seed)
+        print(f"built tiny-stt in {folder}")
+        return 0
     from app.checkpoints.catalog import get_manifest
     from app.checkpoints.tiny_builder import BUILDERS
 
@@ -98,17 +125,29 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from app.headless_run import Injection, run_headless
+    from app.headless_run import ConversationConfig, Injection, run_headless
 
     if len(args.inject) != len(args.at):
         raise ValueError("each --inject needs exactly one --at (and the other way round)")
     if args.chunk_limit is not None and args.chunk_limit < 1:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
+    conversation = None
+    if args.asr or args.llm or args.realtime:
+        tools: tuple[str, ...] | None = None
+        if args.tools is not None:
+            tools = () if args.tools == "none" else tuple(
+                t.strip() for t in args.tools.split(",") if t.strip())
+        conversation = ConversationConfig(
+            asr_model=args.asr, force_vad=args.vad, llm=args.llm, llm_host=args.llm_host,
+            llm_model=args.llm_model, llm_timeout_s=args.llm_timeout, tools=tools,
+            folders=tuple(args.folder_search), realtime=args.realtime,
+        )
     summary = run_headless(
         args.model, args.input, args.output, args.transcript, injections,
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
         voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
+        conversation=conversation,
     )
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(

@@ -1,0 +1,174 @@
+"""The streaming ASR thread: the user's voice in, words and finished utterances out.
+
+Frames of 1920 samples (80 ms at 24 kHz) come in through a bounded queue, like the duplex
+engine's; app.asr.events go out through `events`. The turn ends by the STT's own
+end-of-speech head when the checkpoint has one (it knows a finished sentence from a
+pause), otherwise, or when forced, by Silero VAD after a silence hang time. At the end
+of a turn the words still delayed inside the STT are flushed out before AsrFinal, so the
+final text is complete without waiting for the model's audio delay.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from app.asr.events import AsrError, AsrEvent, AsrFinal, AsrPartial, AsrWord
+from app.asr.kyutai_stt import FRAME_SAMPLES, KyutaiStreamingStt
+from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
+from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
+
+log = logging.getLogger(__name__)
+
+_END_OF_INPUT = object()
+
+
+@dataclass(frozen=True)
+class AsrOptions:
+    force_vad: bool = False  # end turns by VAD even when the STT has end-of-speech heads
+    vad: VadOptions = field(default_factory=VadOptions)
+    eos_threshold: float | None = None  # None: the manifest's (Kyutai's examples: 0.5)
+    eos_hold_frames: int | None = None  # None: the manifest's
+    flush_on_end_of_turn: bool = True
+    input_queue_frames: int = 25  # 2 s of audio
+
+
+class StreamingAsr:
+    def __init__(self, stt: LoadedStt, options: AsrOptions | None = None) -> None:
+        self.stt = stt
+        self.options = options or AsrOptions()
+        use_stt = stt.end_of_speech is not None and not self.options.force_vad
+        self.end_of_turn_by = "stt" if use_stt else "vad"
+        self.events: queue.SimpleQueue[AsrEvent] = queue.SimpleQueue()
+        self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ready = threading.Event()
+        self.dropped_frames = 0
+        self.frames_done = 0
+        self._words: list[AsrWord] = []  # the utterance so far
+        self._above = 0  # consecutive frames with the end-of-speech head above threshold
+
+    # ---- any thread -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("an ASR thread runs once; make a new one to start again")
+        self._thread = threading.Thread(target=self._run, name="streaming-asr", daemon=True)
+        self._thread.start()
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
+        frame and counts it; a file feeder passes a timeout and waits for room."""
+        if pcm.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+        frame = np.asarray(pcm, dtype=np.float32)
+        try:
+            if timeout == 0:
+                self._input.put_nowait(frame)
+            else:
+                self._input.put(frame, timeout=timeout)
+            return True
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+
+    def finish_input(self, timeout: float = 10.0) -> None:
+        """No more frames: the thread drains the queue, flushes the last words, and ends.
+
+        The end of input is not an end of turn: an utterance still open gets its words,
+        but no AsrFinal (pad a file with silence to have its last turn ended).
+        """
+        self._input.put(_END_OF_INPUT, timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop now (queued frames are dropped) and wait. True when the thread has ended."""
+        self._stop.set()
+        return self.join(timeout)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ---- ASR thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        stt: KyutaiStreamingStt | None = None
+        try:
+            with torch.no_grad():
+                vad = None
+                if self.end_of_turn_by == "vad":
+                    vad = SileroTurnDetector(self.options.vad)
+                stt = KyutaiStreamingStt(self.stt)
+                stt.start()
+                self.ready.set()
+                self._loop(stt, vad)
+        except Exception as exc:  # the thread must never die silently
+            log.exception("streaming ASR failed")
+            self.events.put(AsrError(f"{type(exc).__name__}: {exc}", fatal=True))
+        finally:
+            if stt is not None:
+                stt.close()
+
+    def _loop(self, stt: KyutaiStreamingStt, vad: SileroTurnDetector | None) -> None:
+        eos = self.stt.end_of_speech or EndOfSpeechHeads()
+        opts = self.options
+        threshold = eos.threshold if opts.eos_threshold is None else opts.eos_threshold
+        hold = max(1, eos.hold_frames if opts.eos_hold_frames is None else opts.eos_hold_frames)
+        while not self._stop.is_set():
+            try:
+                item = self._input.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if item is _END_OF_INPUT:
+                self._add_words(stt.flush())
+                return
+            pcm: np.ndarray = item  # type: ignore[assignment]
+            step = stt.step(pcm)
+            self.frames_done += 1
+            self._add_words(step.words)
+            if vad is not None:
+                for event in vad.push(pcm):
+                    if isinstance(event, SpeechEnded):
+                        self._end_turn(stt, "vad", event.decided_at_s, event)
+            elif step.end_of_speech_prob is not None and self._words:
+                # Gated on words heard: the head also says "done" in silence before speech.
+                above = step.end_of_speech_prob > threshold
+                self._above = self._above + 1 if above else 0
+                if self._above >= hold:
+                    self._end_turn(stt, "stt", step.frame_end_s, None)
+
+    def _add_words(self, words: tuple[AsrWord, ...]) -> None:
+        for word in words:
+            self._words.append(word)
+            self.events.put(word)
+            self.events.put(AsrPartial(self._text(), self._words[0].start_s, word.end_s))
+
+    def _text(self) -> str:
+        return " ".join(w.text for w in self._words)
+
+    def _end_turn(
+        self, stt: KyutaiStreamingStt, by: str, at_s: float, speech: SpeechEnded | None
+    ) -> None:
+        if self.options.flush_on_end_of_turn:
+            self._add_words(stt.flush())
+        if self._words:
+            start, end = self._words[0].start_s, self._words[-1].end_s
+        elif speech is not None:  # the VAD heard speech the STT gave no words for
+            start, end = speech.start_s, speech.end_s
+        else:
+            return
+        self.events.put(AsrFinal(self._text(), start, end, by, round(at_s, 4)))
+        self._words = []
+        self._above = 0

@@ -1,0 +1,223 @@
+"""STT checkpoints: one JSON manifest each in `models/stt/`, and their offline loader.
+
+A manifest says where the files come from and how to read the end-of-speech heads. What
+the model itself needs (audio delay, silence prefix, extra heads, Mimi and tokenizer names)
+comes from the checkpoint's own config.json, read by moshi's `CheckpointInfo`. Every file
+is resolved to a local path first, so moshi never reaches the network: downloading is the
+desktop app's job. The real checkpoint and the tiny one go through this same code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sentencepiece
+import torch
+from moshi.models import LMModel, MimiModel, loaders
+
+from app.checkpoints.catalog import CatalogError
+from app.checkpoints.loader import CheckpointMissingError, parse_dtype
+from app.paths import CATALOG_DIR, checkpoints_dir
+
+STT_CATALOG_DIR = CATALOG_DIR / "stt"
+
+
+@dataclass(frozen=True)
+class EndOfSpeechHeads:
+    """How to read the STT's own end-of-speech signal (Kyutai's "semantic VAD").
+
+    The model's extra heads each give a softmax over `dim` classes per frame; Kyutai's
+    examples take head `head`, class `label` as the probability that the turn is over and
+    compare it to `threshold`. When config.json declares no extra heads, `weights_file`
+    (fetched from `weights_repo`) is a weight file of the same model that has them: it is
+    used instead of the config's weights when it is on disk, with `num_heads` x `dim` heads.
+    """
+
+    head: int = 2
+    label: int = 0
+    threshold: float = 0.5
+    hold_frames: int = 1  # consecutive frames above the threshold that end the turn
+    num_heads: int = 4
+    dim: int = 6
+    weights_repo: str | None = None
+    weights_repo_file: str | None = None
+    weights_file: str | None = None  # local name in the checkpoint folder
+
+
+@dataclass(frozen=True)
+class SttManifest:
+    id: str
+    display_name: str
+    source_kind: str  # "huggingface" or "built"
+    hf_repo: str | None
+    hf_revision: str | None
+    files: dict[str, str]  # role ("config", "moshi", "mimi", "tokenizer") -> file name
+    builder: str | None  # for source_kind == "built"
+    gated: bool
+    licence: str
+    dtype: str
+    end_of_speech: EndOfSpeechHeads
+    notes: str = ""
+
+    def default_folder(self) -> Path:
+        return checkpoints_dir() / self.id
+
+
+def parse_stt_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> SttManifest:
+    try:
+        source = raw["source"]
+        kind = source["kind"]
+        if kind not in ("huggingface", "built"):
+            raise CatalogError(f"{origin}: unknown source kind {kind!r}")
+        return SttManifest(
+            id=raw["id"],
+            display_name=raw["display_name"],
+            source_kind=kind,
+            hf_repo=source.get("repo"),
+            hf_revision=source.get("revision"),
+            files=dict(source.get("files", {})),
+            builder=source.get("builder"),
+            gated=bool(source.get("gated", False)),
+            licence=raw.get("licence", ""),
+            dtype=raw.get("dtype", "bfloat16"),
+            end_of_speech=EndOfSpeechHeads(**raw.get("end_of_speech", {})),
+            notes=raw.get("notes", ""),
+        )
+    except CatalogError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CatalogError(f"{origin}: malformed STT manifest ({exc})") from exc
+
+
+def load_stt_catalog(folder: Path = STT_CATALOG_DIR) -> dict[str, SttManifest]:
+    catalog: dict[str, SttManifest] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise CatalogError(f"{path.name}: not valid JSON ({exc})") from exc
+        manifest = parse_stt_manifest(raw, origin=path.name)
+        if manifest.id in catalog:
+            raise CatalogError(f"{path.name}: STT model id {manifest.id!r} is used twice")
+        catalog[manifest.id] = manifest
+    return catalog
+
+
+def get_stt_manifest(model_id: str, folder: Path = STT_CATALOG_DIR) -> SttManifest:
+    catalog = load_stt_catalog(folder)
+    if model_id not in catalog:
+        raise CatalogError(f"unknown STT model {model_id!r} (known: {', '.join(sorted(catalog))})")
+    return catalog[model_id]
+
+
+# ---- loading ----------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedStt:
+    manifest: SttManifest
+    folder: Path
+    info: loaders.CheckpointInfo
+    mimi: MimiModel
+    lm: LMModel
+    tokenizer: sentencepiece.SentencePieceProcessor
+    device: torch.device
+    dtype: torch.dtype
+    audio_delay_s: float  # the text stream trails the audio by this much
+    silence_prefix_s: float  # silence the model expects before the first audio
+    end_of_speech: EndOfSpeechHeads | None  # None: the checkpoint has no such heads
+
+    @property
+    def frame_rate(self) -> float:
+        return float(self.mimi.frame_rate)
+
+
+def _how_to_get(manifest: SttManifest) -> str:
+    if manifest.source_kind == "built":
+        return f"build it with: python main.py build {manifest.id}"
+    return f"download it from Hugging Face repo {manifest.hf_repo}, or choose a local folder"
+
+
+def stt_checkpoint_info(manifest: SttManifest, folder: Path) -> loaders.CheckpointInfo:
+    """Resolve the STT's files in `folder` into moshi's CheckpointInfo, offline."""
+    config_path = folder / manifest.files.get("config", "config.json")
+    if not config_path.is_file():
+        raise CheckpointMissingError(
+            f"STT model {manifest.id!r} is not on disk (no {config_path}); {_how_to_get(manifest)}"
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointMissingError(f"{config_path} is not valid JSON ({exc})") from exc
+    names = {
+        "moshi": config.get("moshi_name", loaders.MOSHI_NAME),
+        "mimi": config.get("mimi_name", loaders.MIMI_NAME),
+        "tokenizer": config.get("tokenizer_name", loaders.TEXT_TOKENIZER_NAME),
+    }
+    if config.get("mimi_config_name"):
+        names["mimi_config"] = config["mimi_config_name"]
+    missing = [name for name in names.values() if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointMissingError(
+            f"STT model {manifest.id!r} in {folder} is missing {', '.join(missing)}; "
+            f"{_how_to_get(manifest)}"
+        )
+    # Paths (not strings) everywhere: moshi's hf_get returns a Path as-is, never downloads.
+    return loaders.CheckpointInfo.from_hf_repo(
+        manifest.hf_repo or "local",
+        moshi_weights=folder / names["moshi"],
+        mimi_weights=folder / names["mimi"],
+        tokenizer=folder / names["tokenizer"],
+        config_path=config_path,
+        mimi_config_path=folder / names["mimi_config"] if "mimi_config" in names else None,
+    )
+
+
+def load_stt(
+    manifest: SttManifest,
+    folder: Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> LoadedStt:
+    folder = Path(folder) if folder is not None else manifest.default_folder()
+    info = stt_checkpoint_info(manifest, folder)
+    if info.model_type != "stt" or (info.lm_config or {}).get("dep_q", 8) != 0:
+        raise CatalogError(
+            f"{folder} does not hold an STT checkpoint (model_type {info.model_type!r})"
+        )
+    device = torch.device(device)
+    if dtype is None:
+        dtype = parse_dtype(manifest.dtype)
+        if device.type == "cpu" and dtype != torch.float32:
+            dtype = torch.float32  # bf16 matmuls on CPU are slow and gain nothing here
+    heads: EndOfSpeechHeads | None = None
+    declared = int((info.lm_config or {}).get("extra_heads_num_heads", 0))
+    eos = manifest.end_of_speech
+    overrides: dict[str, Any] = {}
+    if declared > eos.head:
+        heads = eos
+    elif eos.weights_file and (folder / eos.weights_file).is_file():
+        # Same model published with its end-of-speech heads: load those weights instead.
+        info.moshi_weights = folder / eos.weights_file
+        overrides = {"extra_heads_num_heads": eos.num_heads, "extra_heads_dim": eos.dim}
+        heads = eos
+    mimi = info.get_mimi(device=device)
+    lm = info.get_moshi(device=device, dtype=dtype, lm_kwargs_overrides=overrides)
+    lm.eval()
+    stt = info.stt_config
+    return LoadedStt(
+        manifest=manifest,
+        folder=folder,
+        info=info,
+        mimi=mimi,
+        lm=lm,
+        tokenizer=info.get_text_tokenizer(),
+        device=device,
+        dtype=dtype,
+        audio_delay_s=float(stt.get("audio_delay_seconds", 0.0)),
+        silence_prefix_s=float(stt.get("audio_silence_prefix_seconds", 0.0)),
+        end_of_speech=heads,
+    )
