@@ -3,6 +3,17 @@
 # The tests build the tiny checkpoint themselves (python main.py build tiny) in a temp dir.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# System packages the tests use: espeak-ng speaks the test questions.
+if ! command -v espeak-ng >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "Installing espeak-ng for the speech fixtures ..." >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends espeak-ng >/dev/null
+    else
+        echo "The tests need espeak-ng: install it (e.g. sudo apt-get install espeak-ng)." >&2
+        exit 1
+    fi
+fi
 bash "$ROOT/installer/bootstrap.sh" dev
 VENV="${CONTEXTSPAN_VENV:-$ROOT/.venv}"
 cd "$ROOT"

@@ -163,10 +163,13 @@ class StreamingAsr:
     ) -> None:
         if self.options.flush_on_end_of_turn:
             self._add_words(stt.flush())
-        if self._words:
+        if speech is not None:
+            # The VAD measured where speech ended; flushed words can carry later stamps.
+            start = min(self._words[0].start_s, speech.start_s) if self._words else (
+                speech.start_s)
+            end = speech.end_s
+        elif self._words:
             start, end = self._words[0].start_s, self._words[-1].end_s
-        elif speech is not None:  # the VAD heard speech the STT gave no words for
-            start, end = speech.start_s, speech.end_s
         else:
             return
         self.events.put(AsrFinal(self._text(), start, end, by, round(at_s, 4)))

@@ -10,7 +10,10 @@ _MARKDOWN = [
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # links keep their text
     (re.compile(r"^\s{0,3}#{1,6}\s*", re.MULTILINE), ""),  # headings
     (re.compile(r"^\s*[-*+]\s+", re.MULTILINE), ""),  # bullets
-    (re.compile(r"[*_`~]{1,3}"), ""),  # emphasis
+    # Emphasis and inline code keep their text; a lone "*" (as in 6*7) is left alone.
+    (re.compile(r"(\*\*|__)(\S(?:.*?\S)?)\1"), r"\2"),
+    (re.compile(r"(?<![\w*])\*(\S(?:.*?\S)?)\*(?![\w*])"), r"\1"),
+    (re.compile(r"`([^`]+)`"), r"\1"),
     (re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE), " "),  # reasoning traces
 ]
 
