@@ -106,11 +106,13 @@ def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, devi
     asr = _build_asr(config, device) if config.asr_model else None
     orchestrator = None
     if config.llm:
-        from app.orchestrator.orchestrator import Orchestrator
+        from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
         from app.tools.default_tools import ToolSettings, build_tools
 
         tools = build_tools(ToolSettings(enabled=config.tools, local_folders=config.folders))
-        orchestrator = Orchestrator(_build_backend(config), tools, engine)
+        # About three characters a token: keep answers inside the injector's span budget.
+        options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3)
+        orchestrator = Orchestrator(_build_backend(config), tools, engine, options)
     return ConversationPipeline(engine, asr, orchestrator)
 
 

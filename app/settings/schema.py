@@ -1,0 +1,52 @@
+"""The settings schema. Every key the app persists is a field here (one place, typed).
+
+Frozen dataclasses: a changed setting is a new object, handed to whoever needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SCHEMA_VERSION = 1
+
+EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
+LlmBackendName = Literal["ollama", "openai", "none"]
+
+
+@dataclass(frozen=True)
+class SpeechModelSettings:
+    model_id: str = "moshika"  # catalog id (models/*.json)
+    custom_folder: str | None = None  # a local checkpoint folder instead of the catalog's
+    device: str = "auto"  # auto, cuda, mps, cpu
+    dtype: str = "auto"  # auto (the manifest's), bfloat16, float16, float32
+    quantize: bool = False  # 8-bit weights (CUDA only), for GPUs with less memory
+    voice: str | None = None  # persona checkpoints: voice prompt name
+    role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
+
+
+@dataclass(frozen=True)
+class AudioSettings:
+    input_device: str | None = None  # device name; None: the system default
+    output_device: str | None = None
+    echo_mode: EchoMode = "cancel"
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    backend: LlmBackendName = "ollama"
+    host: str = "http://127.0.0.1:11434"  # Ollama host, or an OpenAI-compatible base URL
+    model: str = ""  # picked from the server's own list in the settings dialog
+    timeout_s: float = 30.0
+    tools_enabled: bool = True
+    tools: tuple[str, ...] = ("web_search", "web_fetch", "local_search", "calculator", "clock")
+    search_folders: tuple[str, ...] = ()  # the only folders local_search may read
+    stt_model: str = "kyutai-stt-1b-en_fr"  # models/stt id
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    version: int = SCHEMA_VERSION
+    speech: SpeechModelSettings = field(default_factory=SpeechModelSettings)
+    audio: AudioSettings = field(default_factory=AudioSettings)
+    llm: LlmSettings = field(default_factory=LlmSettings)
