@@ -1,0 +1,1 @@
+"""Live audio: devices, capture and playback streams, echo cancellation."""

@@ -1,0 +1,124 @@
+"""Turn pipeline events into transcript entries (plain data for the transcript panel).
+
+The model's words and the user's partial transcript grow in place: successive pieces
+update one entry until a pause (or the user's end of turn) closes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+from app.asr.events import AsrError, AsrFinal, AsrPartial
+from app.engine import events as ev
+from app.orchestrator import events as oe
+from app.ui.transcript_entries import TranscriptEntry
+
+FRAME_S = 0.08
+ASSISTANT_PAUSE_FRAMES = 12  # ~1 s without words closes the model's utterance
+
+
+class TranscriptBuilder:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._assistant: TranscriptEntry | None = None
+        self._assistant_last_frame = -1
+        self._user: TranscriptEntry | None = None
+        self._spans: dict[int, TranscriptEntry] = {}
+        self._span_text: dict[int, tuple[str, str]] = {}
+
+    def remember_span(self, span_id: int, text: str, source: str) -> None:
+        """Spans the UI queued itself (typed, dropped): their text and source for display."""
+        self._span_text[span_id] = (text, source)
+
+    def entries_for(self, event: object) -> list[TranscriptEntry]:
+        now = self._clock()
+        out: list[TranscriptEntry] = []
+        if isinstance(event, ev.TextPiece):
+            out += self._assistant_piece(event, now)
+        elif isinstance(event, ev.FrameStats):
+            if (self._assistant is not None and not self._assistant.final
+                    and event.frame_index - self._assistant_last_frame > ASSISTANT_PAUSE_FRAMES):
+                self._assistant = _replace(self._assistant, final=True)
+                out.append(self._assistant)
+        elif isinstance(event, AsrPartial):
+            entry_id = self._user.entry_id if self._user and not self._user.final else next(
+                self._ids)
+            self._user = TranscriptEntry(entry_id, "user", event.text, now,
+                                         conversation_s=event.start_s, final=False)
+            out.append(self._user)
+        elif isinstance(event, AsrFinal):
+            if event.text.strip():
+                entry_id = (self._user.entry_id if self._user and not self._user.final
+                            else next(self._ids))
+                self._user = TranscriptEntry(entry_id, "user", event.text, now,
+                                             conversation_s=event.start_s,
+                                             detail=f"end of turn by {event.detected_by}")
+                out.append(self._user)
+        elif isinstance(event, ev.SpanAccepted):
+            text, source = self._span_text.get(event.span_id, (event.text, event.source))
+            detail = "queued"
+            if event.truncated:
+                detail = (f"truncated: {event.kept_content_tokens} of "
+                          f"{event.original_content_tokens} tokens kept")
+            entry = TranscriptEntry(next(self._ids), "span", text, now, source=source,
+                                    detail=detail, final=False)
+            self._spans[event.span_id] = entry
+            out.append(entry)
+        elif isinstance(event, ev.SpanInjected):
+            entry = self._spans.pop(event.span_id, None)
+            if entry is not None:
+                detail = f"{event.positions} positions in {event.chunks} chunk(s)"
+                if entry.detail.startswith("truncated"):
+                    detail = f"{entry.detail}; {detail}"
+                out.append(_replace(entry, final=True, landed_frame=event.last_frame,
+                                    conversation_s=event.last_frame * FRAME_S, detail=detail,
+                                    wall_time=now))
+        elif isinstance(event, oe.ToolCalled):
+            status = "ok" if event.ok else f"failed: {event.error}"
+            args = ", ".join(f"{k}={v!r}" for k, v in event.arguments.items())
+            text = f"{event.tool}({args})"
+            detail = f"{status}; {event.chars} characters" + (" (truncated)"
+                                                               if event.truncated else "")
+            out.append(TranscriptEntry(next(self._ids), "tool", text, now,
+                                       source=event.source, detail=detail))
+        elif isinstance(event, oe.TurnFailed):
+            out.append(self._notice(f"The LLM could not answer: {event.message}", now,
+                                    "warning"))
+        elif isinstance(event, (ev.EngineError, AsrError)):
+            out.append(self._notice(event.message, now, "error" if event.fatal else "warning"))
+        elif isinstance(event, ev.SpanRejected):
+            out.append(self._notice(f"A span from {event.source} was not injected: "
+                                    f"{event.reason}", now, "warning"))
+        return out
+
+    def notice(self, message: str, severity: str = "info") -> TranscriptEntry:
+        return self._notice(message, self._clock(), severity)
+
+    def typed(self, text: str) -> TranscriptEntry:
+        return TranscriptEntry(next(self._ids), "user", text, self._clock(), detail="typed")
+
+    def _notice(self, message: str, now: float, severity: str) -> TranscriptEntry:
+        return TranscriptEntry(next(self._ids), "notice", message, now, detail=severity)
+
+    def _assistant_piece(self, piece: ev.TextPiece, now: float) -> list[TranscriptEntry]:
+        current = self._assistant
+        if (current is None or current.final
+                or piece.frame_index - self._assistant_last_frame > ASSISTANT_PAUSE_FRAMES):
+            closed = [] if current is None or current.final else [_replace(current, final=True)]
+            self._assistant = TranscriptEntry(next(self._ids), "assistant", piece.text.lstrip(),
+                                              now, conversation_s=piece.frame_index * FRAME_S,
+                                              final=False)
+            self._assistant_last_frame = piece.frame_index
+            return [*closed, self._assistant]
+        self._assistant = _replace(current, text=current.text + piece.text)
+        self._assistant_last_frame = piece.frame_index
+        return [self._assistant]
+
+
+def _replace(entry: TranscriptEntry, **changes) -> TranscriptEntry:
+    from dataclasses import replace
+
+    return replace(entry, **changes)
