@@ -112,6 +112,8 @@ def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice)
     options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3)
     orchestrator = Orchestrator(backend, tools, engine, options)
     asr = None
+    if llm.stt_model == "none":
+        return None, orchestrator
     try:
         from app.asr.asr_thread import StreamingAsr
         from app.asr.stt_catalog import get_stt_manifest, load_stt

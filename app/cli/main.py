@@ -1,7 +1,7 @@
 """The command line: `python main.py [command]`.
 
-With no command it launches the desktop app once that exists; until then it prints help.
-Errors are one line on stderr and a non-zero exit, never a traceback.
+With no command it launches the desktop app. Errors are one line on stderr and a non-zero
+exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python main.py",
         description="ContextSpan: a full-duplex voice assistant with Context Spanning injection.",
     )
+    parser.add_argument("--screenshot", type=Path, default=None, metavar="FILE.png",
+                        help="render the app on the tiny demo model with a short scripted "
+                             "conversation to FILE.png, then exit")
     commands = parser.add_subparsers(dest="command", parser_class=OneLineErrorParser)
 
     commands.add_parser("models", help="list the model catalog")
@@ -94,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--device", default=None)
     pipeline.add_argument("--turns", type=int, default=20)
     pipeline.add_argument("--json", action="store_true", help="print one JSON object")
+    soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
+    soak.add_argument("--minutes", type=float, default=10.0)
+    soak.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -181,6 +187,14 @@ def _cmd_bench_pipeline(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "pipeline":
         return _cmd_bench_pipeline(args)
+    if args.bench == "soak":
+        from app.bench.soak_bench import run_soak_bench
+
+        if args.minutes <= 0:
+            raise ValueError("--minutes must be positive")
+        result = run_soak_bench(args.minutes)
+        print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        return 0
     if args.bench != "injection":
         raise ValueError("choose a benchmark: injection or pipeline")
     from app.bench.injection_bench import run_injection_bench
@@ -207,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        from app.ui.app import run_app
+
+        try:
+            return run_app(screenshot=args.screenshot)
+        except Exception as exc:  # e.g. no display: one line, not a traceback
+            print(f"error: the desktop app could not start: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
     handlers = {"models": lambda: _cmd_models(), "build": lambda: _cmd_build(args),
                 "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args)}
     try:

@@ -1,0 +1,182 @@
+"""The main window: start/stop, mute, meters, the transcript, the text box, the status bar.
+
+It only draws: everything it learns comes from the controller's signals, and everything
+it asks for (start, stop, send, read) returns at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.session import SessionStatus
+from app.settings.schema import AppSettings
+from app.ui.conversation_controller import ConversationController
+from app.ui.input_box import InputBox
+from app.ui.level_meter import LevelMeter
+from app.ui.status_line import StatusLine
+from app.ui.transcript_entries import TranscriptEntry
+from app.ui.transcript_export import export_to_file
+from app.ui.transcript_panel import TranscriptPanel
+
+MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the first part?)
+
+
+class MainWindow(QMainWindow):
+    settings_requested = Signal()
+    settings_changed = Signal(object)  # AppSettings
+
+    def __init__(self, controller: ConversationController, settings: AppSettings,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.settings = settings
+        self.setWindowTitle("ContextSpan")
+        self.resize(980, 700)
+        self.setAcceptDrops(True)
+
+        toolbar = QToolBar("Conversation", self)
+        toolbar.setMovable(False)
+        self.addToolBar(toolbar)
+        self.start_action = QAction("Start", self)
+        self.start_action.setShortcut(QKeySequence("Ctrl+Return"))
+        self.mute_action = QAction("Mute mic", self)
+        self.mute_action.setCheckable(True)
+        self.settings_action = QAction("Settings…", self)
+        self.export_action = QAction("Export…", self)
+        self.copy_action = QAction("Copy transcript", self)
+        for action in (self.start_action, self.mute_action):
+            toolbar.addAction(action)
+        self.mic_meter = LevelMeter("mic", self)
+        self.speaker_meter = LevelMeter("speaker", self)
+        toolbar.addWidget(self.mic_meter)
+        toolbar.addWidget(self.speaker_meter)
+        toolbar.addSeparator()
+        for action in (self.copy_action, self.export_action, self.settings_action):
+            toolbar.addAction(action)
+
+        self.banner = QLabel(self)
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("background: #fdecea; color: #611a15; padding: 6px;")
+        self.banner.hide()
+        self.transcript = TranscriptPanel(self)
+        self.input_box = InputBox(self)
+        central = QWidget(self)
+        layout = QVBoxLayout(central)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.input_box)
+        self.setCentralWidget(central)
+        self.status_line = StatusLine(self)
+        self.setStatusBar(self.status_line)
+
+        self.start_action.triggered.connect(self._toggle)
+        self.mute_action.toggled.connect(controller.set_muted)
+        self.settings_action.triggered.connect(self.settings_requested)
+        self.export_action.triggered.connect(self._export)
+        self.copy_action.triggered.connect(self.transcript.copy_all)
+        self.input_box.send_requested.connect(self._send)
+        self.input_box.read_requested.connect(self._read)
+        controller.entry.connect(self.transcript.upsert)
+        controller.status.connect(self._show_status)
+        controller.state_changed.connect(self._show_state)
+
+    # ---- drawing ----------------------------------------------------------------------
+
+    def _show_state(self, state: str, detail: str) -> None:
+        self.status_line.show_state(detail)
+        running = state in ("loading", "running")
+        self.start_action.setText("Stop" if running else "Start")
+        self.start_action.setEnabled(state != "stopping")
+        if state == "error":
+            self.show_error(f"The conversation stopped: {detail}")
+        elif state in ("loading", "running"):
+            self.banner.hide()
+
+    def _show_status(self, status: SessionStatus) -> None:
+        self.status_line.show_status(status)
+        self.mic_meter.set_level(status.mic_db)
+        self.speaker_meter.set_level(status.speaker_db)
+
+    def show_error(self, message: str) -> None:
+        """A clear message in the window (never a crash, never a modal for every hiccup)."""
+        self.banner.setText(message)
+        self.banner.show()
+
+    # ---- user actions -----------------------------------------------------------------
+
+    def _toggle(self) -> None:
+        if self.controller.state in ("loading", "running"):
+            self.controller.stop()
+        else:
+            self.controller.start(self.settings)
+
+    def _send(self, text: str) -> None:
+        if self.controller.send_text(text):
+            self.input_box.clear()
+
+    def _read(self, text: str) -> None:
+        if self.controller.inject_text(text, "pasted text"):
+            self.input_box.clear()
+
+    def _export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export the conversation", "conversation.md",
+            "Markdown (*.md);;JSON (*.json)")
+        if not path:
+            return
+        try:
+            export_to_file(self.transcript.entries(), Path(path))
+        except (OSError, ValueError) as exc:
+            QMessageBox.warning(self, "Export failed", f"Could not write {path}: {exc}")
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
+        mime = event.mimeData()
+        if mime.hasUrls() or mime.hasText():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt's name
+        mime = event.mimeData()
+        if mime.hasUrls():
+            for url in mime.urls():
+                if url.isLocalFile():
+                    self.read_file(Path(url.toLocalFile()))
+        elif mime.hasText():
+            self._read(mime.text())
+        event.acceptProposedAction()
+
+    def read_file(self, path: Path) -> None:
+        """A dropped text file is read as a span ("read this")."""
+        try:
+            if path.stat().st_size > MAX_DROP_BYTES:
+                self.controller.notice(f"{path.name} is larger than 2 MB: drop a smaller "
+                                       "text file, or paste the part that matters.")
+                return
+            data = path.read_bytes()
+        except OSError as exc:
+            self.controller.notice(f"Could not read {path.name}: {exc.strerror or exc}")
+            return
+        if b"\0" in data[:8192]:
+            self.controller.notice(f"{path.name} is not a text file.")
+            return
+        self.controller.inject_text(data.decode("utf-8", errors="replace"),
+                                    f"dropped file: {path.name}")
+
+    def add_entry(self, entry: TranscriptEntry) -> None:
+        self.transcript.upsert(entry)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        self.status_line.show_state("Closing…")
+        self.controller.shutdown()
+        event.accept()
