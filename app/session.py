@@ -185,7 +185,8 @@ class ConversationSession:
         text = text.strip()
         if not text:
             return
-        self._listener.on_entry(self._builder.typed(text))
+        for entry in self._builder.typed(text):
+            self._listener.on_entry(entry)
         self._when_running(lambda: self._typed(text))
 
     def inject_text(self, text: str, source: str) -> None:

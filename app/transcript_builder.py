@@ -51,6 +51,7 @@ class TranscriptBuilder:
             out.append(self._user)
         elif isinstance(event, AsrFinal):
             if event.text.strip():
+                out += self._close_assistant()
                 entry_id = (self._user.entry_id if self._user and not self._user.final
                             else next(self._ids))
                 self._user = TranscriptEntry(entry_id, "user", event.text, now,
@@ -70,6 +71,7 @@ class TranscriptBuilder:
         elif isinstance(event, ev.SpanInjected):
             entry = self._spans.pop(event.span_id, None)
             if entry is not None:
+                out += self._close_assistant()
                 detail = f"{event.positions} positions in {event.chunks} chunk(s)"
                 if entry.detail.startswith("truncated"):
                     detail = f"{entry.detail}; {detail}"
@@ -97,8 +99,18 @@ class TranscriptBuilder:
     def notice(self, message: str, severity: str = "info") -> TranscriptEntry:
         return self._notice(message, self._clock(), severity)
 
-    def typed(self, text: str) -> TranscriptEntry:
-        return TranscriptEntry(next(self._ids), "user", text, self._clock(), detail="typed")
+    def typed(self, text: str) -> list[TranscriptEntry]:
+        closed = self._close_assistant()
+        return [*closed, TranscriptEntry(next(self._ids), "user", text, self._clock(),
+                                         detail="typed")]
+
+    def _close_assistant(self) -> list[TranscriptEntry]:
+        """The user's turn or a landed span ends the model's utterance in the transcript,
+        so what the model says next reads below it, in order."""
+        if self._assistant is None or self._assistant.final:
+            return []
+        self._assistant = _replace(self._assistant, final=True)
+        return [self._assistant]
 
     def _notice(self, message: str, now: float, severity: str) -> TranscriptEntry:
         return TranscriptEntry(next(self._ids), "notice", message, now, detail=severity)

@@ -51,11 +51,10 @@ def run_app(screenshot: Path | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ContextSpan")
-    store = SettingsStore()
-    settings, notice = store.load()
-
     if screenshot is not None:
         return _screenshot(app, screenshot)
+    store = SettingsStore()
+    settings, notice = store.load()
 
     class Window(MainWindow):
         _pending_error = ""
@@ -151,20 +150,28 @@ def _screenshot(app, path: Path) -> int:
         window.resize(1000, 680)
         window.show()
         controller.start(settings)
+
+        def entries(kind: str) -> list:
+            return [e for e in window.transcript.entries() if e.kind == kind]
+
+        def wait(condition, seconds: float = 120.0) -> bool:
+            deadline = time.monotonic() + seconds
+            while not condition() and time.monotonic() < deadline:
+                app.processEvents()
+                time.sleep(0.02)
+            return condition()
+
+        ok = wait(lambda: controller.state == "running")
+        ok = ok and wait(lambda: sum(len(e.text) for e in entries("assistant")) > 30)
         controller.send_text("What is the capital of Australia?")
+        ok = ok and wait(lambda: [e for e in entries("span") if e.final])
+        ok = ok and wait(lambda: len(entries("assistant")[-1].text) > 60, 20)
         controller.inject_text("Meeting notes: lunch with Ana on Friday at 12:30, "
                                "at the Italian place on King Street.", "dropped file: notes.txt")
-
-        def done() -> bool:
-            spans = [e for e in window.transcript.entries() if e.kind == "span" and e.final]
-            words = [e for e in window.transcript.entries() if e.kind == "assistant"]
-            return len(spans) >= 2 and bool(words) and len(words[-1].text) > 40
-
-        deadline = time.monotonic() + 120
-        while not done() and time.monotonic() < deadline:
-            app.processEvents()
-            time.sleep(0.02)
-        ok = done()
+        ok = ok and wait(lambda: len([e for e in entries("span") if e.final]) >= 2)
+        last = window.transcript.entries
+        ok = ok and wait(lambda: last()[-1].kind == "assistant" and len(last()[-1].text) > 40,
+                         20)
         app.processEvents()
         image = window.grab()
         controller.shutdown()

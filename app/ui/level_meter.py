@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 FLOOR_DB = -60.0
 
@@ -21,6 +21,7 @@ class LevelMeter(QWidget):
         layout.setContentsMargins(4, 0, 4, 0)
         layout.addWidget(self._label)
         layout.addWidget(self._bar, alignment=Qt.AlignmentFlag.AlignVCenter)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.set_level(FLOOR_DB)
 
     def set_level(self, db: float) -> None:

@@ -1,0 +1,453 @@
+"""First run: the chosen checkpoint is not on disk, so offer the three ways to get one.
+
+Download it (size up front, a progress bar with bytes and rate, Cancel, resume later, the
+integrity check's result), choose a local folder (validated by the same loader code that
+will load it), or use the tiny demo model (built if needed). Network, hashing and building
+all run on worker threads that report by Qt signals: the GUI thread only draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.checkpoints.catalog import CatalogError, Manifest, get_manifest
+from app.checkpoints.downloader import (
+    TOKEN_SETTINGS_URL,
+    CheckpointDownloader,
+    DownloadCancelled,
+    DownloadError,
+    DownloadPlan,
+    DownloadResult,
+    GatedRepoAccessError,
+    IntegrityError,
+    format_bytes,
+)
+from app.checkpoints.loader import CheckpointMissingError, checkpoint_info, ensure_built
+
+TINY_MODEL_ID = "tiny"
+TINY_CAPTION = "random weights — it babbles; for trying the app"
+_PROGRESS_STEPS = 1000  # QProgressBar holds an int: show per-mille, not bytes
+_RATE_WINDOW_S = 3.0
+_ERROR_STYLE = "color: #b00020;"
+_OK_STYLE = "color: #1b7f3b;"
+
+
+class _Job(QObject):
+    """One blocking call on a daemon thread. Its signals are emitted from that thread and
+    reach the dialog's slots queued, on the GUI thread (the dialog is their receiver)."""
+
+    progress = Signal(object, object, str)  # done bytes, total bytes, file name
+    stage = Signal(str, str)  # stage, file name
+    succeeded = Signal(object)
+    failed = Signal(object)  # the exception
+
+    def __init__(self, work: Callable[[_Job], Any], name: str) -> None:
+        super().__init__()
+        self.cancel = threading.Event()
+        self._work = work
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            result = self._work(self)
+        except Exception as exc:  # reported to the user, never raised into Qt
+            self._emit(self.failed, exc)
+        else:
+            self._emit(self.succeeded, result)
+
+    @staticmethod
+    def _emit(signal: Any, *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the dialog was closed and deleted
+            signal.emit(*args)
+
+
+class ModelMissingDialog(QDialog):
+    """Shown when `manifest`'s checkpoint is not on disk. After `exec()` returns Accepted,
+    `chosen()` is ("download" | "folder" | "tiny", the checkpoint's folder).
+
+    `endpoint` replaces https://huggingface.co (tests use a local stand-in); `token` is the
+    Hugging Face token from the settings (else HF_TOKEN); `build_tiny` and `validate` are
+    the loader's own functions unless a caller (a test) needs to watch them.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        parent: QWidget | None = None,
+        *,
+        folder: Path | None = None,
+        endpoint: str | None = None,
+        token: str | None = None,
+        tiny: Manifest | None = None,
+        build_tiny: Callable[[Manifest], Path] = ensure_built,
+        validate: Callable[[Path], object] | None = None,
+        check_size: bool = True,
+    ) -> None:
+        super().__init__(parent)
+        self.manifest = manifest
+        self.folder = Path(folder) if folder is not None else manifest.default_folder()
+        self.endpoint = endpoint
+        self._tiny = tiny
+        self._build_tiny = build_tiny
+        self._validate = validate or (lambda path: checkpoint_info(manifest, path))
+        self._chosen: tuple[str, Path] | None = None
+        self._jobs: list[_Job] = []
+        self._download_job: _Job | None = None
+        self._rate_samples: deque[tuple[float, int]] = deque()
+        self.setWindowTitle("Model not on disk")
+        self.setMinimumWidth(560)
+
+        layout = QVBoxLayout(self)
+        intro = QLabel(
+            f"<b>{escape(manifest.display_name)}</b> is not on this computer yet "
+            f"(it belongs in {escape(str(self.folder))}). Choose how to get a model:"
+        )
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        layout.addWidget(self._download_box(token))
+        layout.addWidget(self._folder_box())
+        layout.addWidget(self._tiny_box())
+
+        self.buttons = QDialogButtonBox()
+        self.continue_button = self.buttons.addButton(
+            "Continue", QDialogButtonBox.ButtonRole.AcceptRole
+        )
+        self.continue_button.setEnabled(False)
+        self.close_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)
+
+        if check_size and manifest.hf_repo:
+            self.check_size()
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def _download_box(self, token: str | None) -> QGroupBox:
+        box = QGroupBox("Download it from Hugging Face")
+        column = QVBoxLayout(box)
+        repo = self.manifest.hf_repo or "?"
+        self.size_label = QLabel(f"{escape(repo)} · licence {escape(self.manifest.licence)}")
+        self.size_label.setWordWrap(True)
+        column.addWidget(self.size_label)
+
+        self.token_edit: QLineEdit | None = None
+        if self.manifest.gated:
+            hub = (self.endpoint or "https://huggingface.co").rstrip("/")
+            page = f"{hub}/{repo}"
+            self.licence_label = QLabel(
+                f"<b>This model is gated.</b> Its licence ({escape(self.manifest.licence)}) "
+                f"must be accepted first: sign in on Hugging Face, accept it on "
+                f'<a href="{escape(page)}">the model page</a>, then paste a read token from '
+                f'<a href="{TOKEN_SETTINGS_URL}">your token settings</a> here.'
+            )
+            self.licence_label.setWordWrap(True)
+            self.licence_label.setOpenExternalLinks(True)
+            self.licence_label.setTextInteractionFlags(
+                Qt.TextInteractionFlag.TextBrowserInteraction
+            )
+            column.addWidget(self.licence_label)
+            self.token_edit = QLineEdit(token or os.environ.get("HF_TOKEN", ""))
+            self.token_edit.setPlaceholderText("Hugging Face token (hf_…)")
+            self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+            column.addWidget(self.token_edit)
+        self._token = token
+
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, _PROGRESS_STEPS)
+        self.progress_bar.setVisible(False)
+        column.addWidget(self.progress_bar)
+        self.progress_label = QLabel("")
+        column.addWidget(self.progress_label)
+
+        row = QHBoxLayout()
+        self.download_button = QPushButton("Download")
+        self.download_button.clicked.connect(self.start_download)
+        self.cancel_button = QPushButton("Cancel download")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel_download)
+        row.addWidget(self.download_button)
+        row.addWidget(self.cancel_button)
+        row.addStretch(1)
+        column.addLayout(row)
+
+        self.download_status = QLabel("")
+        self.download_status.setWordWrap(True)
+        self.download_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.download_status)
+        return box
+
+    def _folder_box(self) -> QGroupBox:
+        box = QGroupBox("Use files already on this computer")
+        column = QVBoxLayout(box)
+        self.folder_button = QPushButton("Choose a local folder…")
+        self.folder_button.clicked.connect(self._ask_for_folder)
+        column.addWidget(self.folder_button, alignment=Qt.AlignmentFlag.AlignLeft)
+        self.folder_error = QLabel("")
+        self.folder_error.setWordWrap(True)
+        self.folder_error.setStyleSheet(_ERROR_STYLE)
+        column.addWidget(self.folder_error)
+        return box
+
+    def _tiny_box(self) -> QGroupBox:
+        box = QGroupBox("Try the app without a download")
+        column = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.tiny_button = QPushButton("Use the tiny demo model")
+        self.tiny_button.clicked.connect(self.use_tiny)
+        row.addWidget(self.tiny_button)
+        caption = QLabel(TINY_CAPTION)
+        caption.setStyleSheet("font-style: italic;")
+        row.addWidget(caption, 1)
+        column.addLayout(row)
+        self.tiny_busy = QProgressBar()
+        self.tiny_busy.setRange(0, 0)  # indeterminate: the build reports no fraction
+        self.tiny_busy.setVisible(False)
+        column.addWidget(self.tiny_busy)
+        self.tiny_status = QLabel("")
+        self.tiny_status.setWordWrap(True)
+        column.addWidget(self.tiny_status)
+        return box
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def chosen(self) -> tuple[str, Path] | None:
+        return self._chosen
+
+    def busy(self) -> bool:
+        """True while a download, a size check or a build is running."""
+        return any(job.thread.is_alive() for job in self._jobs)
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Cancel what can be cancelled and wait for the workers; False if one is still busy."""
+        deadline = time.monotonic() + timeout_s
+        for job in self._jobs:
+            job.cancel.set()
+        for job in self._jobs:
+            job.thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.busy()
+
+    def check_size(self) -> None:
+        """Ask the hub (off the GUI thread) how big the download is and what is already here."""
+        downloader = self._downloader()
+        self.size_label.setText(f"{self._source_text()} · checking the download size…")
+        job = self._new_job(lambda job: downloader.plan(), "model-size-check")
+        job.succeeded.connect(self._on_planned)
+        job.failed.connect(self._on_plan_failed)
+        job.start()
+
+    def start_download(self) -> None:
+        if self._download_job is not None:
+            return
+        downloader = self._downloader()
+        self._set_choices_enabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress_bar.setVisible(True)
+        self.download_status.setStyleSheet("")
+        self.download_status.setText("Connecting…")
+        self._rate_samples.clear()
+
+        def work(job: _Job) -> DownloadResult:
+            return downloader.download(
+                cancel=job.cancel, on_progress=job.progress.emit, on_stage=job.stage.emit
+            )
+
+        job = self._new_job(work, "model-download")
+        self._download_job = job
+        job.progress.connect(self._on_progress)
+        job.stage.connect(self._on_stage)
+        job.succeeded.connect(self._on_downloaded)
+        job.failed.connect(self._on_download_failed)
+        job.start()
+
+    def cancel_download(self) -> None:
+        if self._download_job is None:
+            return
+        self._download_job.cancel.set()
+        self.cancel_button.setEnabled(False)
+        self.download_status.setText(
+            "Cancelling… (after the piece in flight; what has arrived is kept)"
+        )
+
+    def choose_folder(self, folder: Path) -> bool:
+        """Accept `folder` if the loader finds the checkpoint's files in it."""
+        folder = Path(folder)
+        try:
+            self._validate(folder)
+        except (CheckpointMissingError, CatalogError, OSError, ValueError) as exc:
+            self.folder_error.setText(f"That folder cannot be used: {exc}")
+            return False
+        self.folder_error.setText("")
+        self._chosen = ("folder", folder)
+        self.accept()
+        return True
+
+    def use_tiny(self) -> None:
+        """Build the tiny model if needed (seconds, off the GUI thread), then accept it."""
+        self._set_choices_enabled(False)
+        self.tiny_busy.setVisible(True)
+        self.tiny_status.setStyleSheet("")
+        self.tiny_status.setText("Preparing the tiny demo model…")
+        tiny, build = self._tiny, self._build_tiny
+
+        def work(job: _Job) -> Path:
+            manifest = tiny or get_manifest(TINY_MODEL_ID)
+            return Path(build(manifest))
+
+        job = self._new_job(work, "tiny-model-build")
+        job.succeeded.connect(self._on_tiny_ready)
+        job.failed.connect(self._on_tiny_failed)
+        job.start()
+
+    # -- Qt overrides -------------------------------------------------------------------------
+
+    def done(self, result: int) -> None:
+        """Closing stops a download (its partial files stay for next time)."""
+        for job in self._jobs:
+            job.cancel.set()
+        super().done(result)
+
+    # -- slots (GUI thread) -------------------------------------------------------------------
+
+    def _on_planned(self, plan: DownloadPlan) -> None:
+        size = format_bytes(plan.total_bytes)
+        if plan.bytes_on_disk:
+            text = (f"{size} in {len(plan.files)} files, {format_bytes(plan.bytes_on_disk)} "
+                    f"already here: {format_bytes(plan.bytes_to_fetch)} left to download")
+            self.download_button.setText("Resume download")
+        else:
+            text = f"{size} to download ({len(plan.files)} files)"
+        self.size_label.setText(f"{self._source_text()} · {text}")
+
+    def _on_plan_failed(self, exc: Exception) -> None:
+        self.size_label.setText(f"{self._source_text()} · size unknown: {exc}")
+
+    def _on_progress(self, done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        self._rate_samples.append((now, done))
+        while len(self._rate_samples) > 2 and now - self._rate_samples[0][0] > _RATE_WINDOW_S:
+            self._rate_samples.popleft()
+        t0, d0 = self._rate_samples[0]
+        rate = (done - d0) / (now - t0) if now > t0 else 0.0
+        self.progress_bar.setValue(int(_PROGRESS_STEPS * done / total) if total else 0)
+        parts = [f"{format_bytes(done)} of {format_bytes(total)}"]
+        if rate > 0:
+            parts.append(f"{format_bytes(rate)}/s")
+        if name:
+            parts.append(name)
+        self.progress_label.setText(" · ".join(parts))
+
+    def _on_stage(self, stage: str, name: str) -> None:
+        text = {
+            "planning": "Asking the hub for the file list…",
+            "downloading": f"Downloading {name}…",
+            "verifying": f"Checking {name} against the hub's checksum…",
+        }.get(stage, stage)
+        self.download_status.setText(text)
+
+    def _on_downloaded(self, result: DownloadResult) -> None:
+        self._download_job = None
+        self.progress_bar.setValue(_PROGRESS_STEPS)
+        self.cancel_button.setEnabled(False)
+        skipped = ""
+        if result.skipped:
+            skipped = f" ({', '.join(result.skipped)} is not on the hub; skipped.)"
+        self.download_status.setStyleSheet(_OK_STYLE)
+        self.download_status.setText(
+            f"Downloaded. Integrity check passed: all {len(result.verified)} files match the "
+            f"hub's checksums.{skipped}"
+        )
+        self._chosen = ("download", result.folder)
+        self.continue_button.setEnabled(True)
+        self.continue_button.setDefault(True)
+        self.continue_button.setFocus()
+
+    def _on_download_failed(self, exc: Exception) -> None:
+        self._download_job = None
+        self.cancel_button.setEnabled(False)
+        self._set_choices_enabled(True)
+        self.download_button.setText("Try again")
+        if isinstance(exc, DownloadCancelled):
+            self.download_status.setStyleSheet("")
+            self.download_button.setText("Resume download")
+            self.download_status.setText(str(exc))
+            return
+        self.download_status.setStyleSheet(_ERROR_STYLE)
+        if isinstance(exc, IntegrityError):
+            self.download_status.setText(f"Integrity check failed: {exc}")
+        elif isinstance(exc, DownloadError):
+            self.download_status.setText(str(exc))
+        else:
+            self.download_status.setText(f"The download failed: {type(exc).__name__}: {exc}")
+        if isinstance(exc, GatedRepoAccessError) and self.token_edit is not None:
+            self.token_edit.setFocus()
+            self.token_edit.selectAll()
+
+    def _on_tiny_ready(self, folder: Path) -> None:
+        self.tiny_busy.setVisible(False)
+        self._chosen = ("tiny", folder)
+        self.accept()
+
+    def _on_tiny_failed(self, exc: Exception) -> None:
+        self.tiny_busy.setVisible(False)
+        self._set_choices_enabled(True)
+        self.tiny_status.setStyleSheet(_ERROR_STYLE)
+        self.tiny_status.setText(f"The tiny model could not be built: {exc}")
+
+    def _ask_for_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(
+            self, "Choose the folder that holds the checkpoint", str(Path.home())
+        )
+        if path:
+            self.choose_folder(Path(path))
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _downloader(self) -> CheckpointDownloader:
+        token = self._token
+        if self.token_edit is not None:
+            token = self.token_edit.text().strip() or None
+        return CheckpointDownloader.for_manifest(
+            self.manifest, self.folder, endpoint=self.endpoint, token=token
+        )
+
+    def _source_text(self) -> str:
+        return f"{self.manifest.hf_repo} · licence {self.manifest.licence}"
+
+    def _new_job(self, work: Callable[[_Job], Any], name: str) -> _Job:
+        """A job to connect, then start (a quick one could finish before a late connect)."""
+        job = _Job(work, name)
+        self._jobs.append(job)  # kept: a finished job's queued signals may still be due
+        return job
+
+    def _set_choices_enabled(self, enabled: bool) -> None:
+        for button in (self.download_button, self.folder_button, self.tiny_button):
+            button.setEnabled(enabled)
+        if self.token_edit is not None:
+            self.token_edit.setEnabled(enabled)

@@ -1,0 +1,637 @@
+"""The live transcript: what was said, what was injected into the voice, and the tools behind it.
+
+Why model/view (a flat QTreeView over a list model, painted by one delegate) and not a
+QTextBrowser: entries change in place (a growing utterance gets a new word several times a
+second) and QTreeView is the item view that re-measures only the row that changed on
+`dataChanged` (QListView re-lays out every row), and paints only the rows on screen. A rich
+text document would have to find and rewrite an entry's text range per word and could not
+select whole entries. Row heights are measured once per (entry, width) and cached, so the
+full pass Qt does after a row is inserted is a walk over cached numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPoint,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFont,
+    QFontDatabase,
+    QFontMetrics,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QPainter,
+    QPainterPath,
+    QPalette,
+    QPen,
+    QResizeEvent,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QMenu,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QToolButton,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.transcript_entries import TranscriptEntry
+from app.ui.transcript_export import (
+    KIND_LABELS,
+    describe_landing,
+    describe_source,
+    format_clock,
+    format_conversation_time,
+    to_plain_text,
+)
+
+Placement = Literal["left", "right", "wide", "indented", "center"]
+
+ModelIndex = QModelIndex | QPersistentModelIndex
+
+
+@dataclass(frozen=True)
+class KindStyle:
+    """How one kind of entry looks; a table rather than branches in paint() so tests and a
+    future dark theme can read and swap it."""
+
+    background: QColor
+    accent: QColor
+    prefix: str  # an icon-like glyph that DejaVu Sans (the usual Linux fallback) has
+    placement: Placement
+
+
+KIND_STYLES: dict[str, KindStyle] = {
+    "user": KindStyle(QColor("#dbeafe"), QColor("#1d4ed8"), "◉", "right"),
+    "assistant": KindStyle(QColor("#dcfce7"), QColor("#15803d"), "◆", "left"),
+    "span": KindStyle(QColor("#fef3c7"), QColor("#b45309"), "⤵", "wide"),
+    "tool": KindStyle(QColor("#ede9fe"), QColor("#6d28d9"), "⚙", "indented"),
+    "notice": KindStyle(QColor("#f1f5f9"), QColor("#475569"), "⚑", "center"),
+}
+NOTICE_SEVERITY_STYLES: dict[str, KindStyle] = {
+    "warning": KindStyle(QColor("#ffedd5"), QColor("#c2410c"), "⚠", "center"),
+    "error": KindStyle(QColor("#fee2e2"), QColor("#b91c1c"), "⚠", "center"),
+}
+PANEL_BACKGROUND = QColor("#ffffff")
+TEXT_COLOR = QColor("#111827")
+META_COLOR = QColor("#4b5563")
+
+
+def style_for(entry: TranscriptEntry) -> KindStyle:
+    """The style of an entry: its kind's, or its severity's for warnings and errors."""
+    if entry.kind == "notice":
+        severity = NOTICE_SEVERITY_STYLES.get(entry.detail.strip().lower())
+        if severity is not None:
+            return severity
+    return KIND_STYLES.get(entry.kind, KIND_STYLES["notice"])
+
+
+def displayed_background(entry: TranscriptEntry) -> QColor:
+    """The bubble's fill: a growing (non-final) entry is paler, so it reads as provisional."""
+    base = style_for(entry).background
+    if entry.final:
+        return QColor(base)
+    white = QColor("#ffffff")
+    return QColor(
+        (base.red() + white.red()) // 2,
+        (base.green() + white.green()) // 2,
+        (base.blue() + white.blue()) // 2,
+    )
+
+
+class TranscriptModel(QAbstractListModel):
+    """The entries in arrival order, with an index by entry_id so an update finds its row in
+    O(1) and announces just that row."""
+
+    EntryRole = Qt.ItemDataRole.UserRole + 1
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._entries: list[TranscriptEntry] = []
+        self._rows: dict[int, int] = {}
+
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
+        return 0 if parent.isValid() else len(self._entries)
+
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+        if not index.isValid() or not 0 <= index.row() < len(self._entries):
+            return None
+        entry = self._entries[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            return to_plain_text([entry])
+        if role == self.EntryRole:
+            return entry
+        return None
+
+    def entry_at(self, row: int) -> TranscriptEntry:
+        return self._entries[row]
+
+    def entries(self) -> list[TranscriptEntry]:
+        return list(self._entries)
+
+    def row_of(self, entry_id: int) -> int | None:
+        return self._rows.get(entry_id)
+
+    def upsert(self, entry: TranscriptEntry) -> int:
+        """Replace the entry with the same id in place, or append it; returns its row."""
+        row = self._rows.get(entry.entry_id)
+        if row is not None:
+            self._entries[row] = entry
+            index = self.index(row)
+            self.dataChanged.emit(index, index)
+            return row
+        row = len(self._entries)
+        self.beginInsertRows(QModelIndex(), row, row)
+        self._entries.append(entry)
+        self._rows[entry.entry_id] = row
+        self.endInsertRows()
+        return row
+
+    def extend(self, entries: Iterable[TranscriptEntry]) -> None:
+        """Many entries at once (loading a saved conversation): one insert notification for the
+        new ones, so the view lays out once."""
+        fresh: list[TranscriptEntry] = []
+        pending: dict[int, int] = {}
+        for entry in entries:
+            if entry.entry_id in self._rows:
+                self.upsert(entry)
+            elif entry.entry_id in pending:
+                fresh[pending[entry.entry_id]] = entry
+            else:
+                pending[entry.entry_id] = len(fresh)
+                fresh.append(entry)
+        if not fresh:
+            return
+        first = len(self._entries)
+        self.beginInsertRows(QModelIndex(), first, first + len(fresh) - 1)
+        for offset, entry in enumerate(fresh):
+            self._rows[entry.entry_id] = first + offset
+        self._entries.extend(fresh)
+        self.endInsertRows()
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self._entries.clear()
+        self._rows.clear()
+        self.endResetModel()
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where each part of an entry goes, relative to its row's top-left corner."""
+
+    height: int
+    bubble: QRect
+    header: QRect
+    meta: QRect  # spans: provenance line; empty for other kinds
+    body: QRect
+    detail: QRect  # tools: arguments and result size; empty otherwise
+
+
+_OUTER_X = 10
+_OUTER_Y = 4
+_PAD = 8
+_GAP = 3
+_ACCENT_BAR = 4
+_TEXT_FLAGS = int(Qt.TextFlag.TextWordWrap)
+_UNBOUNDED = 1_000_000
+
+
+class TranscriptDelegate(QStyledItemDelegate):
+    """Paints one entry as a bubble and measures it, caching the measurement per entry object
+    and width (entries are immutable, so an unchanged object needs no new measurement)."""
+
+    def __init__(self, model: TranscriptModel, view: QTreeView) -> None:
+        super().__init__(view)
+        self._model = model
+        self._view = view
+        self._cache: dict[int, tuple[TranscriptEntry, int, RowLayout]] = {}
+        self.layouts_computed = 0  # how many measurements were not cached (tests, benchmarks)
+        base = QFont(view.font())
+        self._body_font = base
+        self._mono_font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self._mono_font.setPointSizeF(base.pointSizeF())
+        self._small_font = QFont(base)
+        self._small_font.setPointSizeF(max(6.0, base.pointSizeF() * 0.85))
+        self._label_font = QFont(self._small_font)
+        self._label_font.setBold(True)
+
+    # --- texts -------------------------------------------------------------------------
+    @staticmethod
+    def header_label(entry: TranscriptEntry) -> str:
+        """Glyph and label, e.g. `⤵ Injected span`; a growing entry ends with an ellipsis."""
+        label = KIND_LABELS.get(entry.kind, entry.kind)
+        if entry.kind == "notice" and entry.detail:
+            label = f"{label} · {entry.detail}"
+        suffix = " …" if not entry.final else ""
+        return f"{style_for(entry).prefix} {label}{suffix}"
+
+    @staticmethod
+    def header_stamps(entry: TranscriptEntry) -> str:
+        conversation = format_conversation_time(entry.conversation_s)
+        clock = format_clock(entry.wall_time)
+        return f"{clock}  {conversation}" if conversation else clock
+
+    @staticmethod
+    def meta_text(entry: TranscriptEntry) -> str:
+        if entry.kind != "span":
+            return ""
+        return f"from {describe_source(entry.source)} · {describe_landing(entry)}"
+
+    def _body_font_for(self, entry: TranscriptEntry) -> QFont:
+        font = QFont(self._mono_font if entry.kind == "tool" else self._body_font)
+        if not entry.final:
+            font.setItalic(True)
+        return font
+
+    # --- measuring ---------------------------------------------------------------------
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def layout_for(self, entry: TranscriptEntry, width: int) -> RowLayout:
+        cached = self._cache.get(entry.entry_id)
+        if cached is not None and cached[0] is entry and cached[1] == width:
+            return cached[2]
+        layout = self._compute_layout(entry, width)
+        self._cache[entry.entry_id] = (entry, width, layout)
+        self.layouts_computed += 1
+        return layout
+
+    def _compute_layout(self, entry: TranscriptEntry, width: int) -> RowLayout:
+        width = max(width, 160)
+        style = style_for(entry)
+        lane = width - 2 * _OUTER_X
+        if style.placement in ("left", "right"):
+            max_bubble = int(lane * 0.8)
+        elif style.placement == "indented":
+            max_bubble = lane - 40
+        elif style.placement == "center":
+            max_bubble = int(lane * 0.75)
+        else:
+            max_bubble = lane
+        bar = _ACCENT_BAR if entry.kind == "span" else 0
+        max_inner = max(40, max_bubble - 2 * _PAD - bar)
+
+        label_fm = QFontMetrics(self._label_font)
+        small_fm = QFontMetrics(self._small_font)
+        body_fm = QFontMetrics(self._body_font_for(entry))
+        header_w = (
+            label_fm.horizontalAdvance(self.header_label(entry))
+            + 16
+            + small_fm.horizontalAdvance(self.header_stamps(entry))
+        )
+        header_h = max(label_fm.height(), small_fm.height())
+        meta = self.meta_text(entry)
+        meta_box = (
+            small_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, meta)
+            if meta
+            else QRect()
+        )
+        body_box = body_fm.boundingRect(
+            QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, entry.text or " "
+        )
+        detail = entry.detail if entry.kind == "tool" else ""
+        detail_box = (
+            small_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, detail)
+            if detail
+            else QRect()
+        )
+        if style.placement in ("left", "right"):  # chat bubbles hug their text
+            inner = min(
+                max_inner,
+                max(header_w, meta_box.width(), body_box.width(), detail_box.width()),
+            )
+        else:
+            inner = max_inner
+        bubble_w = inner + 2 * _PAD + bar
+
+        if style.placement == "right":
+            left = width - _OUTER_X - bubble_w
+        elif style.placement == "indented":
+            left = _OUTER_X + 40
+        elif style.placement == "center":
+            left = (width - bubble_w) // 2
+        else:
+            left = _OUTER_X
+        x = left + _PAD + bar
+        y = _OUTER_Y + _PAD
+        header = QRect(x, y, inner, header_h)
+        y += header_h + _GAP
+        meta_rect = QRect()
+        if meta:
+            meta_rect = QRect(x, y, inner, meta_box.height())
+            y += meta_box.height() + _GAP
+        body = QRect(x, y, inner, body_box.height())
+        y += body_box.height()
+        detail_rect = QRect()
+        if detail:
+            y += _GAP
+            detail_rect = QRect(x, y, inner, detail_box.height())
+            y += detail_box.height()
+        bubble = QRect(left, _OUTER_Y, bubble_w, y + _PAD - _OUTER_Y)
+        return RowLayout(
+            height=bubble.bottom() + 1 + _OUTER_Y,
+            bubble=bubble,
+            header=header,
+            meta=meta_rect,
+            body=body,
+            detail=detail_rect,
+        )
+
+    def row_layout(self, index: ModelIndex) -> RowLayout:
+        """The layout of a row at the view's current width (what paint() draws)."""
+        return self.layout_for(self._model.entry_at(index.row()), self._view.viewport().width())
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: ModelIndex) -> QSize:
+        layout = self.row_layout(index)
+        return QSize(self._view.viewport().width(), layout.height)
+
+    # --- painting ----------------------------------------------------------------------
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: ModelIndex) -> None:
+        entry = self._model.entry_at(index.row())
+        layout = self.row_layout(index)
+        style = style_for(entry)
+        origin = option.rect.topLeft()
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        painter.translate(origin)
+
+        bubble = QRectF(layout.bubble).adjusted(0.5, 0.5, -0.5, -0.5)
+        path = QPainterPath()
+        path.addRoundedRect(bubble, 8, 8)
+        painter.fillPath(path, QBrush(displayed_background(entry)))
+        if entry.kind == "span":
+            bar = QPainterPath()
+            bar.addRoundedRect(
+                QRectF(bubble.left(), bubble.top(), _ACCENT_BAR + 4, bubble.height()), 4, 4
+            )
+            painter.fillPath(bar.intersected(path), QBrush(style.accent))
+        border = QPen(QColor(style.accent), 1)
+        if not entry.final:
+            border.setStyle(Qt.PenStyle.DashLine)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        if selected:
+            border = QPen(option.palette.color(QPalette.ColorRole.Highlight), 2.5)
+        painter.setPen(border)
+        painter.drawPath(path)
+
+        painter.setFont(self._label_font)
+        painter.setPen(style.accent)
+        alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+        painter.drawText(layout.header, int(alignment), self.header_label(entry))
+        painter.setFont(self._small_font)
+        painter.setPen(META_COLOR)
+        stamps_alignment = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+        painter.drawText(layout.header, int(stamps_alignment), self.header_stamps(entry))
+        if not layout.meta.isNull():
+            painter.setPen(style.accent)
+            painter.drawText(layout.meta, _TEXT_FLAGS, self.meta_text(entry))
+
+        text_color = QColor(TEXT_COLOR)
+        if not entry.final:
+            text_color.setAlpha(140)
+        painter.setPen(text_color)
+        painter.setFont(self._body_font_for(entry))
+        body_flags = _TEXT_FLAGS
+        if style.placement == "center":
+            body_flags |= int(Qt.AlignmentFlag.AlignHCenter)
+        painter.drawText(layout.body, body_flags, entry.text)
+        if not layout.detail.isNull():
+            painter.setFont(self._small_font)
+            painter.setPen(META_COLOR)
+            painter.drawText(layout.detail, _TEXT_FLAGS, entry.detail)
+        painter.restore()
+
+
+class _TranscriptView(QTreeView):
+    """A flat, header-less QTreeView: per-pixel scrolling, whole-entry selection, our own copy."""
+
+    copyRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setHeaderHidden(True)
+        self.setRootIsDecorated(False)
+        self.setItemsExpandable(False)
+        self.setIndentation(0)
+        self.setUniformRowHeights(False)
+        self.setAllColumnsShowFocus(False)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.verticalScrollBar().setSingleStep(24)
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Base, PANEL_BACKGROUND)
+        self.setPalette(palette)
+        self._laid_out_width = -1
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        width = self.viewport().width()
+        if width != self._laid_out_width:  # wrapped heights depend on the width
+            self._laid_out_width = width
+            self.scheduleDelayedItemsLayout()
+
+    def drawRow(self, painter: QPainter, option: QStyleOptionViewItem, index: ModelIndex) -> None:
+        # Skip the style's full-row selection fill: the delegate outlines the selected bubble.
+        row_option = QStyleOptionViewItem(option)
+        row_option.rect = QRect(
+            0, option.rect.top(), self.viewport().width(), option.rect.height()
+        )
+        selection = self.selectionModel()
+        if selection is not None and selection.isSelected(index):
+            row_option.state |= QStyle.StateFlag.State_Selected
+        else:
+            row_option.state &= ~QStyle.StateFlag.State_Selected
+        self.itemDelegate().paint(painter, row_option, index)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.matches(QKeySequence.StandardKey.Copy):
+            self.copyRequested.emit()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+
+class TranscriptPanel(QWidget):
+    """The transcript panel. Feed it with `upsert()` from the GUI thread.
+
+    It follows the newest entry while the view is at the bottom; scrolling up pauses that
+    (a "jump to latest" button appears) and scrolling back down resumes it.
+
+    Signals:
+        followingChanged(bool): auto-scroll paused (False) or resumed (True).
+        copied(str): text just put on the clipboard.
+    """
+
+    followingChanged = Signal(bool)
+    copied = Signal(str)
+
+    BOTTOM_TOLERANCE_PX = 4
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._model = TranscriptModel(self)
+        self._view = _TranscriptView(self)
+        self._view.setModel(self._model)
+        self._delegate = TranscriptDelegate(self._model, self._view)
+        self._view.setItemDelegate(self._delegate)
+        self._model.modelReset.connect(self._delegate.clear_cache)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self._view)
+
+        self._jump = QToolButton(self)
+        self._jump.setText("⤓ Jump to latest")
+        self._jump.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self._jump.setCursor(Qt.CursorShape.PointingHandCursor)
+        self._jump.setStyleSheet(
+            "QToolButton { background: #1f2937; color: white; border-radius: 10px;"
+            " padding: 3px 10px; }"
+        )
+        self._jump.clicked.connect(self.jump_to_latest)
+        self._jump.hide()
+
+        self._following = True
+        bar = self._view.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range_changed)
+        bar.valueChanged.connect(self._on_scrolled)
+        self._view.copyRequested.connect(self.copy_selected)
+        self._view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self._view.customContextMenuRequested.connect(self._show_context_menu)
+
+    # --- feeding -----------------------------------------------------------------------
+    def upsert(self, entry: TranscriptEntry) -> None:
+        """Add an entry, or replace the one with the same entry_id where it stands."""
+        self._model.upsert(entry)
+
+    def extend(self, entries: Iterable[TranscriptEntry]) -> None:
+        """Add or replace many entries with a single layout pass (e.g. an imported transcript)."""
+        self._model.extend(entries)
+
+    def entries(self) -> list[TranscriptEntry]:
+        """The entries as shown, oldest first (a copy)."""
+        return self._model.entries()
+
+    def clear(self) -> None:
+        self._model.clear()
+
+    # --- selection and clipboard -------------------------------------------------------
+    def selected_entries(self) -> list[TranscriptEntry]:
+        """The selected entries in transcript order."""
+        selection = self._view.selectionModel()
+        if selection is None:
+            return []
+        rows = sorted({index.row() for index in selection.selectedRows()})
+        return [self._model.entry_at(row) for row in rows]
+
+    def select_rows(self, rows: Sequence[int]) -> None:
+        """Select entries by row (what a user's clicks do; used by tests and "select all")."""
+        selection = self._view.selectionModel()
+        selection.clearSelection()
+        for row in rows:
+            selection.select(
+                self._model.index(row),
+                QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows,
+            )
+
+    def copy_selected(self) -> str:
+        """Copy the selected entries as plain text, or all of them when none is selected."""
+        chosen = self.selected_entries() or self._model.entries()
+        return self._copy(chosen)
+
+    def copy_all(self) -> str:
+        return self._copy(self._model.entries())
+
+    def _copy(self, entries: Sequence[TranscriptEntry]) -> str:
+        text = to_plain_text(entries)
+        QGuiApplication.clipboard().setText(text)
+        self.copied.emit(text)
+        return text
+
+    def _show_context_menu(self, position: QPoint) -> None:
+        menu = QMenu(self)
+        copy_selected = menu.addAction("Copy selected")
+        copy_selected.setEnabled(bool(self.selected_entries()))
+        copy_selected.triggered.connect(self.copy_selected)
+        menu.addAction("Copy all").triggered.connect(self.copy_all)
+        menu.exec(self._view.viewport().mapToGlobal(position))
+
+    # --- following the newest entry ----------------------------------------------------
+    def is_following(self) -> bool:
+        return self._following
+
+    def jump_to_latest(self) -> None:
+        """Scroll to the newest entry and follow new ones again."""
+        bar = self._view.verticalScrollBar()
+        bar.setValue(bar.maximum())
+        self._set_following(True)
+
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._following:
+            self._view.verticalScrollBar().setValue(maximum)
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self._view.verticalScrollBar()
+        self._set_following(value >= bar.maximum() - self.BOTTOM_TOLERANCE_PX)
+
+    def _set_following(self, following: bool) -> None:
+        if following == self._following:
+            return
+        self._following = following
+        self._jump.setVisible(not following)
+        if not following:
+            self._place_jump_button()
+            self._jump.raise_()
+        self.followingChanged.emit(following)
+
+    def _place_jump_button(self) -> None:
+        self._jump.adjustSize()
+        viewport = self._view.viewport()
+        corner = viewport.mapTo(self, QPoint(viewport.width(), viewport.height()))
+        self._jump.move(corner.x() - self._jump.width() - 12, corner.y() - self._jump.height() - 10)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_jump_button()
+
+    # --- parts, for the main window and tests ------------------------------------------
+    @property
+    def view(self) -> QTreeView:
+        return self._view
+
+    @property
+    def model(self) -> TranscriptModel:
+        return self._model
+
+    @property
+    def delegate(self) -> TranscriptDelegate:
+        return self._delegate
+
+    @property
+    def jump_button(self) -> QToolButton:
+        return self._jump
