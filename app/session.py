@@ -245,10 +245,12 @@ class ConversationSession:
         return self._cache.get(key, load)
 
     def _run(self) -> None:
+        # The final state is announced only after every stage has shut down, so that a
+        # new session (sharing the cached checkpoint) never starts beside a dying one.
+        final = ("stopped", "Stopped")
         try:
             checkpoint = self._load()
             if self._stop.is_set():
-                self._listener.on_state("stopped", "Stopped")
                 return
             self._listener.on_state("loading", "Warming up the speech model…")
             speech = self.settings.speech
@@ -274,12 +276,12 @@ class ConversationSession:
                                          llm_state="idle" if orchestrator else "off")
             self._listener.on_state("running", "Listening")
             self._pump(pipeline, audio)
-            self._listener.on_state("stopped", "Stopped")
         except Exception as exc:  # shown in the window; the app stays up
             log.exception("conversation failed")
-            self._listener.on_state("error", f"{type(exc).__name__}: {exc}")
+            final = ("error", f"{type(exc).__name__}: {exc}")
         finally:
             self._shutdown()
+            self._listener.on_state(*final)
 
     def _wait_ready(self, pipeline: ConversationPipeline) -> None:
         deadline = time.monotonic() + 600.0  # a 7B warm-up on a slow GPU, generously
