@@ -155,6 +155,8 @@ class ConversationSession:
         self._muted = False
         self._pending: list[Callable[[], None]] = []  # texts sent before the engine is up
         self._lock = threading.Lock()
+        self._audio_error: str | None = None  # set from the audio's error callback
+        self._resume = threading.Event()
 
     # ---- GUI thread (returns at once) -------------------------------------------------
 
@@ -174,6 +176,14 @@ class ConversationSession:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def paused(self) -> bool:
+        return self._audio_error is not None
+
+    def resume(self) -> None:
+        """After an audio device problem: open the devices again, same conversation."""
+        self._resume.set()
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted
@@ -258,8 +268,7 @@ class ConversationSession:
             asr, orchestrator = _build_llm_side(self.settings, engine, checkpoint.device,
                                                 self._notice)
             pipeline = ConversationPipeline(engine, asr, orchestrator)
-            audio = self._audio_factory(self.settings)
-            audio.muted = self._muted
+            audio = self._open_audio()
             self._pipeline, self._audio = pipeline, audio
             pipeline.start()
             self._wait_ready(pipeline)
@@ -268,7 +277,8 @@ class ConversationSession:
                 pending, self._pending = self._pending, []
             for action in pending:
                 action()
-            audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
+            if audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is False:
+                self._audio_error = self._audio_error or "the audio device could not be opened"
             self._status = SessionStatus(model=checkpoint.manifest.display_name,
                                          device=str(checkpoint.device),
                                          dtype=str(checkpoint.dtype).removeprefix("torch."),
@@ -305,9 +315,48 @@ class ConversationSession:
         except queue.Empty:
             return None
 
+    def _open_audio(self) -> AudioSource:
+        audio = self._audio_factory(self.settings)
+        audio.muted = self._muted
+        if hasattr(audio, "on_error"):  # live devices report unplugging and stream failures
+            audio.on_error = self._on_audio_error
+        return audio
+
+    def _on_audio_error(self, message: str) -> None:
+        self._audio_error = message
+
+    def _pause_for_audio(self, pipeline: ConversationPipeline) -> AudioSource | None:
+        """Pause (the model keeps its context) until the user resumes or stops."""
+        message = self._audio_error or "audio device problem"
+        if self._audio is not None:
+            self._audio.stop()
+        self._listener.on_entry(self._builder.notice(
+            f"Audio stopped: {message}. The conversation is paused; check the device, "
+            "then press Resume.", "error"))
+        self._listener.on_state("paused", f"Paused: {message}")
+        self._resume.clear()
+        while not self._stop.is_set():
+            if self._resume.wait(0.1):
+                self._audio_error = None
+                audio = self._open_audio()
+                self._audio = audio
+                if audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is False:
+                    message = self._audio_error or "the device could not be opened"
+                    self._listener.on_state("paused", f"Paused: {message}")
+                    self._resume.clear()
+                    continue
+                self._listener.on_state("running", "Listening")
+                return audio
+        return None
+
     def _pump(self, pipeline: ConversationPipeline, audio: AudioSource) -> None:
         last_status = 0.0
         while not self._stop.is_set():
+            if self._audio_error is not None:
+                resumed = self._pause_for_audio(pipeline)
+                if resumed is None:
+                    return
+                audio = resumed
             event = self._next(pipeline, 0.05)
             if event is not None:
                 if isinstance(event, ev.AudioOut):

@@ -3,14 +3,17 @@
 # The tests build the tiny checkpoint themselves (python main.py build tiny) in a temp dir.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# System packages the tests use: espeak-ng speaks the test questions.
-if ! command -v espeak-ng >/dev/null; then
+# System packages the tests use: espeak-ng speaks the test questions; PortAudio and a
+# PulseAudio daemon give the audio tests a virtual sound card (a null sink).
+if ! command -v espeak-ng >/dev/null || ! command -v pulseaudio >/dev/null \
+        || ! ldconfig -p | grep -q libportaudio.so.2; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         echo "Installing espeak-ng for the speech fixtures ..." >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends espeak-ng >/dev/null
+            --no-install-recommends espeak-ng libportaudio2 pulseaudio pulseaudio-utils \
+            libasound2-plugins >/dev/null
     else
-        echo "The tests need espeak-ng: install it (e.g. sudo apt-get install espeak-ng)." >&2
+        echo "The tests need espeak-ng, libportaudio2 and pulseaudio (apt-get install)." >&2
         exit 1
     fi
 fi

@@ -13,9 +13,11 @@ import numpy as np
 
 
 def _live_audio_factory(settings):
-    from app.audio.live_audio_source import LiveAudioSource
+    from app.audio.live_audio import LiveAudio
 
-    return LiveAudioSource(settings.audio)
+    audio = settings.audio
+    return LiveAudio(input_device=audio.input_device, output_device=audio.output_device,
+                     echo_mode=audio.echo_mode)
 
 
 def _install_error_hooks(window) -> None:

@@ -54,6 +54,9 @@ class ConversationController(QObject):
         return self._session is not None and self._session.running
 
     def start(self, settings: AppSettings) -> None:
+        if self._session is not None and self._session.paused:
+            self._session.resume()
+            return
         if self.running:
             return
         self._session = ConversationSession(settings, self, self._audio_factory, self._cache)

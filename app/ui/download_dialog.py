@@ -18,7 +18,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -162,10 +163,10 @@ class ModelMissingDialog(QDialog):
             hub = (self.endpoint or "https://huggingface.co").rstrip("/")
             page = f"{hub}/{repo}"
             self.licence_label = QLabel(
-                f"<b>This model is gated.</b> Its licence ({escape(self.manifest.licence)}) "
-                f"must be accepted first: sign in on Hugging Face, accept it on "
+                "<b>This model is gated:</b> its licence must be accepted before it can be "
+                "downloaded. Sign in on Hugging Face, accept the licence on "
                 f'<a href="{escape(page)}">the model page</a>, then paste a read token from '
-                f'<a href="{TOKEN_SETTINGS_URL}">your token settings</a> here.'
+                f'<a href="{TOKEN_SETTINGS_URL}">your token settings</a> here (or set HF_TOKEN).'
             )
             self.licence_label.setWordWrap(True)
             self.licence_label.setOpenExternalLinks(True)
@@ -196,6 +197,9 @@ class ModelMissingDialog(QDialog):
         row.addWidget(self.cancel_button)
         row.addStretch(1)
         column.addLayout(row)
+        if not self.manifest.hf_repo:  # a "local" catalog entry: nothing to download
+            self.size_label.setText("This model is not published on Hugging Face.")
+            self.download_button.setEnabled(False)
 
         self.download_status = QLabel("")
         self.download_status.setWordWrap(True)
@@ -272,6 +276,7 @@ class ModelMissingDialog(QDialog):
         self.download_status.setStyleSheet("")
         self.download_status.setText("Connecting…")
         self._rate_samples.clear()
+        self._refit_later()
 
         def work(job: _Job) -> DownloadResult:
             return downloader.download(
@@ -302,6 +307,7 @@ class ModelMissingDialog(QDialog):
             self._validate(folder)
         except (CheckpointMissingError, CatalogError, OSError, ValueError) as exc:
             self.folder_error.setText(f"That folder cannot be used: {exc}")
+            self._refit_later()
             return False
         self.folder_error.setText("")
         self._chosen = ("folder", folder)
@@ -327,6 +333,10 @@ class ModelMissingDialog(QDialog):
 
     # -- Qt overrides -------------------------------------------------------------------------
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._fit()
+
     def done(self, result: int) -> None:
         """Closing stops a download (its partial files stay for next time)."""
         for job in self._jobs:
@@ -344,9 +354,11 @@ class ModelMissingDialog(QDialog):
         else:
             text = f"{size} to download ({len(plan.files)} files)"
         self.size_label.setText(f"{self._source_text()} · {text}")
+        self._refit_later()
 
     def _on_plan_failed(self, exc: Exception) -> None:
         self.size_label.setText(f"{self._source_text()} · size unknown: {exc}")
+        self._refit_later()
 
     def _on_progress(self, done: int, total: int, name: str) -> None:
         now = time.monotonic()
@@ -390,6 +402,10 @@ class ModelMissingDialog(QDialog):
 
     def _on_download_failed(self, exc: Exception) -> None:
         self._download_job = None
+        self._show_failure(exc)
+        self._refit_later()
+
+    def _show_failure(self, exc: Exception) -> None:
         self.cancel_button.setEnabled(False)
         self._set_choices_enabled(True)
         self.download_button.setText("Try again")
@@ -419,6 +435,7 @@ class ModelMissingDialog(QDialog):
         self._set_choices_enabled(True)
         self.tiny_status.setStyleSheet(_ERROR_STYLE)
         self.tiny_status.setText(f"The tiny model could not be built: {exc}")
+        self._refit_later()
 
     def _ask_for_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(
@@ -446,8 +463,19 @@ class ModelMissingDialog(QDialog):
         self._jobs.append(job)  # kept: a finished job's queued signals may still be due
         return job
 
+    def _fit(self) -> None:
+        """Grow to the height the word-wrapped labels need at this width (a top-level
+        window's size hint ignores height-for-width, so long messages would be squashed)."""
+        needed = self.heightForWidth(self.width())
+        if needed > self.height():
+            self.resize(self.width(), needed)
+
+    def _refit_later(self) -> None:
+        QTimer.singleShot(0, self._fit)  # after the new text has been laid out
+
     def _set_choices_enabled(self, enabled: bool) -> None:
-        for button in (self.download_button, self.folder_button, self.tiny_button):
-            button.setEnabled(enabled)
+        self.download_button.setEnabled(enabled and bool(self.manifest.hf_repo))
+        self.folder_button.setEnabled(enabled)
+        self.tiny_button.setEnabled(enabled)
         if self.token_edit is not None:
             self.token_edit.setEnabled(enabled)

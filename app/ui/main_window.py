@@ -97,7 +97,8 @@ class MainWindow(QMainWindow):
     def _show_state(self, state: str, detail: str) -> None:
         self.status_line.show_state(detail)
         running = state in ("loading", "running")
-        self.start_action.setText("Stop" if running else "Start")
+        self.start_action.setText("Stop" if running else "Resume" if state == "paused"
+                                  else "Start")
         self.start_action.setEnabled(state != "stopping")
         if state == "error":
             self.show_error(f"The conversation stopped: {detail}")

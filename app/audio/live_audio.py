@@ -1,0 +1,462 @@
+"""Live capture and playback: the microphone feeds the engine, the engine's frames feed the
+speaker, and neither side ever waits for the other.
+
+Threads and why:
+- PortAudio's capture callback slices the mic into 1920-sample frames (80 ms at 24 kHz),
+  runs the echo canceller, and hands each frame to `on_frame` (the pipeline's
+  `push_frame(frame, 0.0)`, which drops rather than blocks). Buffers are preallocated; the
+  only allocation per frame is the copy handed to `on_frame` (7.5 KB), because the engine
+  queues the array it receives.
+- PortAudio's playback callback pulls from a `JitterBuffer`, which `play()` fills with the
+  model's frames from whatever thread routes engine events. What it plays is also written to
+  a reference ring, the echo canceller's far end.
+- A supervisor thread turns stream failures (a PortAudio error, a callback that raised, a
+  stream that finished on its own, callbacks that stopped coming because the device was
+  unplugged) into one `on_error(message)` call, after closing the streams. The app pauses the
+  conversation and shows the message; `start()` may be called again later.
+
+Sample rate: the streams open at 24 kHz mono when the device accepts it (PulseAudio and most
+USB headsets do), else at the device's default rate with `StreamingResampler`, a small
+polyphase FIR resampler written here because `sphn.resample` works on whole signals, not on
+a stream cut into callbacks (it would click at every block edge).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import sounddevice as sd
+
+from app.audio.devices import resolve_device
+from app.audio.jitter_buffer import JitterBuffer
+from app.settings.schema import EchoMode
+
+SAMPLE_RATE = 24000
+FRAME_SAMPLES = 1920  # 80 ms: one engine frame
+LEVEL_FLOOR_DB = -100.0
+REFERENCE_SLACK = 960  # 40 ms: callback jitter tolerated before the far end is re-aligned
+
+FrameSink = Callable[[np.ndarray], object]  # returns False when the frame was dropped
+FrameTap = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (mic, far reference, sent)
+
+
+def rms_dbfs(samples: np.ndarray) -> float:
+    """RMS level in dB relative to full scale (a full-scale sine is -3 dBFS)."""
+    if samples.size == 0:
+        return LEVEL_FLOOR_DB
+    mean_square = float(np.dot(samples, samples)) / samples.size
+    if mean_square <= 1e-10:
+        return LEVEL_FLOOR_DB
+    return max(LEVEL_FLOOR_DB, 10.0 * math.log10(mean_square))
+
+
+class StreamingResampler:
+    """Rational-ratio polyphase FIR resampler that keeps its state across blocks.
+
+    Output n sits at input position n * M / L; it is the dot product of `taps` input samples
+    with one of L phases of a Kaiser-windowed sinc low-pass cut at 0.45 x the lower rate.
+    """
+
+    def __init__(self, rate_in: int, rate_out: int, taps: int = 24) -> None:
+        g = math.gcd(rate_in, rate_out)
+        self.up, self.down = rate_out // g, rate_in // g  # L, M
+        self.taps = taps
+        length = self.up * taps
+        cutoff = 0.45 * min(rate_in, rate_out) / (rate_in * self.up)  # cycles per upsampled step
+        centre = (length - 1) / 2.0
+        j = np.arange(length) - centre
+        proto = 2 * cutoff * np.sinc(2 * cutoff * j) * np.kaiser(length, 8.0) * self.up
+        # phases[p, k] = proto[p + k * L]: the taps applied to x[i - k] for phase p.
+        self._phases = proto.reshape(taps, self.up).T.astype(np.float32).copy()  # [L, taps]
+        self._history = np.zeros(taps - 1, dtype=np.float32)  # [taps - 1]
+        self._buf = np.zeros(taps - 1 + 4096, dtype=np.float32)
+        self._in_count = 0  # input samples consumed so far
+        self._out_count = 0  # output samples produced so far
+        self._k = np.arange(taps)  # [taps]
+
+    def process(self, x: np.ndarray) -> np.ndarray:
+        """Resample one block ([n] float32); returns the outputs it makes available."""
+        n = x.shape[0]
+        hist = self.taps - 1
+        if self._buf.shape[0] < hist + n:
+            self._buf = np.zeros(hist + n, dtype=np.float32)
+        buf = self._buf[: hist + n]  # [taps - 1 + n]: history then this block
+        buf[:hist] = self._history
+        buf[hist:] = x
+        last = self._in_count + n - 1  # absolute index of the newest input
+        end = (last * self.up + self.up - 1) // self.down + 1
+        ns = np.arange(self._out_count, end, dtype=np.int64)  # [n_out]
+        positions = ns * self.down
+        base = positions // self.up - (self._in_count - hist)  # index into buf
+        idx = base[:, None] - self._k[None, :]  # [n_out, taps]
+        coeffs = self._phases[positions % self.up]  # [n_out, taps]
+        out = np.einsum("ij,ij->i", coeffs, buf[idx]).astype(np.float32)  # [n_out]
+        self._history[:] = buf[n:]
+        self._in_count += n
+        self._out_count = end
+        return out
+
+
+@dataclass(frozen=True)
+class AudioCounters:
+    frames_captured: int  # 1920-sample frames handed to on_frame
+    dropped: int  # frames on_frame refused (its queue was full)
+    underruns: int  # times the speaker ran dry (played silence)
+    overruns: int  # times play() overfilled the jitter buffer (oldest audio dropped)
+    input_overflows: int  # PortAudio status flags seen by the callbacks
+    input_underflows: int
+    output_underflows: int
+    output_overflows: int
+    jitter_fill: int  # samples queued for the speaker now
+
+
+class _Flags:
+    """Mutable counters touched only by the callbacks (ints: atomic under the GIL)."""
+
+    def __init__(self) -> None:
+        self.frames_captured = 0
+        self.dropped_frames = 0
+        self.input_overflows = 0
+        self.input_underflows = 0
+        self.output_underflows = 0
+        self.output_overflows = 0
+
+
+def _pick_rate(device: int | None, kind: str, forced: int | None) -> int:
+    """24 kHz when the device takes it, else the device's own default rate."""
+    if forced:
+        return forced
+    check = sd.check_input_settings if kind == "input" else sd.check_output_settings
+    try:
+        check(device=device, samplerate=SAMPLE_RATE, channels=1, dtype="float32")
+        return SAMPLE_RATE
+    except (sd.PortAudioError, ValueError):
+        return int(sd.query_devices(device, kind)["default_samplerate"])
+
+
+class LiveAudio:
+    """Mic -> `on_frame` (1920-sample float32 frames), `play()` -> speaker, with echo
+    cancellation in between. start()/stop() may be called any number of times."""
+
+    def __init__(
+        self,
+        on_frame: FrameSink | None = None,
+        on_error: Callable[[str], None] | None = None,
+        *,
+        input_device: str | None = None,
+        output_device: str | None = None,
+        echo_mode: EchoMode = "cancel",
+        device_rate: int | None = None,  # force a device rate (tests the resampling path)
+        block_ms: int = 20,
+        latency: str | float = "low",
+        jitter_target_frames: float = 2.0,
+        jitter_capacity_frames: int = 8,
+        stall_timeout_s: float = 2.0,
+        frame_tap: FrameTap | None = None,
+    ) -> None:
+        self.on_frame = on_frame
+        self.on_error = on_error
+        self.input_device = input_device
+        self.output_device = output_device
+        self.echo_mode: EchoMode = echo_mode
+        self.device_rate = device_rate
+        self.block_ms = block_ms
+        self.latency = latency
+        self.stall_timeout_s = stall_timeout_s
+        # PulseAudio prebuffers a new playback stream for ~1-2 s before the clocks run.
+        self.start_grace_s = 5.0
+        self.frame_tap = frame_tap
+        self.muted = False  # read by the capture callback: muted frames are sent as silence
+        self.jitter = JitterBuffer(jitter_capacity_frames * FRAME_SAMPLES,
+                                   int(jitter_target_frames * FRAME_SAMPLES))
+        # The far end as played, at 24 kHz; bounded so the echo path delay stays bounded.
+        self._reference = JitterBuffer(4 * FRAME_SAMPLES, 0)
+        self._canceller = None  # created on first start in "cancel" mode (imports livekit)
+        self._frame = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920] capture accumulator
+        self._frame_fill = 0
+        self._far = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
+        self._clean = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
+        self._silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
+        self._pull = np.zeros(SAMPLE_RATE // 100, dtype=np.float32)  # [240] resampled playback
+        self._out_fifo = np.zeros(8192, dtype=np.float32)  # device-rate playback samples
+        self._out_fill = 0
+        self._in_resampler: StreamingResampler | None = None
+        self._out_resampler: StreamingResampler | None = None
+        self._flags = _Flags()
+        self._mic_db = LEVEL_FLOOR_DB
+        self._speaker_db = LEVEL_FLOOR_DB
+        self._streams: list[sd._StreamBase] = []
+        self._life = threading.Lock()
+        self._stopping = threading.Event()
+        self._error: str | None = None
+        self._last_capture = self._last_playback = 0.0  # monotonic time of the last callback
+        self._supervisor: threading.Thread | None = None
+        self.warnings: tuple[str, ...] = ()
+        self.input_name = ""
+        self.output_name = ""
+        self.input_rate = SAMPLE_RATE
+        self.output_rate = SAMPLE_RATE
+
+    # ---- any thread ----------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return bool(self._streams) and all(s.active for s in self._streams)
+
+    @property
+    def mic_level_db(self) -> float:
+        """Level of the raw mic (before mute and echo cancellation), dBFS."""
+        return self._mic_db
+
+    @property
+    def speaker_level_db(self) -> float:
+        """Level of what is being played, dBFS."""
+        return self._speaker_db
+
+    def levels(self) -> tuple[float, float]:
+        """(mic, speaker) levels in dBFS."""
+        return self._mic_db, self._speaker_db
+
+    def counters(self) -> dict[str, int]:
+        """The counters as plain data for the status bar (keys: AudioCounters' fields)."""
+        return asdict(self.snapshot())
+
+    def snapshot(self) -> AudioCounters:
+        f = self._flags
+        return AudioCounters(
+            frames_captured=f.frames_captured,
+            dropped=f.dropped_frames,
+            underruns=self.jitter.underruns,
+            overruns=self.jitter.overruns,
+            input_overflows=f.input_overflows,
+            input_underflows=f.input_underflows,
+            output_underflows=f.output_underflows,
+            output_overflows=f.output_overflows,
+            jitter_fill=self.jitter.fill,
+        )
+
+    def play(self, frame: np.ndarray) -> None:
+        """Queue one of the model's frames ([1920] float32) for the speaker; never waits."""
+        self.jitter.write(frame)
+
+    def start(self, on_frame: FrameSink | None = None) -> bool:
+        """Open and start both streams (optionally with a new `on_frame`). Returns False,
+        after calling on_error, when the devices cannot be opened."""
+        with self._life:
+            if on_frame is not None:
+                self.on_frame = on_frame
+            if self._streams:
+                return True
+            try:
+                self._open()
+            except Exception as exc:  # PortAudioError, ValueError for a bad device, ...
+                self._close_streams(2.0)
+                message = f"could not open the audio devices: {exc}"
+                error = message
+            else:
+                error = None
+        if error is not None:
+            self._report(error)
+            return False
+        return True
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop and close both streams. Returns True when everything ended within timeout."""
+        with self._life:
+            ok = self._close_streams(timeout)
+        supervisor = self._supervisor
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join(timeout)
+            ok = ok and not supervisor.is_alive()
+        return ok
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        inp = resolve_device(self.input_device, "input")
+        out = resolve_device(self.output_device, "output")
+        self.warnings = tuple(w for w in (inp.warning, out.warning) if w)
+        self.input_name, self.output_name = inp.name, out.name
+        self.input_rate = _pick_rate(inp.index, "input", self.device_rate)
+        self.output_rate = _pick_rate(out.index, "output", self.device_rate)
+        self._in_resampler = (StreamingResampler(self.input_rate, SAMPLE_RATE)
+                              if self.input_rate != SAMPLE_RATE else None)
+        self._out_resampler = (StreamingResampler(SAMPLE_RATE, self.output_rate)
+                               if self.output_rate != SAMPLE_RATE else None)
+        self._reset_state()
+        self._stopping.clear()
+        capture = sd.InputStream(
+            samplerate=self.input_rate, blocksize=self.input_rate * self.block_ms // 1000,
+            device=inp.index, channels=1, dtype="float32", latency=self.latency,
+            callback=self._capture_callback,
+            finished_callback=lambda: self._finished("microphone"),
+        )
+        self._streams.append(capture)
+        playback = sd.OutputStream(
+            samplerate=self.output_rate, blocksize=self.output_rate * self.block_ms // 1000,
+            device=out.index, channels=1, dtype="float32", latency=self.latency,
+            callback=self._playback_callback,
+            finished_callback=lambda: self._finished("speaker"),
+        )
+        self._streams.append(playback)
+        if self.echo_mode == "cancel" and self._canceller is None:
+            from app.audio.echo_canceller import EchoCanceller
+
+            self._canceller = EchoCanceller()
+        if self._canceller is not None:
+            delay_s = capture.latency + playback.latency  # type: ignore[operator]
+            self._canceller.set_stream_delay_ms(round(delay_s * 1000))
+        self._last_capture = self._last_playback = time.monotonic()
+        playback.start()
+        capture.start()
+        self._supervisor = threading.Thread(target=self._supervise, name="live-audio-supervisor",
+                                            daemon=True)
+        self._supervisor.start()
+
+    def _reset_state(self) -> None:
+        self.jitter.clear()
+        self.jitter.underruns = self.jitter.overruns = self.jitter.dropped_samples = 0
+        self._reference.clear()
+        self._frame_fill = 0
+        self._out_fill = 0
+        self._flags = _Flags()
+        self._error = None
+        self._mic_db = self._speaker_db = LEVEL_FLOOR_DB
+
+    def _close_streams(self, timeout: float) -> bool:
+        """Abort and close the streams on a helper thread, so a hung driver cannot hang us."""
+        self._stopping.set()
+        streams, self._streams = self._streams, []
+        if not streams:
+            return True
+
+        def close() -> None:
+            for stream in streams:
+                try:
+                    stream.abort(ignore_errors=True)
+                    stream.close(ignore_errors=True)
+                except Exception:  # noqa: S110 - a dying device may fail to close; nothing to do
+                    pass
+
+        closer = threading.Thread(target=close, name="live-audio-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        return not closer.is_alive()
+
+    def _finished(self, which: str) -> None:
+        """PortAudio's finished_callback: unexpected unless we are stopping."""
+        if not self._stopping.is_set() and self._error is None:
+            self._error = f"the {which} stream stopped (device unplugged or failed)"
+
+    def _report(self, message: str) -> None:
+        if self.on_error is not None:
+            self.on_error(message)
+
+    def _supervise(self) -> None:
+        """Watch the streams; on failure close them and report once."""
+        while not self._stopping.wait(0.1):
+            message = self._error
+            if message is None:
+                streams = self._streams
+                if streams and not all(s.active for s in streams):
+                    message = "an audio stream stopped (device unplugged or failed)"
+                elif (time.monotonic() - min(self._last_capture, self._last_playback)
+                      > self.stall_timeout_s + (0.0 if self._flags.frames_captured
+                                                else self.start_grace_s)):
+                    message = (f"no audio callbacks for {self.stall_timeout_s:.1f} s "
+                               "(device unplugged or hung)")
+            if message is not None:
+                with self._life:
+                    if self._stopping.is_set():  # stop() won the race: not an error
+                        return
+                    self._close_streams(2.0)
+                self._report(message)
+                return
+
+    # ---- PortAudio callbacks (real-time: no waits, no big allocations) ---------------------
+
+    def _capture_callback(self, indata: np.ndarray, frames: int, _time: object,
+                          status: sd.CallbackFlags) -> None:
+        # indata: [frames, 1] float32 at the input device rate
+        self._last_capture = time.monotonic()
+        if status:
+            self._flags.input_overflows += bool(status.input_overflow)
+            self._flags.input_underflows += bool(status.input_underflow)
+        try:
+            mic = indata[:, 0]
+            self._mic_db = rms_dbfs(mic)
+            if self._in_resampler is not None:
+                mic = self._in_resampler.process(mic)
+            self._slice_frames(mic)
+        except Exception as exc:
+            self._error = f"microphone processing failed: {type(exc).__name__}: {exc}"
+            raise sd.CallbackAbort from exc
+
+    def _slice_frames(self, mic: np.ndarray) -> None:
+        """Accumulate 24 kHz samples; every full 1920-sample frame goes out."""
+        pos = 0
+        while pos < mic.shape[0]:
+            take = min(FRAME_SAMPLES - self._frame_fill, mic.shape[0] - pos)
+            self._frame[self._frame_fill : self._frame_fill + take] = mic[pos : pos + take]
+            self._frame_fill += take
+            pos += take
+            if self._frame_fill == FRAME_SAMPLES:
+                self._frame_fill = 0
+                self._deliver(self._frame)
+
+    def _deliver(self, raw: np.ndarray) -> None:
+        near = self._silence if self.muted else raw
+        # The far end for this frame: the newest 80 ms handed to the speaker. Its echo can only
+        # come later (device latency), so the canceller sees a causal, short echo path. A
+        # backlog (capture stalled while playback ran, e.g. at start) is dropped, not kept as
+        # delay: an echo that arrived before its reference could never be cancelled.
+        backlog = self._reference.fill - FRAME_SAMPLES
+        if backlog > REFERENCE_SLACK:
+            self._reference.discard(backlog)
+        self._reference.read_into(self._far)  # [1920], zeros where nothing was played
+        sent = near
+        if self.echo_mode == "cancel" and self._canceller is not None:
+            sent = self._canceller.process(near, self._far, self._clean)
+        if self.frame_tap is not None:
+            self.frame_tap(raw, self._far, sent)
+        self._flags.frames_captured += 1
+        sink = self.on_frame
+        if sink is not None and sink(sent.copy()) is False:  # a copy: the consumer queues the array
+            self._flags.dropped_frames += 1
+
+    def _playback_callback(self, outdata: np.ndarray, frames: int, _time: object,
+                           status: sd.CallbackFlags) -> None:
+        # outdata: [frames, 1] float32 at the output device rate
+        self._last_playback = time.monotonic()
+        if status:
+            self._flags.output_underflows += bool(status.output_underflow)
+            self._flags.output_overflows += bool(status.output_overflow)
+        try:
+            out = outdata[:, 0]
+            if self._out_resampler is None:
+                self.jitter.read_into(out)
+                self._reference.write(out)
+                self._speaker_db = rms_dbfs(out)
+                return
+            while self._out_fill < frames:  # pull 10 ms at a time at 24 kHz, resample
+                self.jitter.read_into(self._pull)
+                self._reference.write(self._pull)
+                self._speaker_db = rms_dbfs(self._pull)
+                resampled = self._out_resampler.process(self._pull)
+                end = self._out_fill + resampled.shape[0]
+                if end > self._out_fifo.shape[0]:
+                    self._out_fifo = np.concatenate([self._out_fifo, np.zeros_like(self._out_fifo)])
+                self._out_fifo[self._out_fill : end] = resampled
+                self._out_fill = end
+            out[:] = self._out_fifo[:frames]
+            rest = self._out_fill - frames
+            self._out_fifo[:rest] = self._out_fifo[frames : self._out_fill]
+            self._out_fill = rest
+        except Exception as exc:
+            self._error = f"speaker processing failed: {type(exc).__name__}: {exc}"
+            raise sd.CallbackAbort from exc
