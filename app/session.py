@@ -115,7 +115,7 @@ def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice)
     if llm.stt_model == "none":
         return None, orchestrator
     try:
-        from app.asr.asr_thread import StreamingAsr
+        from app.asr.asr_thread import AsrOptions, StreamingAsr
         from app.asr.stt_catalog import get_stt_manifest, load_stt
 
         manifest = get_stt_manifest(llm.stt_model)
@@ -124,7 +124,8 @@ def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice)
             from app.asr.tiny_stt_builder import build_tiny_stt
 
             build_tiny_stt(folder)
-        asr = StreamingAsr(load_stt(manifest, folder, device))
+        asr = StreamingAsr(load_stt(manifest, folder, device),
+                           AsrOptions(force_vad=llm.end_of_turn == "vad"))
     except Exception as exc:  # speech recognition is optional: typing still reaches the LLM
         notice(f"Speech recognition is off ({exc}); typed questions still reach the LLM.",
                "warning")

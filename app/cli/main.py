@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--device", default=None)
     pipeline.add_argument("--turns", type=int, default=20)
     pipeline.add_argument("--json", action="store_true", help="print one JSON object")
+    latency = bench_kinds.add_parser(
+        "audio-latency", help="mic-to-speaker latency through the app's audio path")
+    latency.add_argument("--seconds", type=float, default=10.0)
+    latency.add_argument("--system-devices", action="store_true",
+                         help="use the system's devices instead of a private null sink")
+    echo = bench_kinds.add_parser("echo", help="dB of the model's voice echo cancellation removes")
+    echo.add_argument("--seconds", type=float, default=12.0)
+    echo.add_argument("--system-devices", action="store_true")
     soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
     soak.add_argument("--minutes", type=float, default=10.0)
     soak.add_argument("--json", action="store_true", help="print one JSON object")
@@ -187,6 +195,15 @@ def _cmd_bench_pipeline(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "pipeline":
         return _cmd_bench_pipeline(args)
+    if args.bench in ("audio-latency", "echo"):
+        from app.bench.audio_bench import run_echo_bench, run_latency_bench
+
+        if args.seconds <= 0:
+            raise ValueError("--seconds must be positive")
+        run = run_latency_bench if args.bench == "audio-latency" else run_echo_bench
+        print(json.dumps(run(seconds=args.seconds, null_sink=not args.system_devices),
+                         indent=2))
+        return 0
     if args.bench == "soak":
         from app.bench.soak_bench import run_soak_bench
 

@@ -41,7 +41,8 @@ class LlmSettings:
     tools_enabled: bool = True
     tools: tuple[str, ...] = ("web_search", "web_fetch", "local_search", "calculator", "clock")
     search_folders: tuple[str, ...] = ()  # the only folders local_search may read
-    stt_model: str = "kyutai-stt-1b-en_fr"  # models/stt id
+    stt_model: str = "kyutai-stt-1b-en_fr"  # models/stt id; "none": no speech recognition
+    end_of_turn: str = "auto"  # "auto": the STT's own signal where it has one; "vad": always
 
 
 @dataclass(frozen=True)
