@@ -30,9 +30,10 @@ from app.engine.events import (
     EngineReady,
     EngineStopped,
     FrameStats,
+    SpanChunkInjected,
     TextPiece,
 )
-from app.engine.frame_budget import FRAME_MS, measure_chunk_budget
+from app.engine.frame_budget import FRAME_MS, AdaptiveChunkLimit, measure_chunk_budget
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
@@ -97,6 +98,7 @@ class DuplexEngine:
         self.dropped_frames = 0
         self.ready = threading.Event()
         self.budget = None
+        self.adaptive: AdaptiveChunkLimit | None = None  # None: a fixed chunk limit
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -196,6 +198,7 @@ class DuplexEngine:
             )
             step_ms = self.budget.step_ms
             self.injector.chunk_limit = self.budget.chunk_limit
+            self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
         # Forget the warm-up: the conversation starts from an empty context.
         ck.mimi.reset_streaming()
         self.lm_gen.reset_streaming()
@@ -242,7 +245,14 @@ class DuplexEngine:
             inject_ms = (time.perf_counter() - start) * 1000.0
             for event in span_events:
                 self._emit(event)
+                if self.adaptive is not None and isinstance(event, SpanChunkInjected):
+                    self.adaptive.observe_chunk(event.k, event.prefill_ms)
+            model_start = time.perf_counter()
             text_id, pcm_out = self._model_frame(item)  # type: ignore[arg-type]
+            if self.adaptive is not None:
+                synchronize(self.checkpoint.device)
+                self.adaptive.observe_frame((time.perf_counter() - model_start) * 1000.0)
+                self.injector.chunk_limit = self.adaptive.limit()
             self.ledger.add_frames(1)
             if text_id is not None and not (
                 tokenizer.is_control(text_id) or tokenizer.is_unknown(text_id)

@@ -67,3 +67,34 @@ def measure_chunk_budget(
     # At least one position per frame, so that a span always progresses on a slow device.
     limit = max(1, largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap))
     return ChunkBudget(step_ms, prefill_ms, budget_ms, limit)
+
+
+class AdaptiveChunkLimit:
+    """Keeps the chunk limit in line with what the device does now.
+
+    The start-up measurement can catch a busy moment (or a quiet one); afterwards each
+    frame's model time and each injected chunk's prefill time update running estimates of
+    the step time and of the per-position prefill cost, and the limit follows them.
+    """
+
+    def __init__(self, budget: ChunkBudget, cap: int, smoothing: float = 0.1) -> None:
+        points = sorted(budget.prefill_ms.items())
+        (k0, t0), (k1, t1) = points[0], points[-1]
+        self.fixed_ms = max(0.0, t0 - (t1 - t0) / max(k1 - k0, 1) * k0)
+        self.per_position_ms = max((t1 - t0) / max(k1 - k0, 1), 1e-4)
+        self.step_ms = budget.step_ms
+        self.budget_ms = budget.budget_ms
+        self.cap = cap
+        self.smoothing = smoothing
+
+    def observe_frame(self, model_ms: float) -> None:
+        self.step_ms += self.smoothing * (model_ms - self.step_ms)
+
+    def observe_chunk(self, k: int, prefill_ms: float) -> None:
+        if k >= 8:  # small chunks say little about the per-position cost
+            observed = max((prefill_ms - self.fixed_ms) / k, 1e-4)
+            self.per_position_ms += self.smoothing * (observed - self.per_position_ms)
+
+    def limit(self) -> int:
+        room = self.budget_ms - self.step_ms - self.fixed_ms
+        return max(1, min(self.cap, int(room / self.per_position_ms)))

@@ -172,3 +172,22 @@ def test_a_slow_device_still_gets_one_position_per_frame(clock: FakeClock):
     )
     assert largest_k_in_budget(result.step_ms, result.prefill_ms, result.budget_ms, 256) == 0
     assert result.chunk_limit == 1
+
+
+def test_the_adaptive_limit_follows_a_slower_device_and_recovers():
+    from app.engine.frame_budget import AdaptiveChunkLimit, ChunkBudget
+
+    budget = ChunkBudget(step_ms=15.0, prefill_ms={1: 2.0, 256: 10.0}, budget_ms=60.0,
+                         chunk_limit=256)
+    adaptive = AdaptiveChunkLimit(budget, cap=256, smoothing=0.5)
+    assert adaptive.limit() == 256
+    for _ in range(20):  # the machine got busy: frames take 55 ms
+        adaptive.observe_frame(55.0)
+    busy = adaptive.limit()
+    assert 1 <= busy < 256
+    for _ in range(20):  # and quiet again
+        adaptive.observe_frame(15.0)
+    assert adaptive.limit() == 256
+    for _ in range(20):  # prefill got slower per position: fewer positions fit
+        adaptive.observe_chunk(200, 200 * 0.4)
+    assert adaptive.limit() < 256
