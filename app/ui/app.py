@@ -72,9 +72,13 @@ def run_app(screenshot: Path | None = None) -> int:
         controller.notice(notice, "warning")
 
     def open_settings() -> None:
+        from app.audio.devices import list_devices
+        from app.audio.test_tone import MicLevelMeter, play_test_tone_blocking
         from app.settings.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(window.settings, parent=window)
+        dialog = SettingsDialog(window.settings, parent=window, list_devices=list_devices,
+                                mic_level_probe=MicLevelMeter,
+                                play_test_tone=play_test_tone_blocking)
         if dialog.exec():
             window.settings = dialog.settings()
             try:

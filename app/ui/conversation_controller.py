@@ -10,7 +10,7 @@ import itertools
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.session import AudioSource, CheckpointCache, ConversationSession, SessionStatus
 from app.settings.schema import AppSettings
@@ -46,6 +46,7 @@ class ConversationController(QObject):
     def on_status(self, status: SessionStatus) -> None:
         self.status.emit(status)
 
+    @Slot(str, str)
     def _remember_state(self, state: str, _detail: str) -> None:
         self.state = state
 

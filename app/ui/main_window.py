@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -94,6 +94,9 @@ class MainWindow(QMainWindow):
 
     # ---- drawing ----------------------------------------------------------------------
 
+    # Slots receive signals emitted on the session's thread. The @Slot declarations matter:
+    # PySide can crash delivering a cross-thread signal to an undecorated method.
+    @Slot(str, str)
     def _show_state(self, state: str, detail: str) -> None:
         self.status_line.show_state(detail)
         running = state in ("loading", "running")
@@ -105,6 +108,7 @@ class MainWindow(QMainWindow):
         elif state in ("loading", "running"):
             self.banner.hide()
 
+    @Slot(object)
     def _show_status(self, status: SessionStatus) -> None:
         self.status_line.show_status(status)
         self.mic_meter.set_level(status.mic_db)

@@ -27,6 +27,7 @@ from PySide6.QtCore import (
     QSize,
     Qt,
     Signal,
+    Slot,
 )
 from PySide6.QtGui import (
     QBrush,
@@ -525,6 +526,7 @@ class TranscriptPanel(QWidget):
         self._view.customContextMenuRequested.connect(self._show_context_menu)
 
     # --- feeding -----------------------------------------------------------------------
+    @Slot(object)  # receives entries emitted on other threads (see PYSIDE-3124)
     def upsert(self, entry: TranscriptEntry) -> None:
         """Add an entry, or replace the one with the same entry_id where it stands."""
         self._model.upsert(entry)

@@ -1,0 +1,310 @@
+"""Settings on disk: one human-readable JSON file in the platformdirs config dir.
+
+Loading never crashes and never loses a user's choices silently: a file that cannot be used
+as-is (bad JSON, missing or wrongly-typed keys, another schema version) is first copied to a
+timestamped backup, then every value that still checks out is kept, the rest come from the
+defaults, and a notice for the user says what happened and where the backup is.
+
+The schema (`app.settings.schema`) is the only description of the keys: values are checked
+against its type hints, so adding a field there needs nothing here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from app.paths import APP_NAME
+from app.settings.schema import SCHEMA_VERSION, AppSettings
+
+SETTINGS_FILE = "settings.json"
+_MAX_LISTED_PROBLEMS = 6
+
+# Schema migrations: MIGRATIONS[n] turns a version-n dict into a version-(n + 1) dict (rename
+# or reshape keys there). Versions without a step just have their values checked as they are.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def config_dir() -> Path:
+    """The folder that holds settings.json; `CONTEXTSPAN_CONFIG_DIR` overrides it so tests
+    never touch a user's real settings."""
+    override = os.environ.get("CONTEXTSPAN_CONFIG_DIR")
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+class SettingsStore:
+    """Loads and saves `AppSettings` at one path (default: config_dir()/settings.json)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else config_dir() / SETTINGS_FILE
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self) -> tuple[AppSettings, str | None]:
+        """The settings and a notice for the user (None when the file was fine or absent)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return AppSettings(), None
+        except OSError as exc:
+            return AppSettings(), (
+                f"Could not read the settings file {self.path} ({_reason(exc)}). "
+                "ContextSpan is using default settings for now; the file was left untouched."
+            )
+
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return self._repair(data, AppSettings(), [f"the file is not valid JSON ({exc})"])
+        if not isinstance(raw, dict):
+            kind = type(raw).__name__
+            problem = f"the file holds a JSON {kind}, not an object"
+            return self._repair(data, AppSettings(), [problem])
+
+        problems = _Problems()
+        version = raw.get("version")
+        newer = False
+        if not isinstance(version, int) or isinstance(version, bool):
+            problems.other.append("it has no valid settings version")
+        elif version > SCHEMA_VERSION:
+            newer = True
+            problems.other.append(
+                f"it was written by a newer ContextSpan (settings version {version}; this one "
+                f"knows version {SCHEMA_VERSION}), so only the settings this version knows "
+                "were loaded"
+            )
+        elif version < SCHEMA_VERSION:
+            for step in range(version, SCHEMA_VERSION):
+                if step in MIGRATIONS:
+                    raw = MIGRATIONS[step](raw)
+            problems.other.append(
+                f"it was upgraded from settings version {version} to {SCHEMA_VERSION}"
+            )
+
+        body = {key: value for key, value in raw.items() if key != "version"}
+        settings = _from_dict(AppSettings, body, "", problems)
+        settings = dataclasses.replace(settings, version=SCHEMA_VERSION)
+        lines = problems.lines()
+        if not lines:
+            return settings, None
+        # A newer app's file is kept as it is (that app may still be in use); the others are
+        # rewritten with what survived, so the next start is clean.
+        return self._repair(data, settings, lines, rewrite=not newer)
+
+    def _repair(
+        self, original: bytes, settings: AppSettings, problems: list[str], rewrite: bool = True
+    ) -> tuple[AppSettings, str]:
+        """Back up the original bytes, then (when asked) replace the file with `settings`."""
+        listed = problems[:_MAX_LISTED_PROBLEMS]
+        if len(problems) > len(listed):
+            listed.append(f"and {len(problems) - len(listed)} more")
+        what = "; ".join(listed)
+        try:
+            backup = self._backup(original)
+        except OSError as exc:
+            return settings, (
+                f"The settings file {self.path} had problems: {what}. It could not be backed up "
+                f"({_reason(exc)}), so it was left untouched; ContextSpan is using defaults "
+                "for the settings it could not read."
+            )
+        notice = (
+            f"The settings file {self.path} had problems: {what}. Settings that could not be "
+            f"read were reset to their defaults. The original file is kept at {backup}."
+        )
+        if not rewrite:
+            notice += " The file itself was left as it is until you save settings here."
+        else:
+            try:
+                self.save(settings)
+            except OSError as exc:
+                notice += f" The repaired settings could not be written: {exc}"
+        return settings, notice
+
+    def _backup(self, original: bytes) -> Path:
+        """Write `original` to settings.json.bak-YYYYmmdd-HHMMSS. An existing backup is never
+        overwritten, and an identical one is reused so repeated loads do not pile up copies."""
+        for existing in sorted(self.path.parent.glob(f"{self.path.name}.bak-*")):
+            try:
+                if existing.stat().st_size == len(original) and existing.read_bytes() == original:
+                    return existing
+            except OSError:
+                continue
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = self.path.with_name(f"{self.path.name}.bak-{stamp}")
+        candidate, n = base, 1
+        while True:
+            try:
+                with open(candidate, "xb") as handle:  # "x": fails rather than overwrite
+                    handle.write(original)
+                return candidate
+            except FileExistsError:
+                candidate = base.with_name(f"{base.name}-{n}")
+                n += 1
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def save(self, settings: AppSettings) -> None:
+        """Write atomically (temp file + os.replace): a crash mid-write leaves the old file.
+
+        Raises OSError with a message that names the file and the reason.
+        """
+        text = json.dumps(to_dict(settings), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        folder = self.path.parent
+        tmp_name: str | None = None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, self.path)
+            tmp_name = None
+        except OSError as exc:
+            error = OSError(f"Could not save settings to {self.path}: {_reason(exc)}")
+            error.errno = exc.errno
+            raise error from exc
+        finally:
+            if tmp_name is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name)
+
+
+def to_dict(settings: AppSettings) -> dict[str, Any]:
+    """Plain JSON-ready data; tuples become lists."""
+    return json.loads(json.dumps(dataclasses.asdict(settings)))
+
+
+# -- checking values against the schema's type hints ------------------------------------------
+
+
+class _Invalid(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class _Problems:
+    """What was wrong with a file, most important first when listed."""
+
+    other: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    unknown: list[str] = dataclasses.field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        lines = list(self.other)
+        if self.missing:
+            lines.append(f"{_names(self.missing)} missing (defaults used)")
+        if self.unknown:
+            lines.append(f"{_names(self.unknown)} unknown to this version (dropped)")
+        return lines
+
+
+def _names(keys: list[str], limit: int = 4) -> str:
+    shown = ", ".join(f"'{k}'" for k in keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    verb = "was" if len(keys) == 1 else "were"
+    return f"{shown}{more} {verb}"
+
+
+def _from_dict(cls: type, raw: dict[str, Any], prefix: str, problems: _Problems) -> Any:
+    """An instance of dataclass `cls` from `raw`: valid values kept, the rest defaulted, and
+    every missing, invalid or unknown key noted in `problems`."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if prefix == "" and f.name == "version":
+            continue
+        name = f"{prefix}{f.name}"
+        if f.name not in raw:
+            problems.missing.append(name)
+            continue
+        hint = hints[f.name]
+        value = raw[f.name]
+        if dataclasses.is_dataclass(hint):
+            if isinstance(value, dict):
+                values[f.name] = _from_dict(hint, value, f"{name}.", problems)
+            else:
+                problems.other.append(f"'{name}' is not a group of settings")
+            continue
+        try:
+            values[f.name] = _check(value, hint)
+        except _Invalid as exc:
+            problems.other.append(f"'{name}' had an invalid value {_show(value)} ({exc})")
+    known = {f.name for f in dataclasses.fields(cls)}
+    problems.unknown += [f"{prefix}{key}" for key in raw if key not in known]
+    return cls(**values)
+
+
+def _check(value: Any, hint: Any) -> Any:
+    """`value` as the type `hint` wants, or _Invalid with what was expected."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        for option in typing.get_args(hint):
+            try:
+                return _check(value, option)
+            except _Invalid:
+                continue
+        raise _Invalid("expected " + " or ".join(_describe(a) for a in typing.get_args(hint)))
+    if origin is typing.Literal:
+        options = typing.get_args(hint)
+        if value in options and type(value) is type(options[0]):
+            return value
+        raise _Invalid(f"expected one of {', '.join(repr(o) for o in options)}")
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list) or len(args) != 2 or args[1] is not Ellipsis:
+            raise _Invalid(f"expected {_describe(hint)}")
+        try:
+            return tuple(_check(item, args[0]) for item in value)
+        except _Invalid:
+            raise _Invalid(f"expected {_describe(hint)}") from None
+    if hint is type(None):
+        if value is None:
+            return None
+        raise _Invalid("expected null")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise _Invalid(f"the schema type {hint!r} is not supported by the settings store")
+    raise _Invalid(f"expected {_describe(hint)}")
+
+
+def _describe(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_describe(typing.get_args(hint)[0])}s"
+    names = {bool: "true/false", int: "a whole number", float: "a number", str: "text"}
+    return names.get(hint, str(hint))
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
