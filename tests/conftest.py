@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# Widgets render offscreen: CI has no display (and a developer's desktop stays untouched).
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
