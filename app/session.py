@@ -280,6 +280,8 @@ class ConversationSession:
                 action()
             if audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is False:
                 self._audio_error = self._audio_error or "the audio device could not be opened"
+            for warning in getattr(audio, "warnings", ()):  # e.g. a saved device is gone
+                self._notice(str(warning), "warning")
             self._status = SessionStatus(model=checkpoint.manifest.display_name,
                                          device=str(checkpoint.device),
                                          dtype=str(checkpoint.dtype).removeprefix("torch."),

@@ -90,3 +90,40 @@ def test_an_unreachable_llm_is_a_notice_and_the_conversation_goes_on(tiny_folder
     frames_before = len(source.played)
     recorder.wait(lambda: len(source.played) > frames_before + 3)  # still talking
     assert session.stop()
+
+
+class FailingSource(FileAudioSource):
+    """A source whose device 'disappears' once: it reports through on_error like LiveAudio."""
+
+    def __init__(self, pcm) -> None:
+        super().__init__(pcm)
+        self.on_error = None
+
+    def fail(self, message: str) -> None:
+        self.on_error(message)
+
+
+def test_an_audio_failure_pauses_and_resume_continues_the_same_conversation(tiny_folder,
+                                                                          data_dir):
+    sources: list[FailingSource] = []
+
+    def audio(_settings):
+        sources.append(FailingSource(np.zeros(2400, np.float32)))
+        return sources[-1]
+
+    recorder = Recorder()
+    settings = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none"))
+    session = ConversationSession(settings, recorder, audio, CheckpointCache())
+    session.start()
+    recorder.wait(lambda: ("running", "Listening") in recorder.states)
+    sources[0].fail("device unplugged")
+    recorder.wait(lambda: any(s == "paused" for s, _ in recorder.states))
+    assert session.paused and session.running  # the model and its context are kept
+    assert any("device unplugged" in e.text for e in recorder.of("notice"))
+    session.inject_text("kept while paused", "typed")
+    session.resume()
+    recorder.wait(lambda: recorder.states[-1] == ("running", "Listening"))
+    assert len(sources) == 2  # the devices were opened again
+    recorder.wait(lambda: any(e.source == "typed" and e.final for e in recorder.of("span")))
+    assert session.stop()

@@ -19,7 +19,12 @@ import torch
 from moshi.models import LMModel, MimiModel, loaders
 
 from app.checkpoints.catalog import CatalogError
-from app.checkpoints.loader import CheckpointMissingError, parse_dtype
+from app.checkpoints.loader import (
+    CheckpointMissingError,
+    file_names,
+    info_from_local_files,
+    runtime_dtype,
+)
 from app.paths import CATALOG_DIR, checkpoints_dir
 
 STT_CATALOG_DIR = CATALOG_DIR / "stt"
@@ -152,28 +157,14 @@ def stt_checkpoint_info(manifest: SttManifest, folder: Path) -> loaders.Checkpoi
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise CheckpointMissingError(f"{config_path} is not valid JSON ({exc})") from exc
-    names = {
-        "moshi": config.get("moshi_name", loaders.MOSHI_NAME),
-        "mimi": config.get("mimi_name", loaders.MIMI_NAME),
-        "tokenizer": config.get("tokenizer_name", loaders.TEXT_TOKENIZER_NAME),
-    }
-    if config.get("mimi_config_name"):
-        names["mimi_config"] = config["mimi_config_name"]
+    names = file_names(config)
     missing = [name for name in names.values() if not (folder / name).is_file()]
     if missing:
         raise CheckpointMissingError(
             f"STT model {manifest.id!r} in {folder} is missing {', '.join(missing)}; "
             f"{_how_to_get(manifest)}"
         )
-    # Paths (not strings) everywhere: moshi's hf_get returns a Path as-is, never downloads.
-    return loaders.CheckpointInfo.from_hf_repo(
-        manifest.hf_repo or "local",
-        moshi_weights=folder / names["moshi"],
-        mimi_weights=folder / names["mimi"],
-        tokenizer=folder / names["tokenizer"],
-        config_path=config_path,
-        mimi_config_path=folder / names["mimi_config"] if "mimi_config" in names else None,
-    )
+    return info_from_local_files(folder, names, config_path, manifest.hf_repo)
 
 
 def load_stt(
@@ -190,9 +181,7 @@ def load_stt(
         )
     device = torch.device(device)
     if dtype is None:
-        dtype = parse_dtype(manifest.dtype)
-        if device.type == "cpu" and dtype != torch.float32:
-            dtype = torch.float32  # bf16 matmuls on CPU are slow and gain nothing here
+        dtype = runtime_dtype(manifest.dtype, device)
     heads: EndOfSpeechHeads | None = None
     declared = int((info.lm_config or {}).get("extra_heads_num_heads", 0))
     eos = manifest.end_of_speech

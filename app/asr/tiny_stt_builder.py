@@ -19,7 +19,11 @@ import torch
 from moshi.models import loaders
 from safetensors.torch import save_file
 
-from app.checkpoints.tiny_builder import _train_tokenizer, tiny_mimi_config
+from app.checkpoints.tiny_builder import (
+    contiguous_state,
+    tiny_mimi_config,
+    train_tokenizer_in_child,
+)
 
 CONFIG_FILE = "config.json"
 MOSHI_FILE = "model.safetensors"
@@ -68,10 +72,6 @@ def tiny_stt_lm_config() -> dict:
     }
 
 
-def _contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
-
-
 def build_tiny_stt(folder: Path, seed: int = 1234) -> Path:
     """Write the tiny STT checkpoint into `folder` (replaced if present). Returns the folder.
 
@@ -83,16 +83,16 @@ def build_tiny_stt(folder: Path, seed: int = 1234) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
 
-    _train_tokenizer(staging / TOKENIZER_FILE, TINY_STT_TEXT_VOCAB, seed)
+    train_tokenizer_in_child(staging / TOKENIZER_FILE, TINY_STT_TEXT_VOCAB, seed)
 
     lm_config = tiny_stt_lm_config()
     mimi_config = tiny_stt_mimi_config()
     torch.manual_seed(seed)
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_config, device="cpu", dtype=torch.float32)
-    save_file(_contiguous_state(lm), str(staging / MOSHI_FILE))
+    save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
     torch.manual_seed(seed + 1)
     mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=TINY_STT_CODEBOOKS)
-    save_file(_contiguous_state(mimi), str(staging / MIMI_FILE))
+    save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
     (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
 
     config = dict(lm_config)

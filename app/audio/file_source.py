@@ -23,6 +23,7 @@ class FileAudioSource:
         self._pcm = np.asarray(pcm, dtype=np.float32)
         self.muted = False
         self.played: collections.deque[np.ndarray] = collections.deque(maxlen=keep_played_frames)
+        self.played_count = 0  # every frame played, beyond the bounded `played` window
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._mic_db = -120.0
@@ -61,6 +62,7 @@ class FileAudioSource:
     def play(self, frame: np.ndarray) -> None:
         self._speaker_db = self._db(frame)
         self.played.append(frame)
+        self.played_count += 1
 
     def levels(self) -> tuple[float, float]:
         return self._mic_db, self._speaker_db

@@ -80,7 +80,7 @@ def run_soak_bench(minutes: float = 10.0, model_id: str = "tiny") -> dict:
     return {
         "minutes": minutes,
         "model": model_id,
-        "frames_played": len(source.played),
+        "frames_played": source.played_count,
         "dropped_frames": status.dropped_frames if status else None,
         "spans_injected": listener.spans,
         "frame_ms_median": round(statistics.median(frames), 3) if frames else None,

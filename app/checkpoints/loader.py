@@ -65,6 +65,44 @@ def _config(folder: Path) -> dict | None:
         raise CheckpointMissingError(f"{path} is not valid JSON ({exc})") from exc
 
 
+def file_names(config: dict) -> dict[str, str]:
+    """The files a checkpoint's config.json names (moshi's defaults where it names none)."""
+    names = {
+        "moshi": config.get("moshi_name", loaders.MOSHI_NAME),
+        "mimi": config.get("mimi_name", loaders.MIMI_NAME),
+        "tokenizer": config.get("tokenizer_name", loaders.TEXT_TOKENIZER_NAME),
+    }
+    if config.get("mimi_config_name"):
+        names["mimi_config"] = config["mimi_config_name"]
+    if config.get("lora_name"):
+        names["lora"] = config["lora_name"]
+    return names
+
+
+def info_from_local_files(folder: Path, names: dict[str, str], config_path: Path,
+                          hf_repo: str | None) -> loaders.CheckpointInfo:
+    """moshi's CheckpointInfo from files already on disk. Paths (never strings) everywhere:
+    moshi's hf_get returns a Path as it is and never downloads it."""
+    def path(role: str) -> Path | None:
+        return folder / names[role] if role in names else None
+
+    return loaders.CheckpointInfo.from_hf_repo(
+        hf_repo or "local",
+        moshi_weights=path("moshi"),
+        mimi_weights=path("mimi"),
+        tokenizer=path("tokenizer"),
+        config_path=config_path,
+        mimi_config_path=path("mimi_config"),
+        lora_weights=path("lora"),
+    )
+
+
+def runtime_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The manifest's dtype, except on the CPU: bf16 matmuls there are slow and gain nothing."""
+    dtype = parse_dtype(name)
+    return torch.float32 if device.type == "cpu" and dtype != torch.float32 else dtype
+
+
 def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.CheckpointInfo:
     """Resolve the checkpoint's files in `folder` into moshi's CheckpointInfo."""
     folder = Path(folder) if folder is not None else manifest.default_folder()
@@ -82,15 +120,7 @@ def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.C
             "tokenizer": manifest.files.get("tokenizer", loaders.TEXT_TOKENIZER_NAME),
         }
     else:
-        names = {
-            "moshi": config.get("moshi_name", loaders.MOSHI_NAME),
-            "mimi": config.get("mimi_name", loaders.MIMI_NAME),
-            "tokenizer": config.get("tokenizer_name", loaders.TEXT_TOKENIZER_NAME),
-        }
-        if config.get("mimi_config_name"):
-            names["mimi_config"] = config["mimi_config_name"]
-        if config.get("lora_name"):
-            names["lora"] = config["lora_name"]
+        names = file_names(config)
     required = dict(names)
     if random_weights:
         required.pop("moshi")
@@ -107,15 +137,7 @@ def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.C
             mimi_weights=folder / names["mimi"],
             tokenizer=folder / names["tokenizer"],
         )
-    return loaders.CheckpointInfo.from_hf_repo(
-        manifest.hf_repo or "local",
-        moshi_weights=folder / names["moshi"],
-        mimi_weights=folder / names["mimi"],
-        tokenizer=folder / names["tokenizer"],
-        config_path=folder / "config.json",
-        mimi_config_path=folder / names["mimi_config"] if "mimi_config" in names else None,
-        lora_weights=folder / names["lora"] if "lora" in names else None,
-    )
+    return info_from_local_files(folder, names, folder / "config.json", manifest.hf_repo)
 
 
 def ensure_built(manifest: Manifest, folder: Path | None = None) -> Path:
@@ -143,9 +165,7 @@ def load_checkpoint(
     info = checkpoint_info(manifest, folder)
     device = torch.device(device)
     if dtype is None:
-        dtype = parse_dtype(manifest.sampling.dtype)
-        if device.type == "cpu" and dtype != torch.float32:
-            dtype = torch.float32  # bf16 matmuls on CPU are slow and gain nothing here
+        dtype = runtime_dtype(manifest.sampling.dtype, device)
     random_weights = bool(info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER))
     if random_weights:
         # Random weights of the real architecture: moshi's loaders with no weight file.

@@ -120,7 +120,7 @@ def tiny_lm_config() -> dict:
     }
 
 
-def _train_tokenizer(out: Path, vocab_size: int, seed: int) -> None:
+def train_tokenizer_in_child(out: Path, vocab_size: int, seed: int) -> None:
     # In a child process: SentencePiece training leaves threads that slow torch here.
     cmd = [
         sys.executable, "-m", "app.checkpoints.tokenizer_trainer",
@@ -132,7 +132,7 @@ def _train_tokenizer(out: Path, vocab_size: int, seed: int) -> None:
         raise RuntimeError(f"tokenizer training failed: {result.stderr.strip()[-500:]}")
 
 
-def _contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+def contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
 
 
@@ -155,16 +155,16 @@ def build_tiny(folder: Path, seed: int = 1234) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
 
-    _train_tokenizer(staging / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
+    train_tokenizer_in_child(staging / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
 
     lm_config = tiny_lm_config()
     mimi_config = tiny_mimi_config()
     torch.manual_seed(seed)
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_config, device="cpu", dtype=torch.float32)
-    save_file(_contiguous_state(lm), str(staging / MOSHI_FILE))
+    save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
     torch.manual_seed(seed + 1)
     mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=8)
-    save_file(_contiguous_state(mimi), str(staging / MIMI_FILE))
+    save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
     (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
 
     config = dict(lm_config)
@@ -193,7 +193,7 @@ def build_moshi_7b_random(folder: Path, seed: int = 1234) -> Path:
     """Write config.json (moshi's Moshi 7B architecture) and a small tokenizer."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    _train_tokenizer(folder / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
+    train_tokenizer_in_child(folder / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
     config = dict(loaders._lm_kwargs)  # moshi's own 7B configuration
     config.update(
         {

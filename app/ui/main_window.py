@@ -98,7 +98,7 @@ class MainWindow(QMainWindow):
     # PySide can crash delivering a cross-thread signal to an undecorated method.
     @Slot(str, str)
     def _show_state(self, state: str, detail: str) -> None:
-        self.status_line.show_state(detail)
+        self.status_line.show_state(detail, busy=state in ("loading", "stopping"))
         running = state in ("loading", "running")
         self.start_action.setText("Stop" if running else "Resume" if state == "paused"
                                   else "Start")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.session import SessionStatus
 
@@ -16,12 +16,19 @@ class StatusLine(QStatusBar):
         self.context = QLabel("")
         self.llm = QLabel("LLM: off")
         self.audio = QLabel("")
+        self.busy = QProgressBar(self)  # indeterminate while a model loads and warms up
+        self.busy.setRange(0, 0)
+        self.busy.setFixedWidth(120)
+        self.busy.setFixedHeight(12)
+        self.busy.hide()
+        self.addWidget(self.busy)
         self.addWidget(self.state, 1)
         for label in (self.model, self.frame, self.context, self.llm, self.audio):
             self.addPermanentWidget(label)
 
-    def show_state(self, text: str) -> None:
+    def show_state(self, text: str, busy: bool = False) -> None:
         self.state.setText(text)
+        self.busy.setVisible(busy)
 
     def show_status(self, status: SessionStatus) -> None:
         self.model.setText(f"{status.model} · {status.device} · {status.dtype}")
