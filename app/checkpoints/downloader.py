@@ -594,7 +594,16 @@ def _is_absent(exc: BaseException) -> bool:
 
 
 def _short(exc: BaseException) -> str:
+    """A few words a person can act on, not urllib3's nested retry report."""
     text = " ".join(str(exc).split()) or type(exc).__name__
+    lowered = text.lower()
+    if "nameresolution" in lowered or "name or service not known" in lowered or (
+            "temporary failure in name resolution" in lowered):
+        return "the name could not be resolved: no network or no DNS"
+    if "connection refused" in lowered:
+        return "the connection was refused"
+    if "timed out" in lowered or "timeout" in lowered:
+        return "the connection timed out"
     return text if len(text) <= 200 else text[:197] + "…"
 
 

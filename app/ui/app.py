@@ -68,6 +68,10 @@ def run_app(screenshot: Path | None = None) -> int:
     controller = ConversationController(_live_audio_factory)
     window = Window(controller, settings)
     _install_error_hooks(window)
+    controller.notice(
+        f"Press Start (Ctrl+Enter) to talk to {settings.speech.model_id}. Type below to ask "
+        "the assistant, or paste or drop a text to have it read. Settings choose the model, "
+        "the audio devices and the LLM.", "info")
     if notice:
         controller.notice(notice, "warning")
 
