@@ -48,6 +48,9 @@ def run_injection_bench(
 ) -> dict:
     manifest = get_manifest(model_id)
     torch_device = choose_device(device)
+    if manifest.builder == "moshi-7b-random" and torch_device.type == "cpu":
+        raise ValueError(f"{model_id} is for timing on a GPU (two copies of about 16 GB in "
+                         "bf16); no GPU was found here")
     checkpoint = load_checkpoint(
         manifest, ensure_built(manifest), torch_device, parse_dtype(dtype) if dtype else None
     )
