@@ -26,7 +26,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 STAMP="$VENV/.contextspan-setup"
-WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)-${1:-app}"
+WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)-${1:-app}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     EXTRAS=""
     [ "${1:-app}" = "dev" ] && EXTRAS="[dev]"

@@ -158,6 +158,11 @@ def load_catalog(folder: Path = CATALOG_DIR) -> dict[str, Manifest]:
         if manifest.id in catalog:
             raise CatalogError(f"{path.name}: model id {manifest.id!r} is used twice")
         catalog[manifest.id] = manifest
+    if folder == CATALOG_DIR:
+        # Checkpoints the user trained (app/training) are catalog entries like any other.
+        from app.training.user_catalog import load_user_manifests
+
+        catalog |= {k: v for k, v in load_user_manifests().items() if k not in catalog}
     return catalog
 
 

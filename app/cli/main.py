@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", parser_class=OneLineErrorParser)
 
     commands.add_parser("models", help="list the model catalog")
+    commands.add_parser("train", help="fine-tune a checkpoint on span-injected conversations "
+                                      "(python main.py train --help)")
 
     build = commands.add_parser(
         "build", help="build a random-weight checkpoint (tiny, moshi-7b-random)"
@@ -235,6 +237,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "train":  # its own parser: python main.py train --help
+        from app.training.cli import main_train
+
+        try:
+            return main_train(argv[1:])
+        except Exception as exc:  # one line, like every other command
+            print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}",
+                  file=sys.stderr)
+            return EXIT_FAILURE
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
