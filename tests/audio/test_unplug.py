@@ -1,0 +1,97 @@
+"""A device that disappears mid-conversation pauses it with a message; Resume continues.
+
+The virtual sound card's null sink is unloaded while a live session runs (real PortAudio
+streams), then loaded again."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from app.audio.live_audio import LiveAudio
+from app.bench.audio_bench import NULL_SINK
+from app.session import CheckpointCache, ConversationSession
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.states: list[tuple[str, str]] = []
+        self.notices: list[str] = []
+        self.changed = threading.Condition()
+
+    def on_state(self, state, detail):
+        with self.changed:
+            self.states.append((state, detail))
+            self.changed.notify_all()
+
+    def on_entry(self, entry):
+        if entry.kind == "notice":
+            with self.changed:
+                self.notices.append(entry.text)
+                self.changed.notify_all()
+
+    def on_status(self, status):
+        pass
+
+    def wait(self, predicate, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"timed out; states {self.states}"
+                self.changed.wait(remaining)
+
+
+def _pactl(*args: str) -> str:
+    return subprocess.run(["pactl", *args], check=True, capture_output=True, text=True,
+                          timeout=10).stdout
+
+
+def _unload_null_sinks() -> None:
+    for line in _pactl("list", "short", "modules").splitlines():
+        if "module-null-sink" in line and f"sink_name={NULL_SINK}" in line:
+            _pactl("unload-module", line.split()[0])
+
+
+def _load_null_sink() -> None:
+    _pactl("load-module", "module-null-sink", f"sink_name={NULL_SINK}", "rate=24000",
+           "channels=1")
+    _pactl("set-default-sink", NULL_SINK)
+    _pactl("set-default-source", f"{NULL_SINK}.monitor")
+
+
+def test_unplugging_pauses_the_conversation_and_resume_continues(null_sink, tiny_folder,
+                                                                 data_dir):
+    opened: list[LiveAudio] = []
+
+    def audio(settings):
+        opened.append(LiveAudio(echo_mode="headset"))
+        return opened[-1]
+
+    recorder = Recorder()
+    settings = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none"))
+    session = ConversationSession(settings, recorder, audio, CheckpointCache())
+    session.start()
+    try:
+        recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
+        deadline = time.monotonic() + 15
+        while opened[0].counters()["frames_captured"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened[0].counters()["frames_captured"] >= 5
+        _unload_null_sinks()  # the "device" is gone
+        recorder.wait(lambda: any(state == "paused" for state, _ in recorder.states))
+        assert session.running and session.paused  # paused, not dead: the context is kept
+        assert any("paused" in text for text in recorder.notices)
+        _load_null_sink()  # plugged back in
+        session.resume()
+        recorder.wait(lambda: recorder.states[-1] == ("running", "Listening"))
+        assert len(opened) == 2
+        deadline = time.monotonic() + 15
+        while opened[1].counters()["frames_captured"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened[1].counters()["frames_captured"] >= 5
+    finally:
+        assert session.stop()
