@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 
 from app.checkpoints.tiny_builder import (
     contiguous_state,
+    initialise_codebooks,
     tiny_mimi_config,
     train_tokenizer_in_child,
 )
@@ -92,6 +93,7 @@ def build_tiny_stt(folder: Path, seed: int = 1234) -> Path:
     save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
     torch.manual_seed(seed + 1)
     mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=TINY_STT_CODEBOOKS)
+    initialise_codebooks(mimi, torch.Generator().manual_seed(seed + 2))
     save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
     (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
 

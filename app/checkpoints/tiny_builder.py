@@ -136,6 +136,58 @@ def contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
 
 
+def _varied_audio(generator: torch.Generator, seconds: float = 4.0) -> torch.Tensor:
+    """Tones of many pitches, noise bursts and silence: material for the codebooks."""
+    rate, frame = 24000, 1920
+    pieces = []
+    for _ in range(int(seconds * rate / frame)):
+        kind = int(torch.randint(0, 3, (1,), generator=generator))
+        t = torch.arange(frame) / rate
+        if kind == 0:
+            pitch = 80.0 + 900.0 * float(torch.rand(1, generator=generator))
+            pieces.append(0.4 * torch.sin(2 * math.pi * pitch * t))
+        elif kind == 1:
+            pieces.append(0.2 * torch.randn(frame, generator=generator))
+        else:
+            pieces.append(torch.zeros(frame))
+    return torch.cat(pieces)[None, None]  # [1, 1, T]
+
+
+@torch.no_grad()
+def initialise_codebooks(mimi: torch.nn.Module, generator: torch.Generator) -> None:
+    """Seed a random Mimi's codebooks from its own latents, like k-means would start.
+
+    moshi builds codebooks as zeros, to be filled by k-means in training: left so, every
+    frame quantizes to code 0 and the tiny model never hears the user. Each codebook (in
+    residual order) gets vectors drawn from the inputs it actually sees on varied audio,
+    so different sounds give different codes.
+    """
+    from moshi.quantization.core_vq import EuclideanCodebook
+
+    codebooks = [m for m in mimi.modules() if isinstance(m, EuclideanCodebook)]
+    audio = _varied_audio(generator)
+    original = EuclideanCodebook._quantize
+    for target in codebooks:
+        seen: dict[int, torch.Tensor] = {}
+
+        def capture(self, x, seen=seen):
+            seen.setdefault(id(self), x.detach().clone())  # [N, D]
+            return original(self, x)
+
+        EuclideanCodebook._quantize = capture
+        try:
+            mimi.encode(audio)
+        finally:
+            EuclideanCodebook._quantize = original
+        latents = seen[id(target)]
+        rows = torch.randint(0, latents.shape[0], (target.codebook_size,), generator=generator)
+        jitter = 1e-3 * torch.randn(target.embedding_sum.shape, generator=generator)
+        target.embedding_sum.copy_(latents[rows] + jitter)
+        target.cluster_usage.fill_(1.0)
+        target._initialized.fill_(1.0)
+        target._embedding = None  # drop the cached (zero) embedding
+
+
 def _voice_prompt_wave(seconds: float = 1.6, sample_rate: int = 24000) -> np.ndarray:
     """A vowel-like harmonic tone with a slow pitch glide: the tiny persona's 'voice'."""
     t = np.arange(int(seconds * sample_rate)) / sample_rate
@@ -164,6 +216,7 @@ def build_tiny(folder: Path, seed: int = 1234) -> Path:
     save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
     torch.manual_seed(seed + 1)
     mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=8)
+    initialise_codebooks(mimi, torch.Generator().manual_seed(seed + 2))
     save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
     (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
 
