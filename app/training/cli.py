@@ -36,6 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--id", default="tiny-span-trained", help="catalog id of the result")
     smoke.add_argument("--seed", type=int, default=0)
     smoke.add_argument("--no-save", action="store_true", help="train only, save nothing")
+    from app.training.recipe import add_arguments as add_recipe_arguments
+
+    add_recipe_arguments(commands.add_parser(
+        "recipe",
+        help="build spoken dialogues with facts (espeak-ng, the model's Mimi), inject the "
+             "facts as spans and fine-tune (LoRA for 7B); see README 'Span-aware fine-tuning'",
+    ))
+    from app.training.span_proxy import add_arguments as add_span_proxy_arguments
+
+    add_span_proxy_arguments(commands.add_parser(
+        "span-proxy",
+        help="the proof on a tiny model: train it to read key-value facts from injected "
+             "spans, evaluate through LMGen and the span injector; prints one JSON object",
+    ))
     return parser
 
 
@@ -73,7 +87,16 @@ def _tiny_smoke(args: argparse.Namespace) -> dict:
 def main_train(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     try:
-        report = _tiny_smoke(args)
+        if args.command == "recipe":
+            from app.training.recipe import run_from_args
+
+            report = run_from_args(args)
+        elif args.command == "span-proxy":
+            from app.training.span_proxy import run_from_args as run_span_proxy
+
+            report = run_span_proxy(args)
+        else:
+            report = _tiny_smoke(args)
     except Exception as exc:  # one line, never a traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
