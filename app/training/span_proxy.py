@@ -15,7 +15,9 @@ The model's own audio codes are teacher-forced with random codes through LMGen's
 audio codes too), which also keeps a step at a few milliseconds.
 
 The model is the catalog's tiny architecture with a smaller context (`PROXY_CONTEXT`), so
-that a conversation wraps the attention rings after a few hundred frames: cheap on a CPU.
+that a conversation wraps the attention rings after a few hundred frames: cheap on a CPU,
+and a 10x longer RoPE period (`PROXY_MAX_PERIOD`), which carries reading to 4x the trained
+span-to-question distance.
 Training is a curriculum: short one-episode conversations first (cheap steps: reading is
 learnt there), then conversations whose second episode is deep (it follows a gap of about
 the context, so its window holds only conversation, no sequence start, no earlier span).
@@ -52,6 +54,9 @@ from app.training.span_layout import SpanInsert, build_layout
 from app.training.trainer import TrainingExample, stack_layouts
 
 PROXY_CONTEXT = 128  # positions: the window wraps after ~10 s of frames
+# RoPE's longest period: 10x the tiny's 10000. With it the model reads a span 4x farther
+# than trained at 0.98 exact match (0.79 with 10000, same budget).
+PROXY_MAX_PERIOD = 100_000
 QUESTION_FRAMES = 2  # the key's code pattern lasts this many user frames
 VALUE_WORDS = 2  # a value is two words, one token each
 MAX_DISTANCE = 24  # frames from the span to the question, the largest seen in training
@@ -61,15 +66,17 @@ _NOT_VALUES = set(KEY_WORDS) | {"is", "system", "the", "a", "an", "and", "of", "
 OTHER_FRAMES_WEIGHT = 0.1  # loss weight of the silent (padding) frames against the answers
 
 
-def proxy_lm_config(context: int = PROXY_CONTEXT) -> dict:
-    """The catalog tiny's architecture (17 streams, the real delays), smaller context."""
-    return tiny_lm_config() | {"context": context}
+def proxy_lm_config(context: int = PROXY_CONTEXT, max_period: int = PROXY_MAX_PERIOD) -> dict:
+    """The catalog tiny's architecture (17 streams, the real delays, its sizes) with a
+    smaller context and a longer RoPE period."""
+    return tiny_lm_config() | {"context": context, "max_period": max_period}
 
 
-def build_proxy_lm(seed: int, context: int = PROXY_CONTEXT) -> LMModel:
+def build_proxy_lm(seed: int, context: int = PROXY_CONTEXT,
+                   max_period: int = PROXY_MAX_PERIOD) -> LMModel:
     torch.manual_seed(seed)
     return loaders.get_moshi_lm(
-        None, lm_kwargs=proxy_lm_config(context), device="cpu", dtype=torch.float32
+        None, lm_kwargs=proxy_lm_config(context, max_period), device="cpu", dtype=torch.float32
     )
 
 
@@ -450,13 +457,13 @@ def load_average() -> list[float]:
 
 def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, max_seconds: float,
               max_steps: int, batch_size: int, lr: float, pairs: Sequence[int], episodes: int,
-              values: int = 64, deep_from: float = 0.6,
+              values: int = 64, deep_from: float = 0.6, max_period: int = PROXY_MAX_PERIOD,
               questions: int, seed: int, threads: int | None, deep: bool = True,
               multi_pairs: Sequence[int] = (2, 4)) -> dict:
     if threads:
         torch.set_num_threads(threads)
     load_start = load_average()
-    lm = build_proxy_lm(seed)
+    lm = build_proxy_lm(seed, max_period=max_period)
     task = ProxyTask(sp, lm.card, lm.text_padding_token_id, wrapping, max_span_tokens, seed,
                      values)
     shallow = proxy_batches(task, batch_size, pairs, 1, seed)
@@ -464,8 +471,9 @@ def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, max_sec
     trained = train_proxy(lm, shallow, deep_batches, max_steps, max_seconds, lr, deep_from)
     window = max(1, min(20, trained.steps // 4))
     report = {
-        "model": {"config": "catalog tiny architecture, context " + str(lm.context),
+        "model": {"config": "catalog tiny architecture; context and RoPE period changed",
                   "dim": lm.dim, "layers": len(lm.transformer.layers),
+                  "rope_max_period": proxy_lm_config(max_period=max_period)["max_period"],
                   "params": sum(p.numel() for p in lm.parameters()), "context": lm.context},
         "task": {"keys": len(KEY_WORDS), "values": len(task.value_words),
                  "value_words": VALUE_WORDS, "question_frames": QUESTION_FRAMES,
@@ -510,6 +518,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--multi-pairs", default="2,4", help="facts per span to evaluate")
     parser.add_argument("--no-deep", action="store_true", help="skip the deep measurement")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
+    parser.add_argument("--max-period", type=int, default=PROXY_MAX_PERIOD,
+                        help="RoPE max period of the proxy LM (the catalog tiny's: 10000)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -525,7 +535,7 @@ def run_from_args(args: argparse.Namespace) -> dict:
         checkpoint.tokenizer, manifest.span_wrapping, max_span_tokens=manifest.max_span_tokens,
         max_seconds=args.seconds, max_steps=args.steps, batch_size=args.batch_size,
         lr=args.lr, pairs=_int_list(args.pairs), episodes=args.episodes, values=args.values,
-        deep_from=args.deep_from,
+        deep_from=args.deep_from, max_period=args.max_period,
         questions=args.questions, seed=args.seed, threads=args.threads or None,
         deep=not args.no_deep, multi_pairs=_int_list(args.multi_pairs),
     )
