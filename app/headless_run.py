@@ -88,13 +88,10 @@ def _build_backend(config: ConversationConfig):
 
 def _build_asr(config: ConversationConfig, device):
     from app.asr.asr_thread import AsrOptions, StreamingAsr
-    from app.asr.stt_catalog import get_stt_manifest, load_stt
-    from app.asr.tiny_stt_builder import build_tiny_stt
+    from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
 
     manifest = get_stt_manifest(config.asr_model or "")
-    folder = manifest.default_folder()
-    if manifest.source_kind == "built" and not (folder / "config.json").is_file():
-        build_tiny_stt(folder)  # seconds; the real STT is downloaded by the app
+    folder = ensure_stt_built(manifest)
     stt = load_stt(manifest, folder, device)
     return StreamingAsr(stt, AsrOptions(force_vad=config.force_vad))
 

@@ -116,15 +116,10 @@ def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice)
         return None, orchestrator
     try:
         from app.asr.asr_thread import AsrOptions, StreamingAsr
-        from app.asr.stt_catalog import get_stt_manifest, load_stt
+        from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
 
         manifest = get_stt_manifest(llm.stt_model)
-        folder = manifest.default_folder()
-        if manifest.source_kind == "built" and not (folder / "config.json").is_file():
-            from app.asr.tiny_stt_builder import build_tiny_stt
-
-            build_tiny_stt(folder)
-        asr = StreamingAsr(load_stt(manifest, folder, device),
+        asr = StreamingAsr(load_stt(manifest, ensure_stt_built(manifest), device),
                            AsrOptions(force_vad=llm.end_of_turn == "vad"))
     except Exception as exc:  # speech recognition is optional: typing still reaches the LLM
         notice(f"Speech recognition is off ({exc}); typed questions still reach the LLM.",

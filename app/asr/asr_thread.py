@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 from app.asr.events import AsrError, AsrEvent, AsrFinal, AsrPartial, AsrWord
-from app.asr.kyutai_stt import FRAME_SAMPLES, KyutaiStreamingStt
+from app.asr.kyutai_stt import KyutaiStreamingStt
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
 from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
+from app.frame_worker import END_OF_INPUT, FrameWorker
 
 log = logging.getLogger(__name__)
 
-_END_OF_INPUT = object()
 
 
 @dataclass(frozen=True)
@@ -38,45 +38,20 @@ class AsrOptions:
     input_queue_frames: int = 25  # 2 s of audio
 
 
-class StreamingAsr:
+class StreamingAsr(FrameWorker):
     def __init__(self, stt: LoadedStt, options: AsrOptions | None = None) -> None:
-        self.stt = stt
         self.options = options or AsrOptions()
+        super().__init__(self.options.input_queue_frames, "streaming-asr")
+        self.stt = stt
         use_stt = stt.end_of_speech is not None and not self.options.force_vad
         self.end_of_turn_by = "stt" if use_stt else "vad"
         self.events: queue.SimpleQueue[AsrEvent] = queue.SimpleQueue()
-        self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.ready = threading.Event()
-        self.dropped_frames = 0
         self.frames_done = 0
         self._words: list[AsrWord] = []  # the utterance so far
         self._above = 0  # consecutive frames with the end-of-speech head above threshold
 
     # ---- any thread -------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("an ASR thread runs once; make a new one to start again")
-        self._thread = threading.Thread(target=self._run, name="streaming-asr", daemon=True)
-        self._thread.start()
-
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
-        frame and counts it; a file feeder passes a timeout and waits for room."""
-        if pcm.shape != (FRAME_SAMPLES,):
-            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        frame = np.asarray(pcm, dtype=np.float32)
-        try:
-            if timeout == 0:
-                self._input.put_nowait(frame)
-            else:
-                self._input.put(frame, timeout=timeout)
-            return True
-        except queue.Full:
-            self.dropped_frames += 1
-            return False
 
     def finish_input(self, timeout: float = 10.0) -> None:
         """No more frames: the thread drains the queue, flushes the last words, and ends.
@@ -84,22 +59,7 @@ class StreamingAsr:
         The end of input is not an end of turn: an utterance still open gets its words,
         but no AsrFinal (pad a file with silence to have its last turn ended).
         """
-        self._input.put(_END_OF_INPUT, timeout=timeout)
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop now (queued frames are dropped) and wait. True when the thread has ended."""
-        self._stop.set()
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        super().finish_input(timeout)
 
     # ---- ASR thread -------------------------------------------------------------------
 
@@ -127,11 +87,10 @@ class StreamingAsr:
         threshold = eos.threshold if opts.eos_threshold is None else opts.eos_threshold
         hold = max(1, eos.hold_frames if opts.eos_hold_frames is None else opts.eos_hold_frames)
         while not self._stop.is_set():
-            try:
-                item = self._input.get(timeout=0.05)
-            except queue.Empty:
+            item = self._next_frame()
+            if item is None:
                 continue
-            if item is _END_OF_INPUT:
+            if item is END_OF_INPUT:
                 self._add_words(stt.flush())
                 return
             pcm: np.ndarray = item  # type: ignore[assignment]

@@ -167,6 +167,17 @@ def stt_checkpoint_info(manifest: SttManifest, folder: Path) -> loaders.Checkpoi
     return info_from_local_files(folder, names, config_path, manifest.hf_repo)
 
 
+def ensure_stt_built(manifest: SttManifest) -> Path:
+    """The STT's folder, building a `built` checkpoint (tiny-stt, seconds) if it is missing.
+    Real STT checkpoints are downloaded by the app, never here."""
+    folder = manifest.default_folder()
+    if manifest.source_kind == "built" and not (folder / "config.json").is_file():
+        from app.asr.tiny_stt_builder import build_tiny_stt
+
+        build_tiny_stt(folder)
+    return folder
+
+
 def load_stt(
     manifest: SttManifest,
     folder: Path | None = None,

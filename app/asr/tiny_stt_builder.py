@@ -11,26 +11,12 @@ few hundred K parameters, so tests load it through the same loader as the real o
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-import torch
-from moshi.models import loaders
-from safetensors.torch import save_file
-
 from app.checkpoints.tiny_builder import (
-    contiguous_state,
-    initialise_codebooks,
     tiny_mimi_config,
-    train_tokenizer_in_child,
+    write_random_checkpoint,
 )
-
-CONFIG_FILE = "config.json"
-MOSHI_FILE = "model.safetensors"
-MIMI_FILE = "mimi.safetensors"
-MIMI_CONFIG_FILE = "mimi_config.json"
-TOKENIZER_FILE = "tokenizer.model"
 
 TINY_STT_TEXT_VOCAB = 400
 TINY_STT_AUDIO_BINS = 64
@@ -79,31 +65,14 @@ def build_tiny_stt(folder: Path, seed: int = 1234) -> Path:
     Runs SentencePiece training in a child process, so call it from a process that may
     spawn one (not a test process that then runs torch: see app.checkpoints.tiny_builder).
     """
-    folder = Path(folder)
-    staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-
-    train_tokenizer_in_child(staging / TOKENIZER_FILE, TINY_STT_TEXT_VOCAB, seed)
-
-    lm_config = tiny_stt_lm_config()
-    mimi_config = tiny_stt_mimi_config()
-    torch.manual_seed(seed)
-    lm = loaders.get_moshi_lm(None, lm_kwargs=lm_config, device="cpu", dtype=torch.float32)
-    save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
-    torch.manual_seed(seed + 1)
-    mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=TINY_STT_CODEBOOKS)
-    initialise_codebooks(mimi, torch.Generator().manual_seed(seed + 2))
-    save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
-    (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
-
-    config = dict(lm_config)
-    config.update(
-        {
-            "moshi_name": MOSHI_FILE,
-            "mimi_name": MIMI_FILE,
-            "mimi_config_name": MIMI_CONFIG_FILE,
-            "tokenizer_name": TOKENIZER_FILE,
+    return write_random_checkpoint(
+        folder,
+        lm_config=tiny_stt_lm_config(),
+        mimi_config=tiny_stt_mimi_config(),
+        num_codebooks=TINY_STT_CODEBOOKS,
+        text_vocab=TINY_STT_TEXT_VOCAB,
+        seed=seed,
+        config_extra={
             "model_type": "stt",
             "lm_gen_config": {"temp": 0.0, "temp_text": 0.0, "top_k": 250, "top_k_text": 50},
             "stt_config": {
@@ -111,13 +80,8 @@ def build_tiny_stt(folder: Path, seed: int = 1234) -> Path:
                 "audio_silence_prefix_seconds": 0.0,
             },
             "model_id": {"sig": f"contextspan-tiny-stt-seed{seed}", "epoch": 0},
-        }
+        },
     )
-    (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
-    return folder
 
 
 STT_BUILDERS = {"tiny-stt": build_tiny_stt}

@@ -17,6 +17,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -198,24 +199,32 @@ def _voice_prompt_wave(seconds: float = 1.6, sample_rate: int = 24000) -> np.nda
     return (0.2 * wave * envelope).astype(np.float32)
 
 
-def build_tiny(folder: Path, seed: int = 1234) -> Path:
-    """Write the tiny checkpoint into `folder` (replaced if present). Returns the folder."""
-    import sphn
-
+def write_random_checkpoint(
+    folder: Path,
+    *,
+    lm_config: dict,
+    mimi_config: dict,
+    num_codebooks: int,
+    text_vocab: int,
+    seed: int,
+    config_extra: dict,
+    add_files: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write a random-weight checkpoint in the real layout into `folder` (replaced if
+    present): tokenizer, LM and Mimi safetensors, Mimi config and config.json naming them.
+    It is written to a staging folder first, so a build cut short leaves nothing half-made.
+    """
     folder = Path(folder)
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
 
-    train_tokenizer_in_child(staging / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
-
-    lm_config = tiny_lm_config()
-    mimi_config = tiny_mimi_config()
+    train_tokenizer_in_child(staging / TOKENIZER_FILE, text_vocab, seed)
     torch.manual_seed(seed)
     lm = loaders.get_moshi_lm(None, lm_kwargs=lm_config, device="cpu", dtype=torch.float32)
     save_file(contiguous_state(lm), str(staging / MOSHI_FILE))
     torch.manual_seed(seed + 1)
-    mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=8)
+    mimi = loaders.get_mimi(None, mimi_config, device="cpu", num_codebooks=num_codebooks)
     initialise_codebooks(mimi, torch.Generator().manual_seed(seed + 2))
     save_file(contiguous_state(mimi), str(staging / MIMI_FILE))
     (staging / MIMI_CONFIG_FILE).write_text(json.dumps(mimi_config, indent=2) + "\n")
@@ -227,19 +236,39 @@ def build_tiny(folder: Path, seed: int = 1234) -> Path:
             "mimi_name": MIMI_FILE,
             "mimi_config_name": MIMI_CONFIG_FILE,
             "tokenizer_name": TOKENIZER_FILE,
-            "model_type": "moshi",
-            "model_id": {"sig": f"contextspan-tiny-seed{seed}", "epoch": 0},
+            **config_extra,
         }
     )
     (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    if add_files is not None:
+        add_files(staging)
+
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return folder
+
+
+def _write_voices(staging: Path) -> None:
+    import sphn
 
     voices = staging / "voices"
     voices.mkdir()
     sphn.write_wav(str(voices / "TINY0.wav"), _voice_prompt_wave(), 24000)
 
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
-    return folder
+
+def build_tiny(folder: Path, seed: int = 1234) -> Path:
+    """Write the tiny checkpoint into `folder` (replaced if present). Returns the folder."""
+    return write_random_checkpoint(
+        folder,
+        lm_config=tiny_lm_config(),
+        mimi_config=tiny_mimi_config(),
+        num_codebooks=8,
+        text_vocab=TINY_TEXT_VOCAB,
+        seed=seed,
+        config_extra={"model_type": "moshi",
+                      "model_id": {"sig": f"contextspan-tiny-seed{seed}", "epoch": 0}},
+        add_files=_write_voices,
+    )
 
 
 def build_moshi_7b_random(folder: Path, seed: int = 1234) -> Path:

@@ -37,12 +37,11 @@ from app.engine.frame_budget import FRAME_MS, AdaptiveChunkLimit, measure_chunk_
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
+from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
 
 log = logging.getLogger(__name__)
 
-FRAME_SAMPLES = 1920
 SAMPLE_RATE = 24000
-_END_OF_INPUT = object()
 
 
 @dataclass(frozen=True)
@@ -57,19 +56,16 @@ class EngineOptions:
     warmup_frames: int = 4
 
 
-class EngineNotRunningError(RuntimeError):
-    pass
-
-
-class DuplexEngine:
+class DuplexEngine(FrameWorker):
     def __init__(
         self,
         checkpoint: LoadedCheckpoint,
         options: EngineOptions | None = None,
         events: queue.SimpleQueue | None = None,
     ) -> None:
-        self.checkpoint = checkpoint
         self.options = options or EngineOptions()
+        super().__init__(self.options.input_queue_frames, "duplex-engine")
+        self.checkpoint = checkpoint
         manifest = checkpoint.manifest
         sampling = manifest.sampling
         self.lm_gen = LMGen(
@@ -91,60 +87,16 @@ class DuplexEngine:
         self.injector = SpanInjector(self.lm_gen, self.span_tokenizer, self.ledger, self.max_chunk)
         # Events go to `events`; a pipeline passes one queue shared by all its stages.
         self.events: queue.SimpleQueue[EngineEvent] = events or queue.SimpleQueue()
-        self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.frame_index = 0
-        self.dropped_frames = 0
         self.ready = threading.Event()
         self.budget = None
         self.adaptive: AdaptiveChunkLimit | None = None  # None: a fixed chunk limit
 
     # ---- any thread -------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("an engine runs once; make a new one to start again")
-        self._thread = threading.Thread(target=self._run, name="duplex-engine", daemon=True)
-        self._thread.start()
-
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
-        frame and counts it; a file feeder passes a timeout and waits for room."""
-        if pcm.shape != (FRAME_SAMPLES,):
-            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        try:
-            if timeout == 0:
-                self._input.put_nowait(np.asarray(pcm, dtype=np.float32))
-            else:
-                self._input.put(np.asarray(pcm, dtype=np.float32), timeout=timeout)
-            return True
-        except queue.Full:
-            self.dropped_frames += 1
-            return False
-
-    def finish_input(self, timeout: float = 10.0) -> None:
-        """No more frames will come: the loop drains the queue, then stops."""
-        self._input.put(_END_OF_INPUT, timeout=timeout)
-
     def inject(self, text: str, source: str, at_frame: int = 0) -> int:
         """Queue a span (never blocks). `at_frame`: not before that frame index."""
         return self.injector.submit(text, source, not_before_frame=at_frame)
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop the loop and wait for the thread. Returns True when it has ended."""
-        self._stop.set()
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     # ---- engine thread ----------------------------------------------------------------
 
@@ -234,11 +186,10 @@ class DuplexEngine:
     def _loop(self) -> str:
         tokenizer = self.checkpoint.tokenizer
         while not self._stop.is_set():
-            try:
-                item = self._input.get(timeout=0.05)
-            except queue.Empty:
+            item = self._next_frame()
+            if item is None:
                 continue
-            if item is _END_OF_INPUT:
+            if item is END_OF_INPUT:
                 return "end of input"
             start = time.perf_counter()
             span_events = self.injector.before_frame(self.frame_index)

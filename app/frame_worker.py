@@ -1,0 +1,76 @@
+"""A thread fed 80 ms audio frames through a bounded queue: the engine's and the ASR's shape.
+
+Live audio pushes with timeout 0 (a full queue drops the frame and counts it, the audio
+callback never waits); a file feeder passes a timeout and waits for room. The subclass's
+`_run` reads frames with `_next_frame` and ends on the end-of-input marker or on stop.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
+END_OF_INPUT = object()
+
+
+class FrameWorker:
+    def __init__(self, queue_frames: int, thread_name: str) -> None:
+        self._input: queue.Queue[object] = queue.Queue(queue_frames)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_name = thread_name
+        self.dropped_frames = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self._thread_name} runs once; make a new one to start again")
+        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+        self._thread.start()
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
+        frame and counts it; a file feeder passes a timeout and waits for room."""
+        if pcm.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+        frame = np.asarray(pcm, dtype=np.float32)
+        try:
+            if timeout == 0:
+                self._input.put_nowait(frame)
+            else:
+                self._input.put(frame, timeout=timeout)
+            return True
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+
+    def finish_input(self, timeout: float = 10.0) -> None:
+        """No more frames will come: the thread drains the queue, then ends."""
+        self._input.put(END_OF_INPUT, timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop now (queued frames are dropped) and wait. True when the thread has ended."""
+        self._stop.set()
+        return self.join(timeout)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _next_frame(self, timeout: float = 0.05) -> object | None:
+        """The next frame, END_OF_INPUT, or None when none came within `timeout`."""
+        try:
+            return self._input.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _run(self) -> None:  # pragma: no cover - every subclass has its own
+        raise NotImplementedError
