@@ -1,0 +1,105 @@
+"""The leveller's own thread, between the microphone and its listeners (engine, ASR).
+
+Levelling costs a few milliseconds of numpy per 80 ms frame (a noise gate's STFTs and a
+loudness meter): too much for a PortAudio callback, which must return at once. So the
+callback pushes the raw frame here (timeout 0: a full queue drops and counts it), and this
+thread levels it and hands the same levelled array to every consumer, with the timeout the
+frame came with: live audio keeps dropping rather than waiting, a file feeder keeps waiting
+for room. Consumers must not write into the frame they receive (they all share it).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable
+
+import numpy as np
+
+from app.audio.user_leveller import LevellerSettings, UserLeveller
+from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
+
+log = logging.getLogger(__name__)
+
+# (frame [1920] float32, timeout) -> accepted; e.g. a FrameWorker's push_frame.
+FrameConsumer = Callable[[np.ndarray, float | None], bool]
+
+
+class LevellingStage(FrameWorker):
+    def __init__(
+        self,
+        consumers: list[FrameConsumer],
+        settings: LevellerSettings | None = None,
+        enabled: bool = True,
+        queue_frames: int = 25,  # 2 s of audio
+        on_end_of_input: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(queue_frames, "user-levelling")
+        self._consumers = list(consumers)
+        self._leveller = UserLeveller(settings)
+        self._enabled = enabled
+        self._on_end_of_input = on_end_of_input
+        # Read by the status bar from the GUI thread; written by this stage's thread only.
+        self.frames_levelled = 0
+        self.dropped_downstream = 0  # frames a consumer refused
+        self.last_gain_db = 0.0  # the leveller's smoothed gain, before its limiter; 0 when off
+        self.last_loudness_lufs: float | None = None
+
+    # ---- any thread -------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def set_enabled(self, enabled: bool) -> None:
+        """Level (True) or pass frames through untouched (False), from the next frame on."""
+        self._enabled = bool(enabled)
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
+        frame and counts it; a file feeder passes a timeout and waits for room. The timeout
+        travels with the frame and is used again to hand it on."""
+        if pcm.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+        item = (np.asarray(pcm, dtype=np.float32), timeout)
+        try:
+            if timeout == 0:
+                self._input.put_nowait(item)
+            else:
+                self._input.put(item, timeout=timeout)
+            return True
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+
+    # ---- levelling thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                item = self._next_frame()
+                if item is None:
+                    continue
+                if item is END_OF_INPUT:
+                    if self._on_end_of_input is not None:
+                        self._on_end_of_input()
+                    return
+                frame, timeout = item  # type: ignore[misc]
+                out = self._level(frame)
+                for consumer in self._consumers:
+                    if not consumer(out, timeout):
+                        self.dropped_downstream += 1
+        except Exception:  # the thread must never die silently
+            log.exception("the levelling stage failed; the microphone no longer reaches "
+                          "the model")
+
+    def _level(self, frame: np.ndarray) -> np.ndarray:
+        if not self._enabled:
+            self.last_gain_db = 0.0
+            self.last_loudness_lufs = None
+            return frame
+        out = self._leveller.process(frame)
+        self.frames_levelled += 1
+        self.last_gain_db = self._leveller.gain_db
+        self.last_loudness_lufs = self._leveller.loudness_lufs
+        return out
