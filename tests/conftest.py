@@ -48,3 +48,30 @@ def tiny_checkpoint(tiny_folder: Path):
     from app.checkpoints.loader import load_checkpoint
 
     return load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_cs_folder(data_dir: Path) -> Path:
+    """tiny-cs: the Context Spanning release's file layout at a tiny size, built by
+    `python main.py build tiny-cs` in a child process."""
+    result = subprocess.run(
+        [sys.executable, "main.py", "build", "tiny-cs"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    folder = data_dir / "checkpoints" / "tiny-cs"
+    assert (folder / "context_spanning_7b.pt").is_file()
+    return folder
+
+
+@pytest.fixture()
+def tiny_cs_checkpoint(tiny_cs_folder: Path):
+    """A freshly loaded tiny-cs checkpoint (float32, CPU), through the real loader."""
+    from app.checkpoints.catalog import get_manifest
+    from app.checkpoints.loader import load_checkpoint
+
+    return load_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, device="cpu")

@@ -21,11 +21,56 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True)
 class SpanWrapping:
-    """Text put around every injected span. Empty strings mean no wrapping."""
+    """What goes around every injected span: text markers ("<system>") or token ids.
+
+    Empty strings and empty id tuples mean no wrapping. Ids, when given, take precedence:
+    the Context Spanning checkpoint delimits a span with ids 12 and 13 (byte pieces no text
+    can reach once control characters are removed).
+    """
 
     open: str = ""
     close: str = ""
     trained: bool = False  # True when the checkpoint was trained on this wrapping
+    open_ids: tuple[int, ...] = ()
+    close_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpanPlacement:
+    """How a span's positions enter the model.
+
+    "positions" (vanilla Moshi, never trained on spans): text ids in stream 0 and the zero
+    token in the 16 audio streams, fed to the transformer between two frames, split across
+    frames when long; the generator's own frame bookkeeping is left alone.
+    "block" (checkpoints trained on span blocks): one column per span token carrying fixed
+    placeholder codes in the audio rows, fed in ONE forward after the pending live column;
+    the generator's ring and offset advance by the block (see forcing_generator.py).
+    """
+
+    kind: str = "positions"
+    # Codes of the placeholder rows of a block: the model's own silence (8 agent rows) and
+    # the user-side 440 Hz tone (8 user rows). None: encoded with the loaded Mimi.
+    agent_codes: tuple[int, ...] | None = None
+    user_codes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What starts an LLM turn, and how its answer is timed.
+
+    "end_of_turn": the user's end of turn (and clear mid-turn questions), for checkpoints
+    that were never trained to ask. "ret_token": the model itself emits `ret_id` in its text
+    stream when it needs information; the question is then taken from the recognised speech
+    and the answer must land within `deadline_s` of that token, or it is dropped.
+    """
+
+    trigger: str = "end_of_turn"
+    ret_id: int | None = None
+    deadline_s: float = 2.5
+    fresh_final_s: float = 3.0  # a final transcript this recent is the question
+    wait_final_s: float = 1.0  # while the user is still speaking, wait this long for it
+    window_s: float = 12.0  # otherwise: the words of this much recent user audio
+    lowercase_question: bool = False  # the reference's recogniser lower-cases its output
 
 
 @dataclass(frozen=True)
@@ -42,8 +87,9 @@ class SamplingDefaults:
 class ConversationStart:
     """How the checkpoint's conversation begins before the first user frame.
 
-    `kind` is "none" (Moshi) or "persona_prompt" (PersonaPlex: a voice prompt, then a role
-    prompt in the text stream, each followed by silence frames).
+    `kind` is "none" (Moshi) or "persona_prompt" (PersonaPlex and its fine-tunes: a voice
+    prompt, silence, the persona text one token per frame, silence; every row forced, fed
+    through the forcing generator in one batched forward).
     """
 
     kind: str = "none"
@@ -53,10 +99,25 @@ class ConversationStart:
     default_role: str = ""
     role_wrapping: SpanWrapping = field(default_factory=SpanWrapping)
     silence_frames: int = 6
+    # "always": silence after the persona even when it is empty (PersonaPlex's server);
+    # "after_persona": only when there was persona text (the Context Spanning engine).
+    trailing_silence: str = "always"
+    # Append " The user's name is N." and " The user is in C." to the persona (the phrasing
+    # the Context Spanning training corpus used), when the user gave them in settings.
+    profile_sentences: bool = False
     # Mimi codes of the model's own silence and of the user-side 440 Hz tone that the
     # reference server feeds during prompts. None: encode them with the loaded Mimi.
     agent_silence_codes: tuple[int, ...] | None = None
     user_tone_codes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Named model shapes (app/checkpoints/architectures.py), for repositories that ship
+    weights without a config.json (PersonaPlex and the Context Spanning release)."""
+
+    lm: str
+    mimi: str = "moshi"
 
 
 @dataclass(frozen=True)
@@ -78,6 +139,14 @@ class Manifest:
     max_chunk_positions: int
     conversation_start: ConversationStart
     notes: str = ""
+    # role -> the repository a file comes from when it is not `hf_repo` (the Context
+    # Spanning release takes Mimi and the tokenizer from the PersonaPlex repository).
+    file_repos: dict[str, str] = field(default_factory=dict)
+    architecture: Architecture | None = None
+    generator: str = "moshi"  # "moshi": moshi's LMGen; "forcing": forcing_generator.py
+    span_placement: SpanPlacement = field(default_factory=SpanPlacement)
+    retrieval: Retrieval = field(default_factory=Retrieval)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def default_folder(self) -> Path:
         """Where this checkpoint's files live on disk once built or downloaded."""
@@ -92,6 +161,8 @@ def _wrapping(raw: dict[str, Any] | None) -> SpanWrapping:
         open=str(raw.get("open", "")),
         close=str(raw.get("close", "")),
         trained=bool(raw.get("trained", False)),
+        open_ids=tuple(int(i) for i in raw.get("open_ids", ())),
+        close_ids=tuple(int(i) for i in raw.get("close_ids", ())),
     )
 
 
@@ -99,6 +170,56 @@ def _codes(raw: Any) -> tuple[int, ...] | None:
     if raw is None:
         return None
     return tuple(int(x) for x in raw)
+
+
+GENERATORS = ("moshi", "forcing")
+PLACEMENTS = ("positions", "block")
+TRIGGERS = ("end_of_turn", "ret_token")
+
+
+def _placement(raw: dict[str, Any] | None, origin: str) -> SpanPlacement:
+    raw = raw or {}
+    placement = SpanPlacement(
+        kind=str(raw.get("kind", "positions")),
+        agent_codes=_codes(raw.get("agent_codes")),
+        user_codes=_codes(raw.get("user_codes")),
+    )
+    if placement.kind not in PLACEMENTS:
+        raise CatalogError(f"{origin}: unknown span_placement kind {placement.kind!r}")
+    return placement
+
+
+def _retrieval(raw: dict[str, Any] | None, origin: str) -> Retrieval:
+    raw = dict(raw or {})
+    retrieval = Retrieval(**raw)
+    if retrieval.trigger not in TRIGGERS:
+        raise CatalogError(f"{origin}: unknown retrieval trigger {retrieval.trigger!r}")
+    if retrieval.trigger == "ret_token" and retrieval.ret_id is None:
+        raise CatalogError(f"{origin}: a ret_token trigger needs its ret_id")
+    if not 0 < retrieval.deadline_s < 60:
+        raise CatalogError(f"{origin}: retrieval deadline_s must be between 0 and 60 s")
+    return retrieval
+
+
+def _architecture(raw: dict[str, Any] | None) -> Architecture | None:
+    if raw is None:
+        return None
+    return Architecture(lm=str(raw["lm"]), mimi=str(raw.get("mimi", "moshi")))
+
+
+def _files(raw: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Roles to file names, and roles whose file lives in another repository. A file is
+    written as its name, or as {"name": ..., "repo": ...}."""
+    names: dict[str, str] = {}
+    repos: dict[str, str] = {}
+    for role, value in raw.items():
+        if isinstance(value, dict):
+            names[role] = str(value["name"])
+            if value.get("repo"):
+                repos[role] = str(value["repo"])
+        else:
+            names[role] = str(value)
+    return names, repos
 
 
 def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
@@ -116,12 +237,27 @@ def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
             default_role=start_raw.get("default_role", ""),
             role_wrapping=_wrapping(start_raw.get("role_wrapping")),
             silence_frames=int(start_raw.get("silence_frames", 6)),
+            trailing_silence=str(start_raw.get("trailing_silence", "always")),
+            profile_sentences=bool(start_raw.get("profile_sentences", False)),
             agent_silence_codes=_codes(start_raw.get("agent_silence_codes")),
             user_tone_codes=_codes(start_raw.get("user_tone_codes")),
         )
         if start.kind not in ("none", "persona_prompt"):
             raise CatalogError(f"{origin}: unknown conversation_start kind {start.kind!r}")
+        if start.trailing_silence not in ("always", "after_persona"):
+            raise CatalogError(f"{origin}: unknown trailing_silence {start.trailing_silence!r}")
         sampling = SamplingDefaults(**raw.get("sampling", {}))
+        generator = str(raw.get("generator", "moshi"))
+        if generator not in GENERATORS:
+            raise CatalogError(f"{origin}: unknown generator {generator!r}")
+        placement = _placement(raw.get("span_placement"), origin)
+        if start.kind == "persona_prompt" and generator != "forcing":
+            raise CatalogError(f"{origin}: a persona_prompt start needs the forcing generator")
+        if placement.kind == "block" and generator != "forcing":
+            raise CatalogError(f"{origin}: block spans need the forcing generator")
+        if generator == "forcing" and sampling.cfg_coef != 1.0:
+            raise CatalogError(f"{origin}: the forcing generator has no classifier-free guidance")
+        names, repos = _files(source.get("files", {}))
         return Manifest(
             id=raw["id"],
             display_name=raw["display_name"],
@@ -129,7 +265,7 @@ def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
             source_kind=kind,
             hf_repo=source.get("repo"),
             hf_revision=source.get("revision"),
-            files=dict(source.get("files", {})),
+            files=names,
             local_folder=source.get("folder"),
             builder=source.get("builder"),
             gated=bool(source.get("gated", False)),
@@ -140,6 +276,12 @@ def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
             max_chunk_positions=int(raw.get("max_chunk_positions", 256)),
             conversation_start=start,
             notes=raw.get("notes", ""),
+            file_repos=repos,
+            architecture=_architecture(raw.get("architecture")),
+            generator=generator,
+            span_placement=placement,
+            retrieval=_retrieval(raw.get("retrieval"), origin),
+            raw=raw,
         )
     except CatalogError:
         raise

@@ -15,8 +15,11 @@ import sentencepiece
 import torch
 from moshi.models import LMModel, MimiModel, loaders
 
+from app.checkpoints.architectures import lm_architecture, mimi_architecture
+from app.checkpoints.builders import BUILDERS
 from app.checkpoints.catalog import Manifest
-from app.checkpoints.tiny_builder import BUILDERS, RANDOM_WEIGHTS_MARKER
+from app.checkpoints.release_weights import load_lm_weights
+from app.checkpoints.tiny_builder import RANDOM_WEIGHTS_MARKER
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -112,6 +115,8 @@ def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.C
         )
     config = _config(folder)
     random_weights = bool(config and config.get(RANDOM_WEIGHTS_MARKER))
+    if config is None and manifest.architecture is not None:
+        return _release_info(manifest, folder)
     if config is None:
         # Legacy layout (kyutai/moshi*-pytorch-bf16): no config.json, moshi's 7B defaults.
         names = {
@@ -140,12 +145,42 @@ def checkpoint_info(manifest: Manifest, folder: Path | None = None) -> loaders.C
     return info_from_local_files(folder, names, folder / "config.json", manifest.hf_repo)
 
 
+def _release_info(manifest: Manifest, folder: Path) -> loaders.CheckpointInfo:
+    """A repository of bare weights (PersonaPlex, the Context Spanning release): the file
+    names come from the manifest, the architecture from architectures.py."""
+    assert manifest.architecture is not None
+    # Voices are needed only when chosen: a missing one is said at the start, by name.
+    missing = [name for role, name in manifest.files.items()
+               if not role.startswith("voice") and not (folder / name).is_file()]
+    if missing:
+        raise CheckpointMissingError(
+            f"model {manifest.id!r} in {folder} is missing {', '.join(missing)}; "
+            f"{_how_to_get(manifest)}"
+        )
+    for role in ("moshi", "mimi", "tokenizer"):
+        if role not in manifest.files:
+            raise CheckpointMissingError(f"model {manifest.id!r}: its manifest names no {role}")
+    return loaders.CheckpointInfo(
+        moshi_weights=folder / manifest.files["moshi"],
+        mimi_weights=folder / manifest.files["mimi"],
+        tokenizer=folder / manifest.files["tokenizer"],
+        lm_config=lm_architecture(manifest.architecture.lm),
+        mimi_config=mimi_architecture(manifest.architecture.mimi),
+    )
+
+
+def _is_built(manifest: Manifest, folder: Path) -> bool:
+    if manifest.files:
+        return all((folder / name).is_file() for name in manifest.files.values())
+    return (folder / "config.json").is_file()
+
+
 def ensure_built(manifest: Manifest, folder: Path | None = None) -> Path:
     """Build a `built` checkpoint (tiny, random 7B) if its folder is not there yet."""
     folder = Path(folder) if folder is not None else manifest.default_folder()
     if manifest.source_kind != "built":
         return folder
-    if not (folder / "config.json").is_file():
+    if not _is_built(manifest, folder):
         builder = BUILDERS.get(manifest.builder or "")
         if builder is None:
             raise CheckpointMissingError(
@@ -167,13 +202,21 @@ def load_checkpoint(
     if dtype is None:
         dtype = runtime_dtype(manifest.sampling.dtype, device)
     random_weights = bool(info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER))
+    # Mimi runs with one side's codebooks (8): moshi's own get_mimi would give a dep_q 16
+    # checkpoint (PersonaPlex) 16, the agent's and the user's together.
+    per_side = int((info.lm_config or loaders._lm_kwargs)["n_q"]) // 2
     if random_weights:
         # Random weights of the real architecture: moshi's loaders with no weight file.
         info.lm_config = {k: v for k, v in info.lm_config.items() if k != RANDOM_WEIGHTS_MARKER}
-        mimi = loaders.get_mimi(None, info.mimi_config, device=device, num_codebooks=8)
+        mimi = loaders.get_mimi(None, info.mimi_config, device=device, num_codebooks=per_side)
         lm = info.get_moshi(device=device, dtype=dtype, load_weight=False)
+    elif manifest.architecture is not None and info.raw_config is None:
+        mimi = loaders.get_mimi(info.mimi_weights, info.mimi_config, device=device,
+                                num_codebooks=per_side)
+        lm = load_lm_weights(info.moshi_weights, info.lm_config or {}, device, dtype)
     else:
-        mimi = info.get_mimi(device=device)
+        mimi = loaders.get_mimi(info.mimi_weights, info.mimi_config, device=device,
+                                num_codebooks=per_side)
         lm = info.get_moshi(device=device, dtype=dtype)
     lm.eval()
     tokenizer = info.get_text_tokenizer()

@@ -121,12 +121,13 @@ def tiny_lm_config() -> dict:
     }
 
 
-def train_tokenizer_in_child(out: Path, vocab_size: int, seed: int) -> None:
+def train_tokenizer_in_child(out: Path, vocab_size: int, seed: int,
+                             byte_fallback: bool = False) -> None:
     # In a child process: SentencePiece training leaves threads that slow torch here.
     cmd = [
         sys.executable, "-m", "app.checkpoints.tokenizer_trainer",
         "--out", str(out), "--vocab-size", str(vocab_size), "--seed", str(seed),
-    ]
+    ] + (["--byte-fallback"] if byte_fallback else [])
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
@@ -288,5 +289,3 @@ def build_moshi_7b_random(folder: Path, seed: int = 1234) -> Path:
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return folder
 
-
-BUILDERS = {"tiny": build_tiny, "moshi-7b-random": build_moshi_7b_random}

@@ -3,6 +3,9 @@
 Run as its own process (`python -m app.checkpoints.tokenizer_trainer`): SentencePiece
 training leaves threads behind that slow torch badly in the process that trained.
 Ids follow Moshi's tokenizer: 0 unknown (also Moshi's end-of-padding), 1 BOS, 2 EOS, 3 PAD.
+With `--byte-fallback`, ids 4..259 are the byte pieces <0x00>..<0xFF>, as in Moshi's real
+tokenizer: the Context Spanning checkpoint uses three of them as control ids (<ret> = 4 =
+<0x00>, span open = 12 = <0x08>, span close = 13 = <0x09>).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def synthetic_corpus(seed: int, sentences: int = 4000) -> str:
     return "\n".join(lines) + "\n"
 
 
-def train_tokenizer(out_model: Path, vocab_size: int, seed: int) -> None:
+def train_tokenizer(out_model: Path, vocab_size: int, seed: int,
+                    byte_fallback: bool = False) -> None:
     import os
 
     import sentencepiece as spm
@@ -79,6 +83,7 @@ def train_tokenizer(out_model: Path, vocab_size: int, seed: int) -> None:
             input_sentence_size=0,
             shuffle_input_sentence=False,
             minloglevel=2,
+            byte_fallback=byte_fallback,
         )
         out_model.write_bytes(Path("spm.model").read_bytes())
 
@@ -88,8 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--vocab-size", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--byte-fallback", action="store_true")
     args = parser.parse_args(argv)
-    train_tokenizer(args.out, args.vocab_size, args.seed)
+    train_tokenizer(args.out, args.vocab_size, args.seed, args.byte_fallback)
 
 
 if __name__ == "__main__":

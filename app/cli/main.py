@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(python main.py train --help)")
 
     build = commands.add_parser(
-        "build", help="build a random-weight checkpoint (tiny, moshi-7b-random)"
+        "build", help="build a random-weight checkpoint (tiny, tiny-cs, moshi-7b-random, tiny-stt)"
     )
-    build.add_argument("model", choices=["tiny", "moshi-7b-random", "tiny-stt"])
+    build.add_argument("model", choices=["tiny", "tiny-cs", "moshi-7b-random", "tiny-stt"])
     build.add_argument("--out", type=Path, default=None, help="folder (default: the data dir)")
     build.add_argument("--seed", type=int, default=1234)
 
@@ -59,8 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--source", default="cli", help="source label of the injected spans")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
-    run.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
-    run.add_argument("--role", default=None, help="role prompt (persona checkpoints)")
+    run.add_argument("--voice", default=None,
+                     help="voice prompt: a name from the checkpoint's voices, or a file "
+                          "(Mimi codes .pt or a recording) (persona checkpoints)")
+    run.add_argument("--role", "--persona", dest="role", default=None,
+                     help="persona text (persona checkpoints; default: the manifest's)")
+    run.add_argument("--user-name", default=None,
+                     help="your name, for checkpoints trained on it (context-spanning-7b)")
+    run.add_argument("--user-city", default=None,
+                     help="your city, for checkpoints trained on it (context-spanning-7b)")
     run.add_argument("--chunk-limit", type=int, default=None,
                      help="most positions per frame (default: measured on this device)")
     llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
@@ -131,8 +138,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         build_tiny_stt(folder, seed=args.seed)
         print(f"built tiny-stt in {folder}")
         return 0
+    from app.checkpoints.builders import BUILDERS
     from app.checkpoints.catalog import get_manifest
-    from app.checkpoints.tiny_builder import BUILDERS
 
     folder = args.out or get_manifest(args.model).default_folder()
     BUILDERS[args.model](folder, seed=args.seed)
@@ -163,7 +170,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.model, args.input, args.output, args.transcript, injections,
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
         voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
-        conversation=conversation,
+        conversation=conversation, user_name=args.user_name, user_city=args.user_city,
     )
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(

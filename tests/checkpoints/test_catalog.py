@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.checkpoints.builders import BUILDERS
 from app.checkpoints.catalog import (
     CatalogError,
     get_manifest,
@@ -15,7 +16,6 @@ from app.checkpoints.catalog import (
     parse_manifest,
 )
 from app.checkpoints.loader import parse_dtype
-from app.checkpoints.tiny_builder import BUILDERS
 from app.paths import CATALOG_DIR
 
 MANIFEST_FILES = sorted(CATALOG_DIR.glob("*.json"))
@@ -133,6 +133,7 @@ def test_parse_manifest_applies_defaults_for_optional_fields():
 
 def test_parse_manifest_reads_codes_as_int_tuples():
     raw = _valid_raw()
+    raw["generator"] = "forcing"
     raw["conversation_start"] = {
         "kind": "persona_prompt",
         "agent_silence_codes": [1, 2, 3],

@@ -262,7 +262,7 @@ def test_checkpoint_missing_error_is_a_file_not_found_error(tmp_path: Path):
 # --- legacy and random-weight layouts ------------------------------------------------
 
 
-@pytest.mark.parametrize("model_id", ["moshiko", "moshika", "personaplex"])
+@pytest.mark.parametrize("model_id", ["moshiko", "moshika"])
 def test_legacy_folder_without_config_uses_moshi_defaults(
     tmp_path: Path, monkeypatch, model_id: str
 ):
@@ -278,6 +278,31 @@ def test_legacy_folder_without_config_uses_moshi_defaults(
     assert info.lm_config is None  # moshi's built-in 7B configuration applies
     assert info.mimi_config is None
     assert calls == []
+
+
+@pytest.mark.parametrize("model_id", ["personaplex", "context-spanning-7b"])
+def test_weights_only_repositories_take_their_architecture_from_the_catalog(
+    tmp_path: Path, monkeypatch, model_id: str
+):
+    """PersonaPlex and the Context Spanning release ship no config.json: the manifest
+    names the architecture (Moshi 7B with a 16-codebook depformer) and every file."""
+    calls = _block_downloads(monkeypatch)
+    manifest = get_manifest(model_id)
+    folder = tmp_path / model_id
+    for name in manifest.files.values():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")  # placeholders: nothing is loaded
+    info = checkpoint_info(manifest, folder)
+    assert Path(info.moshi_weights) == folder / manifest.files["moshi"]
+    assert Path(info.mimi_weights) == folder / "tokenizer-e351c8d8-checkpoint125.safetensors"
+    assert Path(info.tokenizer) == folder / "tokenizer_spm_32k_3.model"
+    assert info.lm_config is not None and info.lm_config["dep_q"] == 16
+    assert info.lm_config["n_q"] == 16 and info.lm_config["dim"] == 4096
+    assert info.mimi_config is None  # moshi's own Mimi
+    assert calls == []
+    (folder / manifest.files["moshi"]).unlink()
+    with pytest.raises(CheckpointMissingError, match=manifest.files["moshi"]):
+        checkpoint_info(manifest, folder)
 
 
 def test_legacy_folder_missing_a_file_names_it(tmp_path: Path):
