@@ -1,13 +1,20 @@
-"""A checkpoint's own start of conversation, driven by its manifest.
+"""A persona checkpoint's own start of conversation, as a list of fully forced frames.
 
-PersonaPlex (read from its reference server's `step_system_prompts`) feeds, before the
-first user frame: the voice prompt (the agent's audio codes, text PAD), then silence, then
-the role prompt one text token per frame wrapped in <system> tags, then silence. All the
-while the user stream carries a 440 Hz tone. These are ordinary frames whose tokens are
-forced, so they go through `LMGen.step` and advance its frame bookkeeping, as they do there.
+PersonaPlex and its Context Spanning fine-tune were trained to start from, before the first
+user frame, with every row given (user rows always the 440 Hz tone's codes, never empty):
+1. one frame per voice-prompt frame: the model's rows are the voice's Mimi codes, text PAD;
+2. silence frames (the model's silence codes, text PAD), after a voice;
+3. one frame per token of the persona text `<system> persona <system>` (the user's name and
+   city appended in the training corpus's phrasing, where the checkpoint was trained so),
+   the model's rows silent;
+4. silence frames again (PersonaPlex always; the Context Spanning engine only after a
+   persona).
+The frames go through `ForcingGenerator.prefill_forced`, the reference's step bookkeeping
+with ONE batched forward (equal to feeding them one by one; tested).
 
-Voice prompts are audio files (encoded with Mimi here) or PersonaPlex's `.pt` files, which
-hold the per-frame input embeddings its server saved and the token ring after them.
+A voice is a Mimi-codes file (`{"codes": LongTensor[8, P]}`, the Context Spanning release),
+a recording (resampled to 24 kHz, levelled to -24 LUFS, Mimi-encoded), or a PersonaPlex
+`.pt` of saved input embeddings and token ring, replayed through the transformer.
 """
 
 from __future__ import annotations
@@ -17,24 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sentencepiece
 import torch
-from moshi.models import LMGen, MimiModel
+from moshi.models import MimiModel
 
-from app.checkpoints.catalog import ConversationStart
-from app.engine.span_text import SpanTokenizer
+from app.checkpoints.catalog import ConversationStart, Manifest
+from app.engine.forcing_generator import ForcedStep
 
 FRAME_SAMPLES = 1920
 SAMPLE_RATE = 24000
+VOICE_LUFS = -24.0
+_AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 
 
 class ConversationStartError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class PromptFrame:
-    text_id: int
-    agent_codes: tuple[int, ...]  # the model's own 8 codebooks for this frame
 
 
 def voices_folder(start: ConversationStart, checkpoint_folder: Path) -> Path:
@@ -55,160 +59,153 @@ def list_voices(start: ConversationStart, checkpoint_folder: Path) -> list[str]:
         folder = voices_folder(start, checkpoint_folder)
     except ConversationStartError:
         return []
-    suffixes = (".wav", ".pt", ".mp3", ".flac", ".ogg")
-    names = {p.stem for p in folder.iterdir() if p.suffix in suffixes}
+    names = {p.stem for p in folder.iterdir() if p.suffix in (".pt", *_AUDIO_SUFFIXES)}
     return sorted(names)
 
 
-def _voice_file(folder: Path, voice: str) -> Path:
-    candidates = [folder / f"{voice}{ext}" for ext in (".pt", ".wav", ".flac", ".ogg", ".mp3")]
-    for path in candidates:
+def voice_file(start: ConversationStart, checkpoint_folder: Path, voice: str) -> Path:
+    """A voice by name in the checkpoint's voices folder, or a path to a file of one."""
+    as_path = Path(voice).expanduser()
+    if as_path.suffix in (".pt", *_AUDIO_SUFFIXES) and as_path.is_file():
+        return as_path
+    folder = voices_folder(start, checkpoint_folder)
+    for suffix in (".pt", *_AUDIO_SUFFIXES):
+        path = folder / f"{voice}{suffix}"
         if path.is_file():
             return path
     raise ConversationStartError(f"voice {voice!r} not found in {folder}")
 
 
 @torch.no_grad()
-def _encode_frames(mimi: MimiModel, pcm: np.ndarray) -> list[torch.Tensor]:
-    """Encode PCM into per-frame codes [1, 8, 1] with a fresh streaming Mimi."""
+def encode_pcm(mimi: MimiModel, pcm: np.ndarray) -> torch.Tensor:
+    """Mimi codes [8, P] of a 24 kHz recording, encoded in one (non-streaming) pass with
+    its end padded to whole frames."""
     pad = (-len(pcm)) % FRAME_SAMPLES
-    pcm = np.concatenate([pcm, np.zeros(pad, dtype=np.float32)])
-    frames = []
+    pcm = np.concatenate([np.asarray(pcm, np.float32), np.zeros(pad, np.float32)])
     device = next(mimi.parameters()).device
-    with mimi.streaming(1):
-        for start in range(0, len(pcm), FRAME_SAMPLES):
-            chunk = torch.from_numpy(pcm[start : start + FRAME_SAMPLES]).to(device)[None, None]
-            frames.append(mimi.encode(chunk))
-    return frames
+    codes = mimi.encode(torch.from_numpy(pcm).to(device)[None, None])  # [1, 8, P]
+    return codes[0].to(torch.long).cpu()
 
 
-def _tone(seconds: float) -> np.ndarray:
+def tone(seconds: float) -> np.ndarray:
+    """The user-side 'silence' of PersonaPlex's prompts: a 440 Hz sine at amplitude 0.5."""
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     return (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
 
 
 @dataclass(frozen=True)
-class PromptPlan:
-    saved_voice: Path | None  # a PersonaPlex `.pt` voice prompt, replayed as embeddings
-    frames: tuple[PromptFrame, ...]  # forced frames: audio voice prompt, silence, role, silence
+class Placeholders:
+    """The codes a forced frame carries where nobody speaks: the model's own silence in
+    its 8 rows, the 440 Hz tone in the user's 8 rows."""
+
+    agent: tuple[int, ...]
+    user: tuple[int, ...]
 
 
-class PersonaPrompt:
-    """Feeds PersonaPlex's prompt phases into a streaming LMGen, frame by frame."""
+def placeholder_codes(mimi: MimiModel, agent: tuple[int, ...] | None,
+                      user: tuple[int, ...] | None) -> Placeholders:
+    """The manifest's codes, or (a tiny checkpoint's Mimi) silence and the tone encoded.
+    Encoded outside Mimi's streaming state: call before the engine's Mimi streams."""
+    if agent is None:
+        agent = tuple(encode_pcm(mimi, np.zeros(FRAME_SAMPLES, np.float32))[:, 0].tolist())
+    if user is None:
+        user = tuple(encode_pcm(mimi, tone(FRAME_SAMPLES / SAMPLE_RATE))[:, 0].tolist())
+    return Placeholders(tuple(int(c) for c in agent), tuple(int(c) for c in user))
 
-    def __init__(
-        self,
-        lm_gen: LMGen,
-        mimi: MimiModel,
-        start: ConversationStart,
-        checkpoint_folder: Path,
-        role_tokenizer: SpanTokenizer,
-    ) -> None:
-        self._lm_gen = lm_gen
-        self._mimi = mimi
-        self._start = start
-        self._folder = checkpoint_folder
-        self._role_tokenizer = role_tokenizer
-        lm = lm_gen.lm_model
-        self._pad = lm.text_padding_token_id
-        # Encoded with a fresh streaming Mimi: call before the engine's Mimi streams.
-        silence = np.zeros(FRAME_SAMPLES, np.float32)
-        self._silence = start.agent_silence_codes or self._codes_of(silence)
-        self._tone = start.user_tone_codes or self._codes_of(_tone(FRAME_SAMPLES / SAMPLE_RATE))
 
-    def _codes_of(self, pcm: np.ndarray) -> tuple[int, ...]:
-        return tuple(int(c) for c in _encode_frames(self._mimi, pcm)[0][0, :, 0].tolist())
+def persona_text(persona: str, name: str | None = None, city: str | None = None) -> str:
+    """The persona with the user's name and city in the training corpus's phrasing."""
+    text = persona.strip()
+    for value, phrase in ((name, "The user's name is {}."), (city, "The user is in {}.")):
+        value = (value or "").strip()
+        if value:
+            text = f"{text} {phrase.format(value)}" if text else phrase.format(value)
+    return text
 
-    def voice_frames(self, voice: str) -> list[PromptFrame] | Path:
-        """Frames of an audio voice prompt, or the path of a saved `.pt` voice prompt."""
-        path = _voice_file(voices_folder(self._start, self._folder), voice)
-        if path.suffix == ".pt":
-            return path
-        import sphn
 
-        pcm, _ = sphn.read(str(path), sample_rate=SAMPLE_RATE)
-        mono = np.asarray(pcm, dtype=np.float32).mean(axis=0)
-        return [
-            PromptFrame(self._pad, tuple(int(c) for c in codes[0, :, 0].tolist()))
-            for codes in _encode_frames(self._mimi, mono)
-        ]
+def persona_ids(tokenizer: sentencepiece.SentencePieceProcessor, start: ConversationStart,
+                text: str, forbidden: frozenset[int]) -> list[int]:
+    """`<open> text <close>` tokenized in one piece, as the checkpoint saw it in training.
+    Ids no text should produce (control, unknown, the span and <ret> ids) are dropped."""
+    text = text.strip()
+    if not text:
+        return []
+    wrapping = start.role_wrapping
+    if wrapping.open and not text.startswith(wrapping.open):
+        text = f"{wrapping.open} {text} {wrapping.close}".strip()
+    ids = tokenizer.encode(text)
+    return [i for i in ids if i not in forbidden and not (
+        tokenizer.is_control(i) or tokenizer.is_unknown(i))]
 
-    def role_frames(self, role: str) -> list[PromptFrame]:
-        if not role.strip():
-            return []
-        ids = self._role_tokenizer.encode(role).ids
-        return [PromptFrame(i, self._silence) for i in ids]
 
-    def silence_frames(self) -> list[PromptFrame]:
-        return [PromptFrame(self._pad, self._silence)] * self._start.silence_frames
+@dataclass(frozen=True)
+class SavedVoice:
+    """A PersonaPlex `.pt` voice prompt: saved input embeddings and the ring after them."""
 
-    @torch.no_grad()
-    def _force(self, frames: list[PromptFrame]) -> None:
-        """Step through frames whose text and agent audio are given, not sampled.
+    embeddings: torch.Tensor
+    ring: torch.Tensor
 
-        LMGen's token ring holds, at position p, the text of time p and codebook k of time
-        p - delay_k; the step taken at offset s writes position s + 1.
-        """
-        lm_gen = self._lm_gen
-        lm = lm_gen.lm_model
-        state = lm_gen._streaming_state
-        device = lm.device
-        user = torch.tensor(self._tone, dtype=torch.long, device=device).view(1, -1, 1)
-        user = user.expand(state.batch_size, -1, -1)
-        agent_delays = lm.delays[1 : lm.dep_q + 1]
-        for i, frame in enumerate(frames):
-            agent = []
-            for k, delay in enumerate(agent_delays):
-                source = i - delay
-                codes = frames[source].agent_codes if source >= 0 else self._silence
-                agent.append(codes[k])
-            replace = torch.tensor(agent, dtype=torch.long, device=device).view(1, -1, 1)
-            lm_gen.step(user, depformer_replace_tokens=replace.expand(state.batch_size, -1, -1))
-            position = int(state.offsets[0]) % state.cache.shape[-1]
-            state.cache[:, 0, position] = frame.text_id
 
-    @torch.no_grad()
-    def _replay_saved_voice(self, path: Path) -> int:
-        """Feed a PersonaPlex `.pt` voice prompt: its saved per-frame input embeddings go
-        through the temporal transformer in one pass, then LMGen's frame bookkeeping is set
-        to where the reference server's would stand after those frames."""
+@dataclass(frozen=True)
+class StartPlan:
+    saved_voice: SavedVoice | None
+    steps: tuple[ForcedStep, ...]
+    voice_frames: int
+    persona_tokens: int
+
+
+def load_voice(path: Path, mimi: MimiModel) -> torch.Tensor | SavedVoice:
+    """Mimi codes [8, P] of a voice file, or a PersonaPlex saved voice."""
+    if path.suffix == ".pt":
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        lm_gen = self._lm_gen
-        lm = lm_gen.lm_model
-        state = lm_gen._streaming_state
-        embeddings = saved["embeddings"].to(device=lm.device, dtype=lm.dtype)  # [N, B, 1, dim]
-        frames = embeddings.shape[0]
-        x = embeddings[:, 0, 0, :].unsqueeze(0).expand(state.batch_size, -1, -1)  # [B, N, dim]
-        lm.transformer(x)
-        ring = saved["cache"].to(lm.device)  # [B, 17, their ring size]
-        # The reference's model call number n consumed position n - 1; after N calls its
-        # offset is N + 1 and the ring positions N - 1 .. N hold the last inputs.
-        offset = frames
-        theirs, ours = ring.shape[-1], state.cache.shape[-1]
-        for position in range(max(0, offset - ours + 1), offset + 1):
-            state.cache[:, :, position % ours] = ring[:, :, position % theirs]
-        state.offsets[:] = offset
-        state.offset_cpu = offset
-        return frames
+        if isinstance(saved, dict) and "codes" in saved:
+            codes = torch.as_tensor(saved["codes"]).to(torch.long)
+            if codes.dim() == 3:
+                codes = codes[0]
+            if codes.dim() != 2 or codes.shape[0] < 8:
+                raise ConversationStartError(f"{path.name}: codes of shape "
+                                             f"{tuple(codes.shape)}, expected [8, P]")
+            return codes[:8]
+        if isinstance(saved, dict) and "embeddings" in saved and "cache" in saved:
+            return SavedVoice(saved["embeddings"], saved["cache"])
+        raise ConversationStartError(f"{path.name} holds neither Mimi codes nor a saved voice")
+    import sphn
 
-    def plan(self, voice: str | None, role: str | None) -> PromptPlan:
-        """Encode everything the prompt needs. Runs before Mimi starts streaming."""
-        saved_voice = None
-        frames: list[PromptFrame] = []
-        voice = voice or self._start.default_voice
-        if voice:
-            voice_prompt = self.voice_frames(voice)
-            if isinstance(voice_prompt, Path):
-                saved_voice = voice_prompt
-            else:
-                frames += voice_prompt
-        role = role if role is not None else self._start.default_role
-        frames += self.silence_frames() + self.role_frames(role) + self.silence_frames()
-        return PromptPlan(saved_voice, tuple(frames))
+    from app.audio.user_leveller import normalize_loudness
 
-    def feed(self, plan: PromptPlan) -> int:
-        """Feed the planned phases into the streaming LMGen. Returns the frames used."""
-        replayed = self._replay_saved_voice(plan.saved_voice) if plan.saved_voice else 0
-        # One pass over all forced phases, so delayed codebooks carry across their borders.
-        self._force(list(plan.frames))
-        return replayed + len(plan.frames)
+    pcm, _ = sphn.read(str(path), sample_rate=SAMPLE_RATE)
+    mono = np.asarray(pcm, dtype=np.float32).mean(axis=0)
+    return encode_pcm(mimi, normalize_loudness(mono, SAMPLE_RATE, VOICE_LUFS))
+
+
+def plan_start(manifest: Manifest, checkpoint_folder: Path, mimi: MimiModel,
+               tokenizer: sentencepiece.SentencePieceProcessor, placeholders: Placeholders,
+               pad_id: int, forbidden: frozenset[int], voice: str | None = None,
+               persona: str | None = None, user_name: str | None = None,
+               user_city: str | None = None) -> StartPlan:
+    """Every forced frame of the start, in order. Encodes the voice: call before Mimi
+    streams."""
+    start = manifest.conversation_start
+    silence = ForcedStep(placeholders.user, placeholders.agent, pad_id)
+    steps: list[ForcedStep] = []
+    saved: SavedVoice | None = None
+    voice_frames = 0
+    voice = voice or start.default_voice
+    if voice:
+        loaded = load_voice(voice_file(start, checkpoint_folder, voice), mimi)
+        if isinstance(loaded, SavedVoice):
+            saved = loaded
+            voice_frames = int(loaded.embeddings.shape[0])
+        else:
+            voice_frames = int(loaded.shape[1])
+            steps += [ForcedStep(placeholders.user, tuple(int(c) for c in loaded[:, p].tolist()),
+                                 pad_id) for p in range(voice_frames)]
+        steps += [silence] * start.silence_frames
+    text = start.default_role if persona is None else persona
+    if start.profile_sentences:
+        text = persona_text(text, user_name, user_city)
+    ids = persona_ids(tokenizer, start, text, forbidden)
+    steps += [ForcedStep(placeholders.user, placeholders.agent, i) for i in ids]
+    if ids or start.trailing_silence == "always":
+        steps += [silence] * start.silence_frames
+    return StartPlan(saved, tuple(steps), voice_frames, len(ids))

@@ -1,10 +1,15 @@
-"""The duplex engine: one thread owns Mimi, the LM (LMGen) and the injector.
+"""The duplex engine: one thread owns Mimi, the LM's generator and the injector.
 
 Frames of 1920 samples (80 ms at 24 kHz) come in through a bounded queue; the model's PCM
 frames, its text pieces and every span event go out through an event queue. Spans are
 applied between two frames by this thread alone (single writer). The same loop serves a
 live source (frames arrive in real time) and a file (frames are pushed as fast as the
 queue accepts them).
+
+The generator is the one the checkpoint was trained with (its manifest's `generator`):
+moshi's own LMGen for vanilla Moshi, the forcing generator for PersonaPlex and its Context
+Spanning fine-tune (whose conversation starts with a forced prefix, and which emits <ret>
+when it wants information: a `RetToken` event, never a word).
 """
 
 from __future__ import annotations
@@ -21,20 +26,24 @@ from moshi.models import LMGen
 
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.context_ledger import ContextLedger
-from app.engine.conversation_start import PersonaPrompt, PromptPlan
+from app.engine.conversation_start import Placeholders, StartPlan, placeholder_codes, plan_start
 from app.engine.device import synchronize
 from app.engine.events import (
     AudioOut,
+    BlockSlot,
     EngineError,
     EngineEvent,
     EngineReady,
     EngineStopped,
     FrameStats,
+    RetToken,
     SpanChunkInjected,
     TextPiece,
 )
+from app.engine.forcing_generator import ForcingGenerator
 from app.engine.frame_budget import FRAME_MS, AdaptiveChunkLimit, measure_chunk_budget
 from app.engine.kv_ring import widen_attention_rings
+from app.engine.span_block import block_columns
 from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
 from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
@@ -51,9 +60,12 @@ class EngineOptions:
     chunk_limit: int | None = None  # None: measure what fits in the frame budget here
     budget_margin: float = 0.25  # share of the 80 ms frame kept free
     input_queue_frames: int = 25  # 2 s of audio
-    voice: str | None = None  # persona checkpoints: voice prompt name
-    role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
+    voice: str | None = None  # persona checkpoints: voice prompt name (or a file)
+    role: str | None = None  # persona checkpoints: persona text (None: the manifest's)
+    user_name: str | None = None  # persona checkpoints trained on the user's name and city
+    user_city: str | None = None
     warmup_frames: int = 4
+    batched_prefix: bool = True  # the start's forced frames in one forward (False: stepwise)
 
 
 class DuplexEngine(FrameWorker):
@@ -68,23 +80,49 @@ class DuplexEngine(FrameWorker):
         self.checkpoint = checkpoint
         manifest = checkpoint.manifest
         sampling = manifest.sampling
-        self.lm_gen = LMGen(
-            checkpoint.lm,
-            use_sampling=not self.options.greedy,
-            temp=sampling.temp,
-            temp_text=sampling.temp_text,
-            top_k=sampling.top_k,
-            top_k_text=sampling.top_k_text,
-            cfg_coef=sampling.cfg_coef,
-        )
+        self.lm_gen: LMGen | ForcingGenerator
+        if manifest.generator == "forcing":
+            self.lm_gen = ForcingGenerator(
+                checkpoint.lm,
+                use_sampling=not self.options.greedy,
+                temp=sampling.temp,
+                temp_text=sampling.temp_text,
+                top_k=sampling.top_k,
+                top_k_text=sampling.top_k_text,
+            )
+        else:
+            self.lm_gen = LMGen(
+                checkpoint.lm,
+                use_sampling=not self.options.greedy,
+                temp=sampling.temp,
+                temp_text=sampling.temp_text,
+                top_k=sampling.top_k,
+                top_k_text=sampling.top_k_text,
+                cfg_coef=sampling.cfg_coef,
+            )
         self.context_window = int(checkpoint.lm.context or 0)
         self.ledger = ContextLedger(self.context_window)
+        retrieval = manifest.retrieval
+        self.ret_id = retrieval.ret_id if retrieval.trigger == "ret_token" else None
+        wrapping = manifest.span_wrapping
+        # Ids that steer the checkpoint: never words in the transcript, never span content.
+        self.control_ids = frozenset(
+            ([retrieval.ret_id] if retrieval.ret_id is not None else [])
+            + list(wrapping.open_ids) + list(wrapping.close_ids))
         self.span_tokenizer = SpanTokenizer(
-            checkpoint.tokenizer, manifest.span_wrapping, manifest.max_span_tokens
+            checkpoint.tokenizer, wrapping, manifest.max_span_tokens, self.control_ids
         )
-        self.max_chunk = max(1, min(manifest.max_chunk_positions, self.options.chunk_limit
-                                    or manifest.max_chunk_positions))
-        self.injector = SpanInjector(self.lm_gen, self.span_tokenizer, self.ledger, self.max_chunk)
+        self.blocks = manifest.span_placement.kind == "block"
+        if self.blocks:  # a block is never split: the rings must hold the longest one
+            self.max_chunk = self.span_tokenizer.max_tokens
+        else:
+            self.max_chunk = max(1, min(manifest.max_chunk_positions, self.options.chunk_limit
+                                        or manifest.max_chunk_positions))
+        self.placeholders: Placeholders | None = None  # block codes, set before streaming
+        self.injector = SpanInjector(
+            self.lm_gen, self.span_tokenizer, self.ledger, self.max_chunk,
+            block_columns=self._block_columns if self.blocks else None,
+        )
         # Events go to `events`; a pipeline passes one queue shared by all its stages.
         self.events: queue.SimpleQueue[EngineEvent] = events or queue.SimpleQueue()
         self.frame_index = 0
@@ -94,22 +132,29 @@ class DuplexEngine(FrameWorker):
 
     # ---- any thread -------------------------------------------------------------------
 
-    def inject(self, text: str, source: str, at_frame: int = 0) -> int:
-        """Queue a span (never blocks). `at_frame`: not before that frame index."""
-        return self.injector.submit(text, source, not_before_frame=at_frame)
+    def inject(self, text: str, source: str, at_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
+        """Queue a span (never blocks). `at_frame`: not before that frame index. A span that
+        answers a <ret> names its frame and the last frame it may land before."""
+        return self.injector.submit(text, source, not_before_frame=at_frame,
+                                    origin_frame=origin_frame, deadline_frame=deadline_frame)
 
     # ---- engine thread ----------------------------------------------------------------
 
     def _emit(self, event: EngineEvent) -> None:
         self.events.put(event)
 
+    def _block_columns(self, ids) -> torch.Tensor:
+        assert self.placeholders is not None
+        return block_columns(ids, self.placeholders, self.checkpoint.lm.num_codebooks)
+
     def _run(self) -> None:
         reason = "stopped"
         try:
             with torch.no_grad():
-                persona, plan = self._plan_conversation_start()
+                plan = self._plan_conversation_start()
                 with self.checkpoint.mimi.streaming(1), self.lm_gen.streaming(1):
-                    self._prepare(persona, plan)
+                    self._prepare(plan)
                     reason = self._loop()
         except Exception as exc:  # the thread must never die silently
             log.exception("engine failed")
@@ -121,16 +166,45 @@ class DuplexEngine(FrameWorker):
     def _device_sync(self) -> None:
         synchronize(self.checkpoint.device)
 
-    def _plan_conversation_start(self) -> tuple[PersonaPrompt | None, PromptPlan | None]:
+    def _plan_conversation_start(self) -> StartPlan | None:
+        """Placeholder codes and the start's forced frames, encoded before Mimi streams."""
         ck = self.checkpoint
-        start = ck.manifest.conversation_start
+        manifest = ck.manifest
+        start = manifest.conversation_start
+        if self.blocks or start.kind == "persona_prompt":
+            placement = manifest.span_placement
+            self.placeholders = placeholder_codes(
+                ck.mimi, placement.agent_codes or start.agent_silence_codes,
+                placement.user_codes or start.user_tone_codes)
         if start.kind != "persona_prompt":
-            return None, None
-        role_tokenizer = SpanTokenizer(ck.tokenizer, start.role_wrapping, 10_000)
-        persona = PersonaPrompt(self.lm_gen, ck.mimi, start, ck.folder, role_tokenizer)
-        return persona, persona.plan(self.options.voice, self.options.role)
+            return None
+        assert self.placeholders is not None
+        options = self.options
+        return plan_start(manifest, ck.folder, ck.mimi, ck.tokenizer, self.placeholders,
+                          ck.lm.text_padding_token_id, self.control_ids, voice=options.voice,
+                          persona=options.role, user_name=options.user_name,
+                          user_city=options.user_city)
 
-    def _prepare(self, persona: PersonaPrompt | None, plan: PromptPlan | None) -> None:
+    def _feed_start(self, plan: StartPlan) -> int:
+        """The start's forced frames; returns the positions they took in the context."""
+        gen = self.lm_gen
+        assert isinstance(gen, ForcingGenerator)
+        positions = 0
+        if plan.saved_voice is not None:
+            positions += gen.replay_embeddings(plan.saved_voice.embeddings,
+                                               plan.saved_voice.ring)
+        if self.options.batched_prefix:
+            return positions + gen.prefill_forced(plan.steps, max_columns=self.max_chunk)
+        device = self.checkpoint.device
+        for forced in plan.steps:  # one frame at a time: what the batched forward equals
+            before = gen.offset
+            gen.step(torch.tensor([forced.user], device=device)[:, :, None],
+                     torch.tensor([forced.agent], device=device)[:, :, None],
+                     torch.tensor([forced.text], device=device))
+            positions += int(before > 0)
+        return positions
+
+    def _prepare(self, plan: StartPlan | None) -> None:
         ck = self.checkpoint
         if self.options.seed is not None:
             torch.manual_seed(self.options.seed)
@@ -138,6 +212,10 @@ class DuplexEngine(FrameWorker):
         silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)
         pad = ck.lm.text_padding_token_id
         for _ in range(self.options.warmup_frames):  # also captures the CUDA graphs
+            self._model_frame(silence)
+        if self.blocks and isinstance(self.lm_gen, ForcingGenerator):
+            # The multi-position forward's first call is slow on a GPU: pay for it here.
+            self.lm_gen.inject_block(self._block_columns([pad] * self.max_chunk))
             self._model_frame(silence)
         step_ms = None
         if self.options.chunk_limit is None:
@@ -154,10 +232,12 @@ class DuplexEngine(FrameWorker):
         # Forget the warm-up: the conversation starts from an empty context.
         ck.mimi.reset_streaming()
         self.lm_gen.reset_streaming()
+        prompt_frames = 0
+        if plan is not None:
+            self.ledger.add_frames(self._feed_start(plan))
+            prompt_frames = len(plan.steps) + (plan.voice_frames if plan.saved_voice else 0)
         if self.options.seed is not None:
             torch.manual_seed(self.options.seed)
-        prompt_frames = persona.feed(plan) if persona is not None and plan is not None else 0
-        self.ledger.add_frames(prompt_frames)
         self.ready.set()
         self._emit(
             EngineReady(
@@ -177,11 +257,30 @@ class DuplexEngine(FrameWorker):
         ck = self.checkpoint
         frame = torch.from_numpy(pcm).to(ck.device)[None, None]  # [1, 1, 1920]
         codes = ck.mimi.encode(frame)  # [1, 8, 1]
-        tokens = self.lm_gen.step(codes)  # [1, 9, 1], None while the delays fill
+        # [1, 1 + dep_q, 1]: text, the model's 8 codes (then the user's 8 with dep_q 16);
+        # None while the delays fill.
+        tokens = self.lm_gen.step(codes)
         if tokens is None:
             return None, np.zeros(FRAME_SAMPLES, dtype=np.float32)
-        out = ck.mimi.decode(tokens[:, 1:])  # [1, 1, 1920]
+        out = ck.mimi.decode(tokens[:, 1 : 1 + ck.mimi.num_codebooks])  # [1, 1, 1920]
         return int(tokens[0, 0, 0]), out[0, 0].float().cpu().numpy()
+
+    def _shown_text(self, text_id: int | None) -> int | None:
+        """The id whose piece the transcript shows for this frame, or None.
+
+        The first frame after a block carries the block's closing id; the text the block
+        swallowed (the pending column's, never returned by the reference) is shown instead.
+        """
+        gen = self.lm_gen
+        if isinstance(gen, ForcingGenerator) and gen.state.restored_text is not None:
+            text_id = int(gen.state.restored_text[0])
+        if text_id is None or text_id in self.control_ids:
+            return None
+        tokenizer = self.checkpoint.tokenizer
+        if (tokenizer.is_control(text_id) or tokenizer.is_unknown(text_id)
+                or tokenizer.is_byte(text_id)):
+            return None
+        return text_id
 
     def _loop(self) -> str:
         tokenizer = self.checkpoint.tokenizer
@@ -200,16 +299,25 @@ class DuplexEngine(FrameWorker):
                     self.adaptive.observe_chunk(event.k, event.prefill_ms)
             model_start = time.perf_counter()
             text_id, pcm_out = self._model_frame(item)  # type: ignore[arg-type]
-            if self.adaptive is not None:
+            block = self.injector.last_block
+            if self.adaptive is not None or block is not None:
                 synchronize(self.checkpoint.device)
-                self.adaptive.observe_frame((time.perf_counter() - model_start) * 1000.0)
-                self.injector.chunk_limit = self.adaptive.limit()
+                model_ms = (time.perf_counter() - model_start) * 1000.0
+                if self.adaptive is not None and not self.blocks:
+                    self.adaptive.observe_frame(model_ms)
+                    self.injector.chunk_limit = self.adaptive.limit()
+                if block is not None:
+                    span_id, positions, prefill_ms = block
+                    total = prefill_ms + model_ms
+                    self._emit(BlockSlot(span_id, self.frame_index, positions, prefill_ms,
+                                         model_ms, total, total > FRAME_MS))
             self.ledger.add_frames(1)
-            if text_id is not None and not (
-                tokenizer.is_control(text_id) or tokenizer.is_unknown(text_id)
-            ):
-                piece = tokenizer.id_to_piece(text_id).replace("▁", " ")
-                self._emit(TextPiece(self.frame_index, piece, text_id))
+            if text_id is not None and text_id == self.ret_id:
+                self._emit(RetToken(self.frame_index))
+            shown = self._shown_text(text_id)
+            if shown is not None:
+                piece = tokenizer.id_to_piece(shown).replace("▁", " ")
+                self._emit(TextPiece(self.frame_index, piece, shown))
             self._emit(AudioOut(self.frame_index, pcm_out))
             frame_ms = (time.perf_counter() - start) * 1000.0
             self._emit(FrameStats(self.frame_index, frame_ms, inject_ms, self.ledger.usage()))

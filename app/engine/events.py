@@ -67,6 +67,42 @@ class SpanInjected:
     positions: int
     chunks: int
     monotonic_s: float = field(default_factory=time.monotonic)  # when its last chunk landed
+    origin_frame: int | None = None  # the frame of the <ret> it answers, if any
+
+
+@dataclass(frozen=True)
+class SpanLate:
+    """A span that answers a <ret> but reached the frame loop after its deadline: dropped,
+    as the checkpoint was trained (answers later than that never appeared in training)."""
+
+    span_id: int
+    source: str
+    text: str
+    origin_frame: int  # the <ret> frame
+    frame_index: int  # the frame it would have landed before
+    seconds: float  # from <ret> to then, in conversation time
+
+
+@dataclass(frozen=True)
+class RetToken:
+    """The model emitted its retrieval token: it wants information now."""
+
+    frame_index: int
+    monotonic_s: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class BlockSlot:
+    """The frame a span block went in: its one forward plus that frame's step, against the
+    80 ms frame (the block is never split, so a long one can overrun; it is said here)."""
+
+    span_id: int
+    frame_index: int
+    positions: int
+    prefill_ms: float
+    step_ms: float
+    total_ms: float
+    over_budget: bool
 
 
 @dataclass(frozen=True)
@@ -114,6 +150,9 @@ EngineEvent = (
     | SpanChunkInjected
     | SpanInjected
     | SpanRejected
+    | SpanLate
+    | RetToken
+    | BlockSlot
     | FrameStats
     | EngineError
     | EngineStopped

@@ -1,11 +1,20 @@
 """The span injector: Context Spanning's real-time chunked prefill.
 
-Between two frames, on the engine thread, a span's tokens go into the temporal
-transformer as ONE forward pass over K positions: text ids in stream 0 and the zero token
-(-1, which embeds to an exact zero vector) in the 16 audio streams. Only the transformer's
-streaming state advances (RoPE offsets, KV rings); LMGen's own frame bookkeeping (its
-offsets, token ring and acoustic delays) is left alone, so audio carries on as if nothing
-happened. A span longer than what fits in the frame budget is split across frames.
+Between two frames, on the engine thread, a span's tokens go into the temporal transformer
+in ONE forward pass, in the form the checkpoint's manifest names (`span_placement`):
+
+- "positions" (vanilla Moshi): text ids in stream 0 and the zero token (-1, which embeds to
+  an exact zero vector) in the 16 audio streams. Only the transformer's streaming state
+  advances (RoPE offsets, KV rings); the generator's own frame bookkeeping (its offsets,
+  token ring and acoustic delays) is left alone. A span longer than what fits in the frame
+  budget is split across frames.
+- "block" (checkpoints trained on span blocks): the block columns of span_block.py, read by
+  the forcing generator after its pending column, never split (as trained and as the
+  reference runs it); at most one block goes in between two frames.
+
+A span that answers the model's own <ret> carries a deadline frame: reaching the frame loop
+later than that, it is dropped with a `SpanLate` event (the checkpoint never saw answers
+that late in training).
 """
 
 from __future__ import annotations
@@ -14,8 +23,9 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from moshi.models import LMGen
@@ -27,9 +37,12 @@ from app.engine.events import (
     SpanAccepted,
     SpanChunkInjected,
     SpanInjected,
+    SpanLate,
     SpanRejected,
 )
 from app.engine.span_text import SpanTokenizer, SpanTokens
+
+FRAME_S = 0.08
 
 
 def span_positions(lm_gen: LMGen, token_ids: Sequence[int]) -> torch.Tensor:
@@ -77,6 +90,15 @@ class _PreparedSpan:
     source: str
     tokens: SpanTokens
     not_before_frame: int
+    origin_frame: int | None = None  # the <ret> frame it answers
+    deadline_frame: int | None = None  # dropped if it would land after this frame
+
+
+class BlockReader(Protocol):
+    """What block placement needs from the generator (ForcingGenerator)."""
+
+    def can_inject_block(self) -> bool: ...
+    def inject_block(self, block: torch.Tensor) -> int: ...
 
 
 class _ActiveSpan:
@@ -102,23 +124,34 @@ class SpanInjector:
         span_tokenizer: SpanTokenizer,
         ledger: ContextLedger,
         chunk_limit: int,
+        block_columns: Callable[[Sequence[int]], torch.Tensor] | None = None,
     ) -> None:
+        """`block_columns`: given, spans go in as blocks (ids -> codes [17, n]) read by
+        `lm_gen` (a BlockReader); None, as positions."""
         self._lm_gen = lm_gen
         self.span_tokenizer = span_tokenizer
         self._ledger = ledger
         self.chunk_limit = max(1, chunk_limit)
+        self._block_columns = block_columns
+        self.last_block: tuple[int, int, float] | None = None  # (span id, n, prefill ms)
         self._incoming: queue.Queue[_PreparedSpan] = queue.Queue(self.MAX_QUEUED_SPANS)
         self._waiting: list[_PreparedSpan] = []
         self._active: _ActiveSpan | None = None
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
 
-    def submit(self, text: str, source: str, not_before_frame: int = 0) -> int:
+    @property
+    def blocks(self) -> bool:
+        return self._block_columns is not None
+
+    def submit(self, text: str, source: str, not_before_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
         """Queue a span (any thread; never blocks). Tokenizing happens here, off the loop."""
         with self._id_lock:
             span_id = next(self._ids)
         tokens = self.span_tokenizer.encode(text)
-        span = _PreparedSpan(span_id, text, source, tokens, not_before_frame)
+        span = _PreparedSpan(span_id, text, source, tokens, not_before_frame, origin_frame,
+                             deadline_frame)
         try:
             self._incoming.put_nowait(span)
         except queue.Full as exc:
@@ -141,25 +174,35 @@ class SpanInjector:
                 return self._waiting.pop(i)
         return None
 
+    def _late(self, span: _PreparedSpan, frame_index: int) -> SpanLate | None:
+        if span.deadline_frame is None or frame_index <= span.deadline_frame:
+            return None
+        origin = span.origin_frame if span.origin_frame is not None else span.deadline_frame
+        return SpanLate(span.span_id, span.source, span.text, origin, frame_index,
+                        round((frame_index - origin) * FRAME_S, 3))
+
+    @staticmethod
+    def _accepted(span: _PreparedSpan) -> SpanAccepted:
+        tokens = span.tokens
+        return SpanAccepted(span.span_id, span.source, span.text, len(tokens.ids),
+                            tokens.truncated, tokens.original_content_tokens,
+                            len(tokens.content_ids))
+
     def before_frame(self, frame_index: int) -> list[EngineEvent]:
-        """Inject at most one chunk (<= chunk_limit positions) before frame `frame_index`."""
+        """Inject at most one chunk (<= chunk_limit positions), or one block, before frame
+        `frame_index`."""
+        if self._block_columns is not None:
+            return self._block_before_frame(frame_index)
         events: list[EngineEvent] = []
         if self._active is None:
             span = self._next_span(frame_index)
+            while span is not None and (late := self._late(span, frame_index)) is not None:
+                events.append(late)
+                span = self._next_span(frame_index)
             if span is None:
                 return events
             tokens = span.tokens
-            events.append(
-                SpanAccepted(
-                    span.span_id,
-                    span.source,
-                    span.text,
-                    len(tokens.ids),
-                    tokens.truncated,
-                    tokens.original_content_tokens,
-                    len(tokens.content_ids),
-                )
-            )
+            events.append(self._accepted(span))
             if not tokens.content_ids:
                 events.append(SpanRejected(span.span_id, span.source, "nothing left to inject"))
                 return events
@@ -187,8 +230,38 @@ class SpanInjector:
             events.append(
                 SpanInjected(
                     active.span.span_id, active.span.source, active.first_frame, frame_index,
-                    len(ids), active.chunks,
+                    len(ids), active.chunks, origin_frame=active.span.origin_frame,
                 )
             )
             self._active = None
+        return events
+
+    def _block_before_frame(self, frame_index: int) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        self.last_block = None
+        reader: BlockReader = self._lm_gen  # type: ignore[assignment]
+        if not reader.can_inject_block():
+            return events  # before the first frame out: spans wait
+        while (span := self._next_span(frame_index)) is not None:
+            late = self._late(span, frame_index)
+            if late is not None:
+                events.append(late)
+                continue
+            events.append(self._accepted(span))
+            if not span.tokens.content_ids:
+                events.append(SpanRejected(span.span_id, span.source, "nothing left to inject"))
+                continue
+            assert self._block_columns is not None
+            block = self._block_columns(span.tokens.ids)  # [17, n]
+            start = time.perf_counter()
+            n = reader.inject_block(block)
+            synchronize(self._lm_gen.lm_model.device)
+            elapsed_ms = (time.perf_counter() - start) * 1000.0
+            self._ledger.add_span_positions(n)
+            self.last_block = (span.span_id, n, elapsed_ms)
+            events.append(SpanChunkInjected(span.span_id, span.source, frame_index, n, 0,
+                                            elapsed_ms))
+            events.append(SpanInjected(span.span_id, span.source, frame_index, frame_index, n,
+                                       1, origin_frame=span.origin_frame))
+            break  # one block between two frames
         return events

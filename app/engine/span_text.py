@@ -37,16 +37,26 @@ class SpanTokenizer:
         tokenizer: sentencepiece.SentencePieceProcessor,
         wrapping: SpanWrapping,
         max_tokens: int,
+        control_ids: frozenset[int] = frozenset(),
     ) -> None:
+        """`control_ids`: ids that mean something to the checkpoint (its <ret> and span
+        delimiters); content never carries them, whatever the text."""
         self._sp = tokenizer
         self.wrapping = wrapping
         self.max_tokens = max_tokens
-        self.open_ids = tuple(tokenizer.encode(wrapping.open)) if wrapping.open else ()
-        self.close_ids = tuple(tokenizer.encode(wrapping.close)) if wrapping.close else ()
-        markers = {m for m in (wrapping.open, wrapping.close) if m.strip()}
+        by_id = bool(wrapping.open_ids or wrapping.close_ids)
+        if by_id:  # delimiters the checkpoint was trained on as ids (byte pieces)
+            self.open_ids = tuple(wrapping.open_ids)
+            self.close_ids = tuple(wrapping.close_ids)
+        else:
+            self.open_ids = tuple(tokenizer.encode(wrapping.open)) if wrapping.open else ()
+            self.close_ids = tuple(tokenizer.encode(wrapping.close)) if wrapping.close else ()
+        self.control_ids = frozenset(control_ids) | (
+            frozenset(self.open_ids + self.close_ids) if by_id else frozenset())
+        markers = {m for m in (wrapping.open, wrapping.close) if m.strip()} if not by_id else set()
         self._patterns = [_marker_pattern(m) for m in markers]
         self._forbidden_sequences = [s for s in (self.open_ids, self.close_ids) if s]
-        if any(self._is_special(i) for i in self.open_ids + self.close_ids):
+        if not by_id and any(self._is_special(i) for i in self.open_ids + self.close_ids):
             raise ValueError(
                 f"the tokenizer cannot spell the span wrapping {wrapping.open!r}/"
                 f"{wrapping.close!r} without special or unknown ids"
@@ -66,7 +76,8 @@ class SpanTokenizer:
 
     def _is_special(self, token_id: int) -> bool:
         sp = self._sp
-        return bool(sp.is_control(token_id) or sp.is_unknown(token_id) or sp.is_unused(token_id))
+        return bool(token_id in self.control_ids or sp.is_control(token_id)
+                    or sp.is_unknown(token_id) or sp.is_unused(token_id))
 
     def _strip_forbidden(self, ids: list[int]) -> list[int]:
         changed = True

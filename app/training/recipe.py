@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -202,33 +201,27 @@ def _place_span(kind: str, rng: random.Random, dialogue_start: int, question: Se
 
 def persona_prelude(checkpoint: LoadedCheckpoint, span_tokenizer: SpanTokenizer
                     ) -> tuple[torch.Tensor, list[str]]:
-    """The PersonaPlex start the engine feeds (voice prompt, silence, role, silence), as
-    aligned codes [17, P] with the user's 440 Hz tone. Empty for checkpoints without one.
+    """The persona start the engine feeds (voice prompt, silence, persona, silence), as
+    aligned codes [17, P]: every row forced, the user's rows the 440 Hz tone. Empty for
+    checkpoints without one.
 
     A voice prompt saved as embeddings (`.pt`) has no codes: it is left out (noted)."""
-    from app.engine.conversation_start import PersonaPrompt, _encode_frames, _tone
+    from app.engine.conversation_start import placeholder_codes, plan_start
 
     lm = checkpoint.lm
-    start = checkpoint.manifest.conversation_start
+    manifest = checkpoint.manifest
+    start = manifest.conversation_start
     if start.kind != "persona_prompt":
         return torch.zeros(lm.num_codebooks, 0, dtype=torch.long), []
-    role_tokenizer = SpanTokenizer(checkpoint.tokenizer, start.role_wrapping,
-                                   checkpoint.manifest.max_span_tokens)
-    prompt = PersonaPrompt(SimpleNamespace(lm_model=lm), checkpoint.mimi, start,  # type: ignore[arg-type]
-                           checkpoint.folder, role_tokenizer)
-    plan = prompt.plan(None, None)
+    placeholders = placeholder_codes(checkpoint.mimi, start.agent_silence_codes,
+                                     start.user_tone_codes)
+    plan = plan_start(manifest, checkpoint.folder, checkpoint.mimi, checkpoint.tokenizer,
+                      placeholders, lm.text_padding_token_id, span_tokenizer.control_ids)
     notes = []
     if plan.saved_voice is not None:
-        notes.append(f"voice prompt {plan.saved_voice.name} is saved embeddings: left out")
-    tone = start.user_tone_codes or tuple(
-        int(c) for c in _encode_frames(checkpoint.mimi, _tone(FRAME_SAMPLES / SAMPLE_RATE))
-        [0][0, :, 0].tolist())
-    user_streams = lm.num_codebooks - 1 - lm.dep_q
-    codes = torch.zeros(lm.num_codebooks, len(plan.frames), dtype=torch.long)
-    for t, frame in enumerate(plan.frames):
-        codes[0, t] = frame.text_id
-        codes[1 : 1 + lm.dep_q, t] = torch.tensor(frame.agent_codes[: lm.dep_q])
-        codes[1 + lm.dep_q :, t] = torch.tensor(tone[:user_streams])
+        notes.append("the voice prompt is saved embeddings: left out")
+    codes = torch.tensor([[step.text, *step.agent, *step.user] for step in plan.steps],
+                         dtype=torch.long).T.reshape(lm.num_codebooks, len(plan.steps))
     return codes, notes
 
 

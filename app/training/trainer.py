@@ -17,7 +17,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -269,28 +269,22 @@ def _base_config(checkpoint: LoadedCheckpoint) -> dict:
 
 def manifest_json(base: Manifest, model_id: str, folder: Path, display_name: str,
                   notes: str) -> dict:
-    """The base checkpoint's manifest, now a local folder trained on its span wrapping."""
-    start = base.conversation_start
-    start_raw = asdict(start)
-    start_raw["role_wrapping"] = asdict(start.role_wrapping)
-    for key in ("agent_silence_codes", "user_tone_codes"):
-        if start_raw[key] is not None:
-            start_raw[key] = list(start_raw[key])
-    wrapping = asdict(base.span_wrapping) | {"trained": True}
-    return {
+    """The base checkpoint's manifest, now a local folder trained on its span wrapping.
+
+    Everything else (generator, span placement, retrieval trigger, conversation start,
+    sampling) is the base's, as written in its manifest. The folder holds a config.json, so
+    the base's named architecture and per-file repositories no longer apply."""
+    raw = json.loads(json.dumps(base.raw))  # a deep copy of plain JSON
+    raw.pop("architecture", None)
+    raw.update({
         "id": model_id,
         "display_name": display_name,
-        "family": base.family,
-        "licence": base.licence,
         "source": {"kind": "local", "folder": str(folder)},
-        "span_wrapping": wrapping,
-        "sampling": asdict(base.sampling),
-        "max_span_tokens": base.max_span_tokens,
-        "max_chunk_positions": base.max_chunk_positions,
-        "conversation_start": start_raw,
+        "span_wrapping": dict(raw.get("span_wrapping") or {}) | {"trained": True},
         "notes": notes,
         "trained_from": base.id,
-    }
+    })
+    return raw
 
 
 def save_trained(

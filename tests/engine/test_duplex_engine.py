@@ -109,48 +109,45 @@ def test_wrong_frame_size_is_refused(tiny_checkpoint):
 
 
 def test_persona_checkpoint_starts_with_its_voice_and_role_prompts(tiny_folder: Path):
+    from app.engine.conversation_start import persona_ids
+
     checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
     engine = DuplexEngine(checkpoint, EngineOptions(seed=1, chunk_limit=32,
                                                     role="You are a teacher."))
     events = _run(engine, 5)
     ready = of(ev.EngineReady, events)[0]
-    role_ids = engine.span_tokenizer.encode("You are a teacher.").ids
+    start = checkpoint.manifest.conversation_start
+    role_ids = persona_ids(checkpoint.tokenizer, start, "You are a teacher.", frozenset())
     voice_frames = -(-int(1.6 * 24000) // FRAME_SAMPLES)  # the tiny voice prompt is 1.6 s
     assert ready.prompt_frames == voice_frames + 2 * 2 + len(role_ids)
-    assert of(ev.FrameStats, events)[-1].context.frame_positions == ready.prompt_frames + 5
+    # Every forced frame but the first (which only seeds the ring) is a context position.
+    assert of(ev.FrameStats, events)[-1].context.frame_positions == ready.prompt_frames - 1 + 5
     assert len(of(ev.AudioOut, events)) == 5
 
 
 def test_persona_role_text_reaches_the_models_text_stream(tiny_folder: Path):
     """The forced role tokens are what the model's own text stream holds afterwards."""
     import torch
-    from moshi.models import LMGen
 
-    from app.engine.conversation_start import PersonaPrompt
-    from app.engine.span_text import SpanTokenizer
+    from app.engine.conversation_start import persona_ids, placeholder_codes, plan_start
+    from app.engine.forcing_generator import ForcingGenerator
 
     checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
     start = checkpoint.manifest.conversation_start
-    gen = LMGen(checkpoint.lm, use_sampling=False)
-    tokenizer = SpanTokenizer(checkpoint.tokenizer, start.role_wrapping, 1000)
-    persona = PersonaPrompt(gen, checkpoint.mimi, start, tiny_folder, tokenizer)
-    plan = persona.plan(voice=None, role="be kind")
-    role_ids = tokenizer.encode("be kind").ids
+    gen = ForcingGenerator(checkpoint.lm, use_sampling=False)
+    placeholders = placeholder_codes(checkpoint.mimi, None, None)
+    plan = plan_start(checkpoint.manifest, tiny_folder, checkpoint.mimi, checkpoint.tokenizer,
+                      placeholders, 3, frozenset(), voice=None, persona="be kind")
+    role_ids = persona_ids(checkpoint.tokenizer, start, "be kind", frozenset())
     seen = []
     with torch.no_grad(), gen.streaming(1):
-        original_step = gen.step
-
-        def recording_step(*args, **kwargs):
-            out = original_step(*args, **kwargs)
+        for step in plan.steps:
+            out = gen.step(torch.tensor([step.user])[:, :, None],
+                           torch.tensor([step.agent])[:, :, None], torch.tensor([step.text]))
             if out is not None:
                 seen.append(int(out[0, 0, 0]))
-            return out
-
-        gen.step = recording_step
-        persona.feed(plan)
     # The step output lags the ring by one frame: the last role token appears after it.
-    text_stream = seen
-    joined = ",".join(map(str, text_stream))
+    joined = ",".join(map(str, seen))
     assert ",".join(map(str, role_ids[:-1])) in joined
 
 

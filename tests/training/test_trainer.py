@@ -62,6 +62,7 @@ def test_full_finetune_lowers_the_loss_and_saves_a_model_the_app_loads(
     assert manifest_path.parent == user_manifests_dir() == own_data_dir / "models"
     assert folder == own_data_dir / "checkpoints" / "tiny-span-test"
     assert raw["span_wrapping"] == {"open": "<system>", "close": "<system>", "trained": True}
+    assert raw.get("generator", "moshi") == ck.manifest.generator
     manifest = load_user_manifests()["tiny-span-test"]
     assert manifest.default_folder() == folder
     loaded = load_checkpoint(manifest)  # the app's own loader, from the manifest alone

@@ -1,0 +1,29 @@
+"""A span block's columns: the one definition shared by the engine and the training layout.
+
+A checkpoint trained on span blocks (the Context Spanning release) reads a span as n columns
+of the 17-row sequence, one per token id (its delimiters included): the id in the text row,
+the model's silence codes in its 8 audio rows and the user-side tone's codes in the user's
+8 rows. The columns are already in delayed coordinates: every column is the same except for
+its text, so delays do not move anything inside a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from app.engine.conversation_start import Placeholders
+
+
+def block_columns(ids: Sequence[int], placeholders: Placeholders, num_codebooks: int
+                  ) -> torch.Tensor:
+    """The block of `ids` as codes [17, n]."""
+    agent, user = placeholders.agent, placeholders.user
+    if 1 + len(agent) + len(user) != num_codebooks:
+        raise ValueError(f"placeholders of {len(agent)} + {len(user)} codes do not fill "
+                         f"{num_codebooks - 1} audio rows")
+    column = torch.tensor([0, *agent, *user], dtype=torch.long)
+    block = column[:, None].repeat(1, len(ids))  # [17, n]
+    block[0] = torch.tensor(list(ids), dtype=torch.long)
+    return block
