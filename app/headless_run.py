@@ -11,6 +11,7 @@ import json
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -52,6 +53,7 @@ class ConversationConfig:
     tools: tuple[str, ...] | None = None  # None: every configured tool
     folders: tuple[str, ...] = ()  # local folders the local_search tool may read
     realtime: bool = False  # feed frames at 80 ms, like a microphone
+    level_voice: bool = False  # level the input to -24 LUFS before the model and the ASR
 
 
 @dataclass(frozen=True)
@@ -101,20 +103,26 @@ def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, devi
     if config is None:
         return ConversationPipeline(engine)
     asr = _build_asr(config, device) if config.asr_model else None
+    leveller = True if config.level_voice else None
     orchestrator = None
     if config.llm:
         from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
+        from app.orchestrator.retrieval import user_profile
         from app.tools.default_tools import ToolSettings, build_tools
 
         tools = build_tools(ToolSettings(enabled=config.tools, local_folders=config.folders))
         # About three characters a token: keep answers inside the injector's span budget.
-        options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3)
+        options = OrchestratorOptions(
+            max_span_chars=engine.span_tokenizer.max_tokens * 3,
+            retrieval=engine.checkpoint.manifest.retrieval,
+            profile=user_profile(engine.options.user_name, engine.options.user_city))
         orchestrator = Orchestrator(_build_backend(config), tools, engine, options)
-    return ConversationPipeline(engine, asr, orchestrator)
+    return ConversationPipeline(engine, asr, orchestrator, leveller)
 
 
 def _record(event: object, spans: dict[int, dict]) -> dict | None:
-    """The transcript line for an event of the LLM side, or None."""
+    """The transcript line for an event of the LLM side (or a retrieval event of the
+    engine), or None."""
     from app.asr.events import AsrError, AsrFinal
     from app.orchestrator import events as oe
 
@@ -143,6 +151,30 @@ def _record(event: object, spans: dict[int, dict]) -> dict | None:
         return {"type": "turn_cancelled", "turn_id": event.turn_id, "reason": event.reason}
     if isinstance(event, oe.LlmStatus) and event.state == "error":
         return {"type": "llm_status", "state": event.state, "message": event.message}
+    if isinstance(event, oe.RetrievalQuestion):
+        return {"type": "question", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
+                "question": event.question, "plan": event.plan, "waited_ms": event.waited_ms}
+    if isinstance(event, oe.RetrievalIgnored):
+        return {"type": "ret_ignored", "ret_frame": event.ret_frame, "reason": event.reason}
+    if isinstance(event, oe.NoSpan):
+        return {"type": "no_span", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
+                "question": event.question, "reason": event.reason}
+    if isinstance(event, oe.RetrievalLate):
+        return {"type": "late", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
+                "question": event.question, "seconds": event.seconds, "source": event.source,
+                "dropped_by": "orchestrator"}
+    if isinstance(event, ev.SpanLate):
+        return {"type": "late", "span_id": event.span_id, "ret_frame": event.origin_frame,
+                "text": event.text, "seconds": event.seconds, "source": event.source,
+                "dropped_by": "engine"}
+    if isinstance(event, ev.RetToken):
+        return {"type": "ret", "frame": event.frame_index,
+                "time": round(event.frame_index / FRAME_RATE, 3)}
+    if isinstance(event, ev.BlockSlot):
+        return {"type": "slot", "span_id": event.span_id, "frame": event.frame_index,
+                "positions": event.positions, "prefill_ms": round(event.prefill_ms, 3),
+                "step_ms": round(event.step_ms, 3), "total_ms": round(event.total_ms, 3),
+                "over_budget": event.over_budget}
     return None
 
 
@@ -161,7 +193,11 @@ def run_headless(
     chunk_limit: int | None = None,
     timeout_s: float = 3600.0,
     conversation: ConversationConfig | None = None,
+    user_name: str | None = None,
+    user_city: str | None = None,
+    engine_hook: Callable[[DuplexEngine], None] | None = None,
 ) -> RunSummary:
+    """`engine_hook` sees the engine before it starts (instrumentation: tests, benchmarks)."""
     from app.checkpoints.loader import parse_dtype
 
     manifest = get_manifest(model_id)
@@ -179,8 +215,11 @@ def run_headless(
         parse_dtype(dtype) if dtype else None,
     )
     engine = DuplexEngine(
-        checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role)
+        checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role,
+                                  user_name=user_name, user_city=user_city)
     )
+    if engine_hook is not None:
+        engine_hook(engine)
     pipeline = build_pipeline(engine, conversation, torch_device)
     for injection in injections:
         at_frame = int(injection.at_seconds * FRAME_RATE)
@@ -189,7 +228,11 @@ def run_headless(
     padded = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     padded[: len(pcm)] = pcm
     failure: list[str] = []
-    realtime = bool(conversation and conversation.realtime)
+    # A model that asks with <ret> gets its answers within a deadline in conversation time:
+    # the LLM's (wall-clock) latency only means the same thing when frames come in real time.
+    model_asks = bool(pipeline.orchestrator is not None
+                      and pipeline.orchestrator.model_triggered)
+    realtime = bool(conversation and conversation.realtime) or model_asks
     stop_feeding = threading.Event()
 
     def feed() -> None:
@@ -220,6 +263,7 @@ def run_headless(
     spans: dict[int, dict] = {}
     text_parts: list[str] = []
     done = 0
+    landed = 0
     transcript_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with transcript_path.open("w", encoding="utf-8") as out:
@@ -242,6 +286,9 @@ def run_headless(
                         "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
                         "context_window": event.context_window,
                         "prompt_frames": event.prompt_frames,
+                        "paced": "real time" if realtime else "as fast as it goes",
+                        "trigger": manifest.retrieval.trigger if pipeline.orchestrator
+                        else None,
                     })
                 elif isinstance(event, ev.AudioOut):
                     first = event.frame_index * FRAME_SAMPLES
@@ -270,7 +317,13 @@ def run_headless(
                         {"before_frame": event.before_frame, "k": event.k,
                          "prefill_ms": round(event.prefill_ms, 3)})
                 elif isinstance(event, ev.SpanInjected):
-                    _write(out, spans[event.span_id])
+                    record = spans[event.span_id]
+                    if event.origin_frame is not None:
+                        record["ret_frame"] = event.origin_frame
+                        record["latency_from_ret_s"] = round(
+                            (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
+                    landed += 1
+                    _write(out, record)
                 elif isinstance(event, ev.SpanRejected):
                     _write(out, {"type": "notice", "span_id": event.span_id,
                                  "message": f"span {event.span_id} from {event.source} was "
@@ -297,4 +350,4 @@ def run_headless(
     if done != frames:
         raise HeadlessRunError(f"the engine returned {done} of {frames} frames")
     write_wav_24k(output_path, out_pcm[: len(pcm)])
-    return RunSummary(frames, duration, elapsed, len(spans), "".join(text_parts))
+    return RunSummary(frames, duration, elapsed, landed, "".join(text_parts))

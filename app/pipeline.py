@@ -1,8 +1,10 @@
 """The whole conversation: engine, ASR and orchestrator wired together.
 
-Audio frames fan out to the engine and the ASR. All stages emit into one queue; a router
-thread forwards what the orchestrator needs (the user's words, the model's words, span
-landings, audio frames) and passes every event on to `events` for the UI or a transcript.
+Audio frames fan out to the engine and the ASR, through the voice leveller's thread when
+there is one (both then hear the same levelled voice, as the reference serves it). All
+stages emit into one queue; a router thread forwards what the orchestrator needs (the
+user's words, the model's words and its <ret>, span landings, audio frames) and passes every
+event on to `events` for the UI or a transcript.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
+from app.audio.levelling_stage import LevellingStage
 from app.engine.duplex_engine import DuplexEngine
 from app.orchestrator.orchestrator import Orchestrator
 
@@ -31,10 +34,17 @@ class AsrStage(Protocol):
 
 class ConversationPipeline:
     def __init__(self, engine: DuplexEngine, asr: AsrStage | None = None,
-                 orchestrator: Orchestrator | None = None) -> None:
+                 orchestrator: Orchestrator | None = None,
+                 leveller: bool | None = None) -> None:
+        """`leveller`: None, no levelling stage; True or False, a stage that levels (or
+        passes frames through; `set_level_voice` switches it while running)."""
         self.engine = engine
         self.asr = asr
         self.orchestrator = orchestrator
+        self.leveller: LevellingStage | None = None
+        if leveller is not None:
+            self.leveller = LevellingStage(self._consumers(), enabled=leveller,
+                                           on_end_of_input=self._finish_stages)
         self._merged: queue.SimpleQueue = queue.SimpleQueue()
         engine.events = self._merged
         if asr is not None:
@@ -45,6 +55,12 @@ class ConversationPipeline:
         self._stop = threading.Event()
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
+    def _consumers(self) -> list:
+        consumers = [self.engine.push_frame]
+        if self.asr is not None:
+            consumers.append(self.asr.push_frame)
+        return consumers
+
     def start(self) -> None:
         self._router.start()
         if self.orchestrator is not None:
@@ -52,21 +68,46 @@ class ConversationPipeline:
         if self.asr is not None:
             self.asr.start()
         self.engine.start()
+        if self.leveller is not None:
+            self.leveller.start()
+
+    def set_level_voice(self, enabled: bool) -> None:
+        if self.leveller is not None:
+            self.leveller.set_enabled(enabled)
+
+    @property
+    def dropped_frames(self) -> int:
+        """Frames of the user's audio that some stage never got (a full queue)."""
+        dropped = self.engine.dropped_frames
+        if self.leveller is not None:
+            dropped += self.leveller.dropped_frames + self.leveller.dropped_downstream
+        return dropped
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
         """One 80 ms frame of the user's audio to every stage that listens."""
+        if self.leveller is not None:
+            return self.leveller.push_frame(pcm, timeout)
         accepted = self.engine.push_frame(pcm, timeout)
         if self.asr is not None:
             self.asr.push_frame(pcm, timeout)
         return accepted
 
-    def finish_input(self) -> None:
+    def _finish_stages(self) -> None:
         if self.asr is not None:
             self.asr.finish_input()
         self.engine.finish_input()
 
+    def finish_input(self) -> None:
+        if self.leveller is not None:
+            self.leveller.finish_input()
+        else:
+            self._finish_stages()
+
     def stop(self, timeout: float = 10.0) -> bool:
-        ok = self.engine.stop(timeout)
+        ok = True
+        if self.leveller is not None:
+            ok = self.leveller.stop(timeout)
+        ok = self.engine.stop(timeout) and ok
         if self.asr is not None:
             ok = self.asr.stop(timeout) and ok
         if self.orchestrator is not None:

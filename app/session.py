@@ -109,7 +109,12 @@ def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice)
     except ValueError as exc:
         notice(f"Tools are off: {exc}", "warning")
         tools = build_tools(ToolSettings(enabled=()))
-    options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3)
+    from app.orchestrator.retrieval import user_profile
+
+    speech = settings.speech
+    options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3,
+                                  retrieval=engine.checkpoint.manifest.retrieval,
+                                  profile=user_profile(speech.user_name, speech.user_city))
     orchestrator = Orchestrator(backend, tools, engine, options)
     asr = None
     if llm.stt_model == "none":
@@ -260,10 +265,13 @@ class ConversationSession:
                 return
             self._listener.on_state("loading", "Warming up the speech model…")
             speech = self.settings.speech
-            engine = DuplexEngine(checkpoint, EngineOptions(voice=speech.voice, role=speech.role))
+            engine = DuplexEngine(checkpoint, EngineOptions(
+                voice=speech.voice, role=speech.role, user_name=speech.user_name,
+                user_city=speech.user_city))
             asr, orchestrator = _build_llm_side(self.settings, engine, checkpoint.device,
                                                 self._notice)
-            pipeline = ConversationPipeline(engine, asr, orchestrator)
+            pipeline = ConversationPipeline(engine, asr, orchestrator,
+                                            leveller=self.settings.audio.level_voice)
             audio = self._open_audio()
             self._pipeline, self._audio = pipeline, audio
             pipeline.start()
@@ -378,7 +386,8 @@ class ConversationSession:
                 self._listener.on_status(self._status)
 
     def _engine_dropped(self) -> int:
-        return self._engine.dropped_frames if self._engine is not None else 0
+        pipeline = self._pipeline
+        return pipeline.dropped_frames if pipeline is not None else 0
 
     def _handle(self, event: object) -> None:
         if isinstance(event, ev.FrameStats):

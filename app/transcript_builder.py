@@ -28,6 +28,7 @@ class TranscriptBuilder:
         self._user: TranscriptEntry | None = None
         self._spans: dict[int, TranscriptEntry] = {}
         self._span_text: dict[int, tuple[str, str]] = {}
+        self._retrievals: dict[int, TranscriptEntry] = {}  # <ret> frame -> its entry
 
     def remember_span(self, span_id: int, text: str, source: str) -> None:
         """Spans the UI queued itself (typed, dropped): their text and source for display."""
@@ -73,6 +74,9 @@ class TranscriptBuilder:
             if entry is not None:
                 out += self._close_assistant()
                 detail = f"{event.positions} positions in {event.chunks} chunk(s)"
+                if event.origin_frame is not None:
+                    after = (event.last_frame - event.origin_frame) * FRAME_S
+                    detail = f"{detail}; landed {after:.2f} s after <ret>"
                 if entry.detail.startswith("truncated"):
                     detail = f"{entry.detail}; {detail}"
                 out.append(_replace(entry, final=True, landed_frame=event.last_frame,
@@ -94,7 +98,56 @@ class TranscriptBuilder:
         elif isinstance(event, ev.SpanRejected):
             out.append(self._notice(f"A span from {event.source} was not injected: "
                                     f"{event.reason}", now, "warning"))
+        else:
+            out += self._retrieval_entries(event, now)
         return out
+
+    def _retrieval_entries(self, event: object, now: float) -> list[TranscriptEntry]:
+        """The model's own <ret>: one entry per retrieval, updated as it goes on."""
+        def update(ret_frame: int, text: str, severity: str = "info") -> list[TranscriptEntry]:
+            entry = self._retrievals.get(ret_frame)
+            if entry is None:
+                entry = TranscriptEntry(next(self._ids), "notice", "", now,
+                                        conversation_s=ret_frame * FRAME_S, detail=severity)
+            entry = _replace(entry, text=text, detail=severity)
+            self._retrievals[ret_frame] = entry
+            return [entry]
+
+        def at(frame: int) -> str:
+            return f"at {frame * FRAME_S:.1f} s"
+
+        if isinstance(event, ev.RetToken):
+            return update(event.frame_index,
+                          f"The model asked for information (<ret>) {at(event.frame_index)}")
+        if isinstance(event, oe.RetrievalQuestion):
+            how = {"cache": "your last words", "wait": "what you were saying",
+                   "window": "the last seconds of speech"}.get(event.plan, event.plan)
+            if not event.question:
+                return update(event.ret_frame, f"The model asked for information (<ret>) "
+                                               f"{at(event.ret_frame)}; nothing was heard")
+            return update(event.ret_frame,
+                          f"The model asked for information (<ret>) {at(event.ret_frame)}; "
+                          f"asking the LLM, from {how}: “{event.question}”")
+        if isinstance(event, oe.NoSpan):
+            entry = self._retrievals.get(event.ret_frame)
+            base = entry.text if entry is not None else "The model asked for information"
+            return update(event.ret_frame, f"{base} — nothing injected: {event.reason}")
+        if isinstance(event, oe.RetrievalLate):
+            return [self._notice(f"The answer to “{event.question}” came {event.seconds:.1f} s "
+                                 "after <ret>, past the model's deadline: dropped", now,
+                                 "warning")]
+        if isinstance(event, ev.SpanLate):
+            return [self._notice(f"A span from {event.source} reached the model "
+                                 f"{event.seconds:.1f} s after <ret>, past its deadline: "
+                                 "dropped", now, "warning")]
+        if isinstance(event, oe.RetrievalIgnored):
+            return [self._notice(f"The model asked again {at(event.ret_frame)} while a "
+                                 "retrieval was pending: ignored", now, "info")]
+        if isinstance(event, ev.BlockSlot) and event.over_budget:
+            return [self._notice(f"A {event.positions}-token span block and its frame took "
+                                 f"{event.total_ms:.0f} ms, over the 80 ms frame", now,
+                                 "warning")]
+        return []
 
     def notice(self, message: str, severity: str = "info") -> TranscriptEntry:
         return self._notice(message, self._clock(), severity)

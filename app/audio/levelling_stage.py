@@ -4,8 +4,10 @@ Levelling costs a few milliseconds of numpy per 80 ms frame (a noise gate's STFT
 loudness meter): too much for a PortAudio callback, which must return at once. So the
 callback pushes the raw frame here (timeout 0: a full queue drops and counts it), and this
 thread levels it and hands the same levelled array to every consumer, with the timeout the
-frame came with: live audio keeps dropping rather than waiting, a file feeder keeps waiting
-for room. Consumers must not write into the frame they receive (they all share it).
+frame came with: live audio keeps dropping rather than waiting (a refused frame is counted),
+a file feeder keeps waiting for room until the consumer takes it or the stage is stopped (a
+file loses no frame, even while the engine is still warming up). Consumers must not write
+into the frame they receive (they all share it).
 """
 
 from __future__ import annotations
@@ -87,11 +89,18 @@ class LevellingStage(FrameWorker):
                 frame, timeout = item  # type: ignore[misc]
                 out = self._level(frame)
                 for consumer in self._consumers:
-                    if not consumer(out, timeout):
-                        self.dropped_downstream += 1
+                    self._hand_on(consumer, out, timeout)
         except Exception:  # the thread must never die silently
             log.exception("the levelling stage failed; the microphone no longer reaches "
                           "the model")
+
+    def _hand_on(self, consumer: FrameConsumer, frame: np.ndarray, timeout: float | None
+                 ) -> None:
+        accepted = consumer(frame, timeout)
+        while not accepted and timeout != 0 and not self._stop.is_set():
+            accepted = consumer(frame, timeout)  # a file's frame waits for room
+        if not accepted:
+            self.dropped_downstream += 1
 
     def _level(self, frame: np.ndarray) -> np.ndarray:
         if not self._enabled:

@@ -88,7 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--folder-search", action="append", default=[], metavar="DIR",
                      help="a folder local_search may read (repeatable)")
     llm.add_argument("--realtime", action="store_true",
-                     help="feed the input at real-time pace, like a microphone")
+                     help="feed the input at real-time pace, like a microphone (automatic "
+                          "when the model asks with <ret>: its deadline is in real time)")
+    llm.add_argument("--level-voice", action="store_true",
+                     help="level the input to -24 LUFS (noise gate, gain, limiter) before "
+                          "the model and the ASR hear it, as the app does live")
 
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
@@ -156,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
     conversation = None
-    if args.asr or args.llm or args.realtime:
+    if args.asr or args.llm or args.realtime or args.level_voice:
         tools: tuple[str, ...] | None = None
         if args.tools is not None:
             tools = () if args.tools == "none" else tuple(
@@ -165,6 +169,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             asr_model=args.asr, force_vad=args.vad, llm=args.llm, llm_host=args.llm_host,
             llm_model=args.llm_model, llm_timeout_s=args.llm_timeout, tools=tools,
             folders=tuple(args.folder_search), realtime=args.realtime,
+            level_voice=args.level_voice,
         )
     summary = run_headless(
         args.model, args.input, args.output, args.transcript, injections,

@@ -19,7 +19,45 @@ class LlmStatus:
 class TurnStarted:
     turn_id: int
     question: str
-    trigger: str  # "end_of_turn", "mid_turn" or "typed"
+    trigger: str  # "end_of_turn", "mid_turn", "typed" or "ret" (the model's own <ret>)
+
+
+@dataclass(frozen=True)
+class RetrievalQuestion:
+    """The model emitted <ret>: the question sent to the LLM, and how it was taken."""
+
+    turn_id: int
+    ret_frame: int
+    question: str  # "" when nothing was heard (then nothing is asked)
+    plan: str  # "cache", "wait" (then the final or the window) or "window"
+    waited_ms: float  # conversation time from <ret> until the question was settled
+
+
+@dataclass(frozen=True)
+class RetrievalIgnored:
+    ret_frame: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class NoSpan:
+    """A <ret> that gets no span: nothing heard, the LLM found nothing, or a tool failed."""
+
+    turn_id: int
+    ret_frame: int
+    question: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetrievalLate:
+    """The LLM's answer came after the <ret> deadline: dropped, nothing injected."""
+
+    turn_id: int
+    ret_frame: int
+    question: str
+    seconds: float  # from <ret> to the answer, conversation time
+    source: str
 
 
 @dataclass(frozen=True)
@@ -70,4 +108,5 @@ class TurnLatency:
 
 OrchestratorEvent = (
     LlmStatus | TurnStarted | ToolCalled | SpanQueued | TurnCancelled | TurnFailed | TurnLatency
+    | RetrievalQuestion | RetrievalIgnored | NoSpan | RetrievalLate
 )

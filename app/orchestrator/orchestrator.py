@@ -4,6 +4,11 @@ One control thread owns all decisions (single writer, no locks on its state); ea
 turn runs on a worker thread and reports back through the control queue, so a slow or
 dead backend never blocks anything, and a stale turn's result is simply dropped. The
 frame loop is never waited on: spans go to the engine's non-blocking `inject`.
+
+What starts a turn is the checkpoint's (its manifest's `retrieval`): the user's end of turn
+for models never trained to ask, or the model's own <ret> token (retrieval.py) for the
+Context Spanning checkpoint, whose answers carry a deadline in conversation time. Typed
+questions start a turn either way.
 """
 
 from __future__ import annotations
@@ -17,19 +22,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.asr.events import AsrFinal, AsrPartial
-from app.engine.events import AudioOut, SpanInjected, TextPiece
+from app.asr.events import AsrFinal, AsrPartial, AsrWord
+from app.checkpoints.catalog import Retrieval
+from app.engine.events import AudioOut, RetToken, SpanInjected, SpanLate, TextPiece
 from app.llm.backend import ChatMessage, LLMBackend, LLMError
 from app.orchestrator.conversation_log import ConversationLog
 from app.orchestrator.events import (
     LlmStatus,
+    NoSpan,
     OrchestratorEvent,
+    RetrievalIgnored,
+    RetrievalLate,
+    RetrievalQuestion,
     SpanQueued,
     ToolCalled,
     TurnCancelled,
     TurnFailed,
     TurnLatency,
     TurnStarted,
+)
+from app.orchestrator.retrieval import (
+    FRAME_S,
+    UtteranceTracker,
+    frames_of,
+    normalise_question,
+    retrieve,
 )
 from app.orchestrator.span_writer import speakable_span
 from app.orchestrator.turn_policy import is_clear_question, normalize
@@ -47,7 +64,8 @@ SYSTEM_PROMPT = (
 
 
 class SpanSink(Protocol):
-    def inject(self, text: str, source: str, at_frame: int = 0) -> int: ...
+    def inject(self, text: str, source: str, at_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,9 @@ class OrchestratorOptions:
     mid_turn: bool = True
     min_words_to_cancel: int = 3
     system_prompt: str = SYSTEM_PROMPT
+    # What starts a turn (the checkpoint's manifest); None: the user's end of turn.
+    retrieval: Retrieval | None = None
+    profile: str = ""  # the user's name and city, for the retrieval router
 
 
 @dataclass
@@ -74,6 +95,18 @@ class _Turn:
     span_id: int | None = None
     injected: float | None = None
     injected_before_frame: int | None = None
+    ret_frame: int | None = None  # a turn the model's <ret> started
+
+
+@dataclass
+class _PendingRetrieval:
+    """From <ret> until its span lands, is dropped, or there is none: a second <ret> in
+    that time is ignored, as the reference does."""
+
+    ret_frame: int
+    wait_until_frame: int | None = None  # plan "wait": settle by this frame at the latest
+    turn: _Turn | None = None
+    span_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +115,7 @@ class _TurnAnswer:
     text: str
     tools: tuple[str, ...]
     first_token: float | None
+    no_information: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +150,11 @@ class Orchestrator:
         self._awaiting: dict[int, _Turn] = {}  # span id -> turn, until its first audio
         self._workers: list[threading.Thread] = []
         self._thread: threading.Thread | None = None
+        retrieval = self.options.retrieval
+        self._ret_policy = retrieval if retrieval and retrieval.trigger == "ret_token" else None
+        self._tracker = UtteranceTracker(retrieval.window_s if retrieval else 12.0)
+        self._retrieval: _PendingRetrieval | None = None
+        self._frame = -1  # the newest frame the engine produced: the conversation's clock
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -126,8 +165,13 @@ class Orchestrator:
     def on_asr_event(self, event: object) -> None:
         self._inbox.put((self._clock(), event))
 
+    @property
+    def model_triggered(self) -> bool:
+        """True when the speech model's own <ret> starts LLM turns (not the user's turn)."""
+        return self._ret_policy is not None
+
     def on_engine_event(self, event: object) -> None:
-        if isinstance(event, (TextPiece, SpanInjected, AudioOut)):
+        if isinstance(event, (TextPiece, SpanInjected, AudioOut, RetToken, SpanLate)):
             self._inbox.put((self._clock(), event))
 
     def on_typed_text(self, text: str) -> None:
@@ -137,6 +181,9 @@ class Orchestrator:
         self._inbox.put((self._clock(), _STOP))
         if self._current is not None:
             self._current.cancel.set()
+        pending = self._retrieval
+        if pending is not None and pending.turn is not None:
+            pending.turn.cancel.set()
         ok = True
         if self._thread is not None:
             self._thread.join(timeout)
@@ -148,8 +195,8 @@ class Orchestrator:
 
     def idle(self) -> bool:
         """No turn in flight and nothing waiting in the inbox (for tests and benchmarks)."""
-        return self._inbox.empty() and self._current is None and not any(
-            w.is_alive() for w in self._workers)
+        return (self._inbox.empty() and self._current is None and self._retrieval is None
+                and not any(w.is_alive() for w in self._workers))
 
     # ---- control thread ---------------------------------------------------------------
 
@@ -172,10 +219,23 @@ class Orchestrator:
                 self._emit(LlmStatus("error", f"internal error: {exc}"))
 
     def _handle(self, received: float, item: object) -> None:
-        if isinstance(item, AsrFinal):
-            self._on_final(received, item)
+        if isinstance(item, AsrWord):
+            self._tracker.on_word(item)
+        elif isinstance(item, AsrFinal):
+            self._tracker.on_final(item)
+            if self.model_triggered:
+                self._on_final_for_retrieval(item)
+            else:
+                self._on_final(received, item)
         elif isinstance(item, AsrPartial):
-            self._on_partial(received, item)
+            self._tracker.on_partial(item)
+            if not self.model_triggered:
+                self._on_partial(received, item)
+        elif isinstance(item, RetToken):
+            self._on_ret(item)
+        elif isinstance(item, SpanLate):
+            if self._retrieval is not None and self._retrieval.span_id == item.span_id:
+                self._retrieval = None
         elif isinstance(item, tuple) and item and item[0] == "typed":
             self._log.add_user(item[1])
             self._start_turn(item[1], None, "typed", end_of_speech=received)
@@ -186,6 +246,8 @@ class Orchestrator:
             if turn is not None:
                 turn.injected = item.monotonic_s
                 turn.injected_before_frame = item.last_frame
+            if self._retrieval is not None and self._retrieval.span_id == item.span_id:
+                self._retrieval = None
         elif isinstance(item, AudioOut):
             self._on_audio(item)
         elif isinstance(item, _TurnAnswer):
@@ -243,7 +305,129 @@ class Orchestrator:
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
         worker.start()
 
+    # ---- model-triggered retrieval (the checkpoint's <ret>) -----------------------------
+
+    def _on_ret(self, ret: RetToken) -> None:
+        policy = self._ret_policy
+        if policy is None:
+            return
+        if self._retrieval is not None:
+            self._emit(RetrievalIgnored(ret.frame_index, "a retrieval is already pending"))
+            return
+        pending = _PendingRetrieval(ret.frame_index)
+        self._retrieval = pending
+        # The frame's audio ends (frame + 1) * 80 ms into the conversation.
+        plan = self._tracker.plan((ret.frame_index + 1) * FRAME_S, policy)
+        if plan.question is None:
+            pending.wait_until_frame = ret.frame_index + frames_of(policy.wait_final_s)
+            return
+        self._ask_retrieval(plan.plan, plan.question)
+
+    def _on_final_for_retrieval(self, final: AsrFinal) -> None:
+        self._log.add_user(final.text)
+        pending = self._retrieval
+        if pending is not None and pending.wait_until_frame is not None and final.text.strip():
+            pending.wait_until_frame = None
+            self._ask_retrieval("wait", final.text)
+
+    def _settle_waiting(self) -> None:
+        """Plan "wait" timed out: the words of the recent window are the question."""
+        pending, policy = self._retrieval, self._ret_policy
+        if pending is None or policy is None or pending.wait_until_frame is None:
+            return
+        if self._frame >= pending.wait_until_frame:
+            pending.wait_until_frame = None
+            question = self._tracker.window((pending.ret_frame + 1) * FRAME_S, policy.window_s)
+            self._ask_retrieval("wait", question)
+
+    def _ask_retrieval(self, plan: str, question: str) -> None:
+        pending, policy = self._retrieval, self._ret_policy
+        assert pending is not None and policy is not None
+        question = normalise_question(question, policy)
+        turn = _Turn(next(self._ids), question, None, detected=self._clock(),
+                     ret_frame=pending.ret_frame)
+        waited_ms = round(max(0, self._frame - pending.ret_frame) * FRAME_S * 1000.0, 3)
+        self._emit(RetrievalQuestion(turn.turn_id, pending.ret_frame, question, plan,
+                                     waited_ms))
+        if not question:
+            self._emit(NoSpan(turn.turn_id, pending.ret_frame, "", "nothing was heard"))
+            self._retrieval = None
+            return
+        pending.turn = turn
+        self._emit(TurnStarted(turn.turn_id, question, "ret"))
+        self._emit(LlmStatus("thinking", f"asking {self.backend.name}"))
+        worker = threading.Thread(target=self._work_retrieval, args=(turn,),
+                                  name=f"llm-retrieval-{turn.turn_id}", daemon=True)
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+        worker.start()
+
+    def _on_retrieval_answer(self, received: float, answer: _TurnAnswer) -> None:
+        pending, policy = self._retrieval, self._ret_policy
+        assert pending is not None and pending.turn is not None and policy is not None
+        turn = pending.turn
+        turn.first_token, turn.span_ready = answer.first_token, received
+        self._emit(LlmStatus("idle", f"{self.backend.name} answered"))
+        if not answer.text:
+            reason = ("the LLM found no information" if answer.no_information
+                      else "the tool gave nothing to read")
+            self._emit(NoSpan(turn.turn_id, pending.ret_frame, turn.question, reason))
+            self._retrieval = None
+            return
+        deadline = pending.ret_frame + frames_of(policy.deadline_s)
+        source = "+".join(("llm",) + answer.tools)
+        if self._frame > deadline:
+            seconds = round((self._frame - pending.ret_frame) * FRAME_S, 3)
+            self._emit(RetrievalLate(turn.turn_id, pending.ret_frame, turn.question, seconds,
+                                     source))
+            self._retrieval = None
+            return
+        span_id = self.sink.inject(answer.text, source, origin_frame=pending.ret_frame,
+                                   deadline_frame=deadline)
+        pending.span_id = turn.span_id = span_id
+        self._awaiting[span_id] = turn
+        self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
+
+    def _assistant_said(self) -> str:
+        return " ".join(m.content for m in self._log.messages(2000) if m.role == "assistant")
+
+    def _work_retrieval(self, turn: _Turn) -> None:
+        first_token: list[float] = []
+
+        def on_delta(_fragment: str) -> None:
+            if not first_token:
+                first_token.append(self._clock())
+
+        def on_tool(name: str, arguments: dict, outcome) -> None:
+            self.events.put(ToolCalled(turn.turn_id, name, arguments, outcome.ok, outcome.error,
+                                       outcome.source, len(outcome.content), outcome.truncated))
+
+        try:
+            answer = retrieve(self.backend, self.tools, turn.question, self._assistant_said(),
+                              self.options.profile, self.options.max_span_chars, turn.cancel,
+                              on_delta, on_tool)
+        except LLMError as exc:
+            self._inbox.put((self._clock(), _TurnError(turn.turn_id, exc)))
+            return
+        except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
+            log.exception("retrieval failed")
+            error = LLMError("malformed", f"{self.backend.name} failed: {exc}")
+            self._inbox.put((self._clock(), _TurnError(turn.turn_id, error)))
+            return
+        tools = (answer.tool,) if answer.tool and answer.text else ()
+        self._inbox.put((self._clock(), _TurnAnswer(
+            turn.turn_id, answer.text, tools, first_token[0] if first_token else None,
+            answer.no_information)))
+
+    def _retrieval_turn(self, turn_id: int) -> bool:
+        pending = self._retrieval
+        return bool(pending and pending.turn and pending.turn.turn_id == turn_id)
+
+    # ---- answers ---------------------------------------------------------------------
+
     def _on_answer(self, received: float, answer: _TurnAnswer) -> None:
+        if self._retrieval_turn(answer.turn_id):
+            self._on_retrieval_answer(received, answer)
+            return
         turn = self._current
         if turn is None or turn.turn_id != answer.turn_id:
             return  # stale: cancelled while the LLM was still working
@@ -261,6 +445,12 @@ class Orchestrator:
         self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
 
     def _on_error(self, error: _TurnError) -> None:
+        if self._retrieval_turn(error.turn_id):
+            self._retrieval = None
+            if error.error.kind != "cancelled":
+                self._emit(TurnFailed(error.turn_id, error.error.kind, str(error.error)))
+                self._emit(LlmStatus("error", str(error.error)))
+            return
         turn = self._current
         if turn is None or turn.turn_id != error.turn_id:
             return
@@ -271,6 +461,8 @@ class Orchestrator:
         self._emit(LlmStatus("error", str(error.error)))
 
     def _on_audio(self, audio: AudioOut) -> None:
+        self._frame = audio.frame_index
+        self._settle_waiting()
         for span_id, turn in list(self._awaiting.items()):
             if turn.injected_before_frame is not None and (
                     audio.frame_index >= turn.injected_before_frame):

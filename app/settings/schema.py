@@ -23,6 +23,10 @@ class SpeechModelSettings:
     quantize: bool = False  # 8-bit weights (CUDA only), for GPUs with less memory
     voice: str | None = None  # persona checkpoints: voice prompt name
     role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
+    # Checkpoints trained on them (context-spanning-7b): the persona says who and where
+    # the user is, and the retrieval LLM fills places and time zones from them.
+    user_name: str | None = None
+    user_city: str | None = None
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,10 @@ class AudioSettings:
     input_device: str | None = None  # device name; None: the system default
     output_device: str | None = None
     echo_mode: EchoMode = "cancel"
+    # Level the microphone to -24 LUFS (noise gate, smoothed gain, limiter) before the
+    # speech model and the recogniser hear it: the loudness PersonaPlex-family models
+    # were trained on.
+    level_voice: bool = True
 
 
 @dataclass(frozen=True)

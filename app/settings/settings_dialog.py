@@ -244,11 +244,14 @@ class SettingsDialog(QDialog):
             quantize=self.quantize_check.isChecked(),
             voice=self._voice,
             role=role if role.strip() else None,  # empty: the checkpoint's default role
+            user_name=self.user_name_edit.text().strip() or None,
+            user_city=self.user_city_edit.text().strip() or None,
         )
         audio = AudioSettings(
             input_device=self.input_combo.currentData(),
             output_device=self.output_combo.currentData(),
             echo_mode="headset" if self.headset_radio.isChecked() else "cancel",
+            level_voice=self.level_check.isChecked(),
         )
         llm = LlmSettings(
             backend=self.backend_combo.currentData(),
@@ -326,6 +329,15 @@ class SettingsDialog(QDialog):
         self.role_edit = QPlainTextEdit(speech.role or "")
         self.role_edit.setFixedHeight(80)
         form.addRow("Role prompt:", self.role_edit)
+
+        self.user_name_edit = QLineEdit(speech.user_name or "")
+        self.user_name_edit.setPlaceholderText("Optional")
+        self.user_city_edit = QLineEdit(speech.user_city or "")
+        self.user_city_edit.setPlaceholderText("Optional")
+        form.addRow("Your name:", self.user_name_edit)
+        form.addRow("Your city:", self.user_city_edit)
+        self.profile_hint = _hint("")
+        form.addRow("", self.profile_hint)
         return page
 
     def _current_manifest(self) -> Manifest | None:
@@ -354,6 +366,14 @@ class SettingsDialog(QDialog):
         manifest = self._current_manifest()
         persona = manifest is not None and manifest.conversation_start.kind == "persona_prompt"
         self.role_edit.setEnabled(persona)
+        profile = persona and manifest is not None and (
+            manifest.conversation_start.profile_sentences)
+        self.user_name_edit.setEnabled(bool(profile))
+        self.user_city_edit.setEnabled(bool(profile))
+        self.profile_hint.setText(
+            "The model was trained to hear your name and city at the start of a conversation."
+            if profile else "Your name and city apply to checkpoints trained on them "
+            "(Context Spanning 7B).")
         self.voice_combo.setEnabled(False)
         self._fill_voices([], listed=False)
         if manifest is None or not persona:
@@ -455,6 +475,12 @@ class SettingsDialog(QDialog):
         box.addWidget(self.cancel_radio)
         box.addWidget(self.headset_radio)
         form.addRow("Echo:", box)
+        self.level_check = QCheckBox("Level my voice to -24 LUFS (noise gate, gain, limiter)")
+        self.level_check.setToolTip(
+            "The loudness the speech model was trained on; the recogniser hears the same "
+            "levelled voice. Turn off to hear the microphone as it is.")
+        self.level_check.setChecked(audio.level_voice)
+        form.addRow("Voice level:", self.level_check)
         form.addRow("", self.audio_status)
         return page
 

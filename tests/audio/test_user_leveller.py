@@ -292,6 +292,24 @@ def test_the_stage_passes_frames_through_when_disabled() -> None:
     assert consumer.timeouts == [0.5] * len(frames)  # a file feeder's timeout travels on
 
 
+def test_a_file_frame_waits_for_a_busy_consumer_instead_of_being_dropped() -> None:
+    class Busy(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refusals = 2
+
+        def __call__(self, pcm: np.ndarray, timeout: float | None) -> bool:
+            super().__call__(pcm, timeout)
+            self.refusals -= 1
+            return self.refusals < 0
+
+    frame = frames_of(speech(2.0, -40.0))[:1]
+    busy = Busy()
+    stage = LevellingStage([busy], None, queue_frames=4)
+    run_stage(stage, frame, timeout=0.5)
+    assert len(busy.frames) == 3 and stage.dropped_downstream == 0
+
+
 def test_a_full_stage_drops_live_frames_and_counts_them() -> None:
     stage = LevellingStage([Recorder()], None, queue_frames=2)
     frame = np.zeros(FRAME_SAMPLES, dtype=np.float32)

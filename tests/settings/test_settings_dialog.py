@@ -150,11 +150,28 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
 def test_role_prompt_only_for_persona_checkpoints(qtbot, model_id: str) -> None:
     dialog = make_dialog(qtbot)
     select_data(dialog.model_combo, model_id)
-    persona = model_id in ("personaplex", "tiny-persona")
+    persona = model_id in ("personaplex", "tiny-persona", "context-spanning-7b", "tiny-cs")
     assert dialog.role_edit.isEnabled() == persona
     assert not dialog.voice_combo.isEnabled()  # no checkpoint is on disk here
     hint = dialog.voice_hint.text()
     assert ("not on disk" in hint) if persona else ("persona" in hint)
+    # Name and city: only for checkpoints trained on them.
+    trained_on_profile = model_id in ("context-spanning-7b", "tiny-cs")
+    assert dialog.user_name_edit.isEnabled() == trained_on_profile
+    assert dialog.user_city_edit.isEnabled() == trained_on_profile
+
+
+def test_name_city_and_voice_levelling_are_saved(qtbot) -> None:
+    dialog = make_dialog(qtbot)
+    select_data(dialog.model_combo, "context-spanning-7b")
+    dialog.user_name_edit.setText("  Ada ")
+    dialog.user_city_edit.setText("Seoul")
+    dialog.level_check.setChecked(False)
+    settings = dialog.settings()
+    assert (settings.speech.user_name, settings.speech.user_city) == ("Ada", "Seoul")
+    assert settings.audio.level_voice is False
+    dialog.user_city_edit.clear()
+    assert dialog.settings().speech.user_city is None
 
 
 def test_voices_come_from_the_checkpoint_folder(qtbot, tmp_path: Path) -> None:
