@@ -189,10 +189,17 @@ def remote_files(manifest: Manifest | SttManifest) -> list[RemoteFile]:
     end-of-speech heads), which is optional: the STT falls back to its VAD without it."""
     if not manifest.hf_repo:
         raise DownloadError(f"model {manifest.id!r} is not on Hugging Face; nothing to download")
-    files = [
-        RemoteFile(manifest.hf_repo, name, name, manifest.hf_revision)
-        for name in dict.fromkeys(manifest.files.values())
-    ]
+    # A file may live in another repository (the Context Spanning release takes Mimi and
+    # the tokenizer from PersonaPlex's); the pinned revision is the main repository's.
+    other_repos = getattr(manifest, "file_repos", {})
+    files, seen = [], set()
+    for role, name in manifest.files.items():
+        if name in seen:
+            continue
+        seen.add(name)
+        repo = other_repos.get(role)
+        files.append(RemoteFile(repo or manifest.hf_repo, name, name,
+                                None if repo else manifest.hf_revision))
     eos = getattr(manifest, "end_of_speech", None)
     if eos is not None and eos.weights_repo and eos.weights_repo_file and eos.weights_file:
         files.append(

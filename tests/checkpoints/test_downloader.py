@@ -613,5 +613,13 @@ def test_the_catalog_entries_map_to_their_hub_files():
     assert {f.repo for f in persona} == {"nvidia/personaplex-7b-v1"}
     stt = remote_files(get_stt_manifest("kyutai-stt-1b-en_fr"))
     assert stt[-1].repo == "kyutai/stt-1b-en_fr-candle" and stt[-1].optional
+    # The Context Spanning release: its weights and voices from its own repository, Mimi
+    # and the tokenizer from PersonaPlex's, each into the one checkpoint folder.
+    release = {f.path: f.repo for f in remote_files(get_manifest("context-spanning-7b"))}
+    assert release["context_spanning_7b.pt"] == "mindlogicinc/context-spanning-7b"
+    assert release["voices/f0.pt"] == "mindlogicinc/context-spanning-7b"
+    assert release["tokenizer-e351c8d8-checkpoint125.safetensors"] == "nvidia/personaplex-7b-v1"
+    assert release["tokenizer_spm_32k_3.model"] == "nvidia/personaplex-7b-v1"
+    assert len(release) == 12
     with pytest.raises(ValueError, match="must end with"):
         RemoteFile("a/b", "model.safetensors", "heads.safetensors")
