@@ -196,6 +196,7 @@ def run_headless(
     user_name: str | None = None,
     user_city: str | None = None,
     engine_hook: Callable[[DuplexEngine], None] | None = None,
+    ret_at: tuple[float, ...] = (),
 ) -> RunSummary:
     """`engine_hook` sees the engine before it starts (instrumentation: tests, benchmarks)."""
     from app.checkpoints.loader import parse_dtype
@@ -209,6 +210,10 @@ def run_headless(
             raise HeadlessRunError(
                 f"--at {injection.at_seconds:g} is outside the input (0 to {duration:.2f} s)"
             )
+    for seconds in ret_at:
+        if not 0 <= seconds <= duration:
+            raise HeadlessRunError(
+                f"--ret-at {seconds:g} is outside the input (0 to {duration:.2f} s)")
     torch_device = choose_device(device)
     checkpoint = load_checkpoint(
         manifest, ensure_built(manifest, folder), torch_device,
@@ -216,7 +221,9 @@ def run_headless(
     )
     engine = DuplexEngine(
         checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role,
-                                  user_name=user_name, user_city=user_city)
+                                  user_name=user_name, user_city=user_city,
+                                  forced_ret_frames=frozenset(int(s * FRAME_RATE)
+                                                              for s in ret_at))
     )
     if engine_hook is not None:
         engine_hook(engine)

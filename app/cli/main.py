@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--at", action="append", default=[], type=float, metavar="SECONDS",
                      help="when the preceding --inject lands (seconds into the input)")
     run.add_argument("--source", default="cli", help="source label of the injected spans")
+    run.add_argument("--ret-at", action="append", default=[], type=float, metavar="SECONDS",
+                     help="force the model's <ret> at this time (repeatable): models with "
+                          "random weights never ask on their own (context-spanning-7b, tiny-cs)")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
     run.add_argument("--voice", default=None,
@@ -121,6 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
     soak.add_argument("--minutes", type=float, default=10.0)
     soak.add_argument("--json", action="store_true", help="print one JSON object")
+    gpu = bench_kinds.add_parser(
+        "gpu", help="(CUDA) the 7B's step, span blocks' prefill and exactness in bf16, graphs")
+    gpu.add_argument("--model", default=None,
+                     help="catalog id (default: the PersonaPlex 7B architecture with random "
+                          "weights, built on the GPU)")
+    gpu.add_argument("--device", default=None, help="cuda (default: the first CUDA GPU)")
+    gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    gpu.add_argument("--block", type=int, action="append", default=None, metavar="N",
+                     help="span block size in tokens, repeatable (default 16 64 256 400 600)")
+    gpu.add_argument("--repeats", type=int, default=7)
+    gpu.add_argument("--allow-cpu", action="store_true",
+                     help="run on a CPU too (for testing the command's paths)")
+    gpu.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -176,6 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
         voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
         conversation=conversation, user_name=args.user_name, user_city=args.user_city,
+        ret_at=tuple(args.ret_at),
     )
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
@@ -226,8 +243,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_soak_bench(args.minutes)
         print(json.dumps(result) if args.json else json.dumps(result, indent=2))
         return 0
+    if args.bench == "gpu":
+        from app.bench.gpu_bench import describe, run_gpu_bench
+
+        blocks = tuple(args.block) if args.block else (16, 64, 256, 400, 600)
+        result = run_gpu_bench(args.model, args.device, args.dtype, blocks, args.repeats,
+                               allow_cpu=args.allow_cpu)
+        print(json.dumps(result) if args.json else describe(result))
+        return 0
     if args.bench != "injection":
-        raise ValueError("choose a benchmark: injection or pipeline")
+        raise ValueError("choose a benchmark: injection, pipeline, gpu, audio-latency, echo "
+                         "or soak")
     from app.bench.injection_bench import run_injection_bench
 
     ks = tuple(args.k) if args.k else (16, 64, 256)

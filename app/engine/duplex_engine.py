@@ -66,6 +66,10 @@ class EngineOptions:
     user_city: str | None = None
     warmup_frames: int = 4
     batched_prefix: bool = True  # the start's forced frames in one forward (False: stepwise)
+    # Frames at which the model's text is forced to its <ret> id (the forcing generator's
+    # text forcing; the reference has the same switch, off by default): lets a model with
+    # random weights, which never asks on its own, walk through the retrieval flow.
+    forced_ret_frames: frozenset[int] = frozenset()
 
 
 class DuplexEngine(FrameWorker):
@@ -112,6 +116,9 @@ class DuplexEngine(FrameWorker):
         self.span_tokenizer = SpanTokenizer(
             checkpoint.tokenizer, wrapping, manifest.max_span_tokens, self.control_ids
         )
+        if self.options.forced_ret_frames and (
+                self.ret_id is None or manifest.generator != "forcing"):
+            raise ValueError(f"{manifest.id} does not ask with <ret>: nothing to force")
         self.blocks = manifest.span_placement.kind == "block"
         if self.blocks:  # a block is never split: the rings must hold the longest one
             self.max_chunk = self.span_tokenizer.max_tokens
@@ -259,7 +266,11 @@ class DuplexEngine(FrameWorker):
         codes = ck.mimi.encode(frame)  # [1, 8, 1]
         # [1, 1 + dep_q, 1]: text, the model's 8 codes (then the user's 8 with dep_q 16);
         # None while the delays fill.
-        tokens = self.lm_gen.step(codes)
+        if self.ready.is_set() and self.frame_index in self.options.forced_ret_frames:
+            ret = torch.tensor([self.ret_id], device=ck.device)
+            tokens = self.lm_gen.step(codes, None, ret)  # type: ignore[call-arg]
+        else:
+            tokens = self.lm_gen.step(codes)
         if tokens is None:
             return None, np.zeros(FRAME_SAMPLES, dtype=np.float32)
         out = ck.mimi.decode(tokens[:, 1 : 1 + ck.mimi.num_codebooks])  # [1, 1, 1920]

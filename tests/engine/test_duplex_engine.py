@@ -166,3 +166,19 @@ def test_a_failure_on_the_engine_thread_is_reported_not_swallowed(tiny_folder: P
     assert errors and errors[0].fatal and "NO-SUCH-VOICE" in errors[0].message
     assert of(ev.EngineStopped, events)[-1].reason == "error"
     assert not of(ev.EngineReady, events)
+
+
+def test_a_forced_ret_comes_out_as_a_ret_event_never_as_a_word(tiny_cs_checkpoint):
+    engine = DuplexEngine(tiny_cs_checkpoint, EngineOptions(
+        seed=1, greedy=True, chunk_limit=8, forced_ret_frames=frozenset({5, 12})))
+    events = _run(engine, 20)
+    # The text forced into frame 5's target column comes out with the next frame.
+    assert 6 in [e.frame_index for e in of(ev.RetToken, events)]
+    assert 13 in [e.frame_index for e in of(ev.RetToken, events)]
+    assert not [e for e in of(ev.TextPiece, events) if e.token_id in (4, 12, 13)]
+    assert len(of(ev.AudioOut, events)) == 20
+
+
+def test_forcing_ret_on_a_model_that_never_asks_is_refused(tiny_checkpoint):
+    with pytest.raises(ValueError, match="does not ask with <ret>"):
+        DuplexEngine(tiny_checkpoint, EngineOptions(forced_ret_frames=frozenset({3})))
