@@ -1,0 +1,582 @@
+"""`python main.py bench gpu`: the 7B's real-time numbers on a CUDA GPU, and the checks that
+only a GPU can make.
+
+By default it builds PersonaPlex's architecture (Moshi 7B with a depformer over 16 codebooks)
+with RANDOM weights directly on the GPU in bf16, and moshi's own Mimi with random weights:
+speed does not depend on the weights, and nothing is downloaded or written to disk. It then
+measures, with device synchronisation, what the reference reports ("prefill plus one step"
+for span blocks of several sizes) and checks on the GPU, in bf16:
+- that a block read in ONE forward gives the next frames that a one-position-at-a-time read
+  gives (twin runs from one saved streaming state: numbers, not assertions);
+- that moshi's CUDA-graphed step still replays correctly after a block (the block's forward
+  runs eagerly on the tensors the graph was captured on): the same run, graphed and eager.
+
+`--model tiny-cs --allow-cpu` runs every path on the CPU, for tests.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import moshi
+import torch
+from moshi.models import LMModel, MimiModel, loaders
+from moshi.modules import transformer as moshi_transformer
+from moshi.modules.streaming import StreamingModule
+from moshi.modules.transformer import RingKVCache
+from moshi.utils import compile as moshi_compile
+
+from app.checkpoints.architectures import personaplex_7b
+from app.checkpoints.catalog import get_manifest
+from app.checkpoints.loader import ensure_built, load_checkpoint, runtime_dtype
+from app.engine.conversation_start import Placeholders, placeholder_codes
+from app.engine.device import choose_device, synchronize
+from app.engine.forcing_generator import ForcedStep, ForcingGenerator
+from app.engine.frame_budget import FRAME_MS
+from app.engine.kv_ring import widen_attention_rings
+from app.engine.span_block import block_columns
+
+RELEASE = "context-spanning-7b"  # its manifest holds the release's placeholder codes and ids
+FRAME_SAMPLES = 1920
+PREFIX_STEPS = 50  # a persona-like start: silence, 48 text frames, silence
+SETTLE_STEPS = 3  # live frames after the start, before a block
+CHECK_STEPS = 5  # frames compared after a block
+FIRST_TEXT_ID = 14  # random span text stays clear of the control ids (<ret> 4, 12, 13)
+REFERENCE = {
+    "source": "Context Spanning README@c05344f: prefill plus one step, RTX PRO 6000 "
+              "Blackwell, the trained 7B in bf16 (n = 0: a step alone)",
+    "ms": {0: 34.7, 16: 56.1, 64: 57.5, 256: 62.0, 600: 86.1},
+}
+INCLUDES = {
+    "step_ms": "one generator step (temporal forward over 1 position + 16 depformer steps, "
+               "greedy; CUDA-graphed on CUDA), LM only, synchronised before and after, "
+               "median of N",
+    "frame_ms": "one full frame: Mimi encode of 1920 samples + the generator step + Mimi "
+                "decode of the model's 8 codebooks, synchronised, median of N",
+    "prefill_ms": "inject_block alone: ONE eager temporal forward over [pending column] + "
+                  "the block's first n - 1 columns, plus the ring bookkeeping; synchronised, "
+                  "median over `repeats` fresh blocks",
+    "prefill_plus_step_ms": "inject_block then the NEXT generator step, timed together "
+                            "(the reference's 'prefill plus one step'), median over repeats",
+    "over_budget": f"prefill_plus_step_ms > {FRAME_MS:g} ms, one frame (the reference's "
+                   "slot.over_budget)",
+    "context_restarts": "times the conversation restarted (reset + prefix) so that no "
+                        "position ever left the context window; max_positions: the most "
+                        "positions the context held",
+    "exact": f"twin runs from one saved streaming state: the block in one forward against "
+             f"one position per forward, then the same {CHECK_STEPS} greedy steps; max |diff| "
+             "of their text logits, that over the largest |logit|, and whether the steps' "
+             "text tokens and whole frames (text + 16 codebooks) are identical",
+    "graph_replay": f"the same run (prefix, {SETTLE_STEPS} steps, a block of the largest "
+                    f"size, {CHECK_STEPS} steps) from one saved state, once with moshi's CUDA "
+                    "graphs and once eagerly (moshi's no_cuda_graph()), greedy, same inputs; "
+                    "compares the steps after the block. cuda_graphs: whether the graphed run "
+                    "really replayed captured graphs (never on a CPU)",
+    "peak_memory_gb": "torch.cuda.max_memory_allocated over the whole bench (weights, KV "
+                      "rings, a saved state), GiB; null on a CPU",
+    "wall_s": "the whole bench, model build included",
+}
+
+
+class GpuBenchError(ValueError):
+    """The bench cannot run as asked (no GPU, a block that does not fit, ...)."""
+
+
+@dataclass
+class _Rig:
+    """Everything one bench drives: the generator on its LM, Mimi, and the inputs."""
+
+    gen: ForcingGenerator
+    lm: LMModel
+    mimi: MimiModel
+    device: torch.device
+    placeholders: Placeholders
+    open_id: int
+    close_id: int
+    prefix: tuple[ForcedStep, ...]
+    users: torch.Tensor  # [U, 1, 8, 1] long, on the device: live user frames, cycled
+    pcm: torch.Tensor  # [1, 1, 1920] float32: the frame Mimi encodes
+    random: torch.Generator  # CPU generator for span text
+    next_user: int = 0
+    restarts: int = 0
+    max_positions: int = 0
+
+    @property
+    def context(self) -> int:
+        return int(self.lm.context)
+
+    @property
+    def positions(self) -> int:
+        """Positions forwarded into the context: the offset counts the pending column."""
+        return max(0, self.gen.offset - 1)
+
+
+# ---- saving and restoring a streaming state ------------------------------------------------
+
+
+@dataclass
+class _Saved:
+    """Copies of every tensor and number in the generator's and the LM's streaming states.
+
+    Restoring copies the tensors back IN PLACE: a captured CUDA graph reads the KV rings and
+    offsets at their addresses, so the state objects must stay the same objects.
+    """
+
+    entries: list[tuple[object, str, object, object]] = field(default_factory=list)
+
+    @classmethod
+    def take(cls, modules: list[StreamingModule]) -> _Saved:
+        saved = cls()
+        for module in modules:
+            for state in module.get_streaming_state().values():
+                for name, value in vars(state).items():
+                    if name.startswith("_"):
+                        continue
+                    copy = _copy_value(value)
+                    if copy is not _SKIP:
+                        saved.entries.append((state, name, value, copy))
+        return saved
+
+    def restore(self) -> None:
+        for state, name, original, copy in self.entries:
+            current = getattr(state, name)
+            if isinstance(original, RingKVCache) and current is original:
+                cache, end_offset = copy
+                original.cache.copy_(cache)
+                original.end_offset.copy_(end_offset)
+            elif isinstance(original, torch.Tensor) and current is original:
+                original.copy_(copy)
+            else:  # plain numbers, None, or tensors no graph holds (the pending exit)
+                setattr(state, name, _copy_value(copy))
+
+
+_SKIP = object()
+
+
+def _copy_value(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, RingKVCache):
+        return (value.cache.clone(), value.end_offset.clone())
+    if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(v.clone() for v in value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _SKIP  # graphs, exit stacks, the model itself: shared, not state to copy
+
+
+# ---- building the rig ------------------------------------------------------------------------
+
+
+def _resolve_device(device: str | None, allow_cpu: bool) -> torch.device:
+    try:
+        torch_device = choose_device(device)
+    except ValueError as exc:
+        raise GpuBenchError(str(exc)) from exc
+    if torch_device.type != "cuda" and not allow_cpu:
+        raise GpuBenchError(f"bench gpu needs a CUDA GPU, and runs on {torch_device.type} "
+                            "only with --allow-cpu (for testing the command's paths)")
+    return torch_device
+
+
+def _random_7b(device: torch.device, dtype: torch.dtype) -> tuple[LMModel, MimiModel,
+                                                                   Placeholders, tuple[int, int]]:
+    """PersonaPlex's 7B (dep_q 16) and Mimi with random weights, built on the device."""
+    release = get_manifest(RELEASE)
+    agent, user = release.span_placement.agent_codes, release.span_placement.user_codes
+    if agent is None or user is None:
+        raise GpuBenchError(f"the {RELEASE} manifest names no placeholder codes")
+    lm = loaders.get_moshi_lm(None, lm_kwargs=personaplex_7b(), device=device, dtype=dtype)
+    mimi = loaders.get_mimi(None, None, device=device, num_codebooks=8)
+    ids = (release.span_wrapping.open_ids[0], release.span_wrapping.close_ids[0])
+    return lm.eval(), mimi, Placeholders(agent, user), ids
+
+
+def _catalog_model(model: str, device: torch.device, dtype: str
+                   ) -> tuple[LMModel, MimiModel, Placeholders, tuple[int, int]]:
+    """A catalog checkpoint through the real loader (tiny-cs is built if missing)."""
+    manifest = get_manifest(model)
+    if manifest.generator != "forcing" or manifest.span_placement.kind != "block":
+        raise GpuBenchError(f"{model} is not read with span blocks by the forcing generator; "
+                            "choose tiny-cs or context-spanning-7b")
+    ck = load_checkpoint(manifest, ensure_built(manifest), device, runtime_dtype(dtype, device))
+    placement = manifest.span_placement
+    placeholders = placeholder_codes(ck.mimi, placement.agent_codes, placement.user_codes)
+    wrapping = manifest.span_wrapping
+    return ck.lm, ck.mimi, placeholders, (wrapping.open_ids[0], wrapping.close_ids[0])
+
+
+def _prefix(placeholders: Placeholders, pad_id: int, text_card: int, length: int,
+            random: torch.Generator) -> tuple[ForcedStep, ...]:
+    """Silence, persona-like text one token per frame, silence: every row forced."""
+    silence = ForcedStep(placeholders.user, placeholders.agent, pad_id)
+    text = torch.randint(FIRST_TEXT_ID, text_card, (max(0, length - 2),), generator=random)
+    persona = [ForcedStep(placeholders.user, placeholders.agent, int(i)) for i in text]
+    return (silence, *persona, silence)
+
+
+# ---- driving it ------------------------------------------------------------------------------
+
+
+def _step(rig: _Rig) -> torch.Tensor | None:
+    user = rig.users[rig.next_user % rig.users.shape[0]]
+    rig.next_user += 1
+    return rig.gen.step(user)
+
+
+def _frame(rig: _Rig) -> None:
+    """What the engine does every 80 ms: Mimi encode, a step, Mimi decode."""
+    codes = rig.mimi.encode(rig.pcm)  # [1, 8, 1]
+    out = rig.gen.step(codes)
+    if out is not None:
+        rig.mimi.decode(out[:, 1:9])
+
+
+def _start(rig: _Rig, live_steps: int = SETTLE_STEPS) -> None:
+    """A fresh conversation: empty context, the prefix, a few live frames."""
+    rig.gen.reset_streaming()
+    rig.gen.prefill_forced(rig.prefix)
+    rig.next_user = 0
+    for _ in range(live_steps):
+        _step(rig)
+
+
+def _block(rig: _Rig, n: int) -> torch.Tensor:
+    """A span block of n columns on the device: open id, n - 2 random text ids, close id."""
+    text = torch.randint(FIRST_TEXT_ID, int(rig.lm.text_card), (n - 2,), generator=rig.random)
+    ids = [rig.open_id, *text.tolist(), rig.close_id]
+    return block_columns(ids, rig.placeholders, rig.lm.num_codebooks).to(rig.device)
+
+
+def _timed_ms(rig: _Rig, fn: Callable[[], object]) -> float:
+    synchronize(rig.device)
+    start = time.perf_counter()
+    fn()
+    synchronize(rig.device)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _note_positions(rig: _Rig) -> None:
+    rig.max_positions = max(rig.max_positions, rig.positions)
+
+
+@contextmanager
+def _recording_text_logits(gen: ForcingGenerator) -> Iterator[list[torch.Tensor]]:
+    """The text logits of every step while inside (copied: a graph reuses its buffers)."""
+    state = gen.state
+    graphed = state.graphed_main
+    seen: list[torch.Tensor] = []
+
+    def recording(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, text_logits = graphed(*args)
+        seen.append(text_logits.float().clone())
+        return out, text_logits
+
+    state.graphed_main = recording  # type: ignore[assignment]  # called like the graph
+    try:
+        yield seen
+    finally:
+        state.graphed_main = graphed
+
+
+def _steps_after(rig: _Rig, before: Callable[[], object]) -> tuple[list[torch.Tensor],
+                                                                      list[torch.Tensor]]:
+    """Run `before`, then CHECK_STEPS live steps; their text logits and frames out."""
+    with _recording_text_logits(rig.gen) as logits:
+        before()
+        del logits[:]  # only the steps after `before`
+        frames = []
+        for _ in range(CHECK_STEPS):
+            out = _step(rig)
+            assert out is not None, "a step after the start returns a frame"
+            frames.append(out.clone())
+    return logits, frames
+
+
+def _compare(a: tuple[list[torch.Tensor], list[torch.Tensor]],
+             b: tuple[list[torch.Tensor], list[torch.Tensor]]) -> dict[str, Any]:
+    logits_a, logits_b = torch.stack(a[0]), torch.stack(b[0])
+    frames_a, frames_b = torch.stack(a[1]), torch.stack(b[1])
+    finite = bool(torch.isfinite(logits_a).all() and torch.isfinite(logits_b).all())
+    diff = float((logits_a - logits_b).abs().max())
+    scale = float(logits_a.abs().max())
+    return {
+        "steps": len(a[1]),
+        "finite": finite,  # otherwise the numbers below are null (JSON has no NaN)
+        "max_abs_diff": diff if finite else None,
+        "logit_scale": scale if finite else None,
+        "max_rel_diff": (diff / scale if scale > 0 else diff) if finite else None,
+        "text_tokens_agree": bool(torch.equal(frames_a[:, :, 0], frames_b[:, :, 0])),
+        "frames_agree": bool(torch.equal(frames_a, frames_b)),
+    }
+
+
+# ---- the measurements --------------------------------------------------------------------
+
+
+def _warm_up(rig: _Rig, blocks: tuple[int, ...]) -> None:
+    """Capture the step's graphs and pay for each block size's first forward (slow once)."""
+    _start(rig, live_steps=4)
+    for n in blocks:
+        if rig.positions + n + 2 > rig.context:
+            _start(rig)
+        rig.gen.inject_block(_block(rig, n))
+        _step(rig)
+    for _ in range(4):
+        _frame(rig)
+    synchronize(rig.device)
+
+
+def _time_steps(rig: _Rig, count: int) -> tuple[float, float]:
+    """Median ms of a generator step and of a full frame."""
+    _start(rig)
+    steps, frames = [], []
+    for _ in range(count):
+        if rig.positions + 2 > rig.context:
+            _start(rig)
+        steps.append(_timed_ms(rig, lambda: _step(rig)))
+        frames.append(_timed_ms(rig, lambda: _frame(rig)))
+    return statistics.median(steps), statistics.median(frames)
+
+
+def _time_block(rig: _Rig, n: int, repeats: int) -> dict[str, Any]:
+    _start(rig)
+    rig.restarts, rig.max_positions = 0, 0
+    prefill, total = [], []
+    for _ in range(repeats):
+        block = _block(rig, n)
+        if rig.positions + n + 2 > rig.context:  # keep every position inside the window
+            _start(rig)
+            rig.restarts += 1
+        synchronize(rig.device)
+        start = time.perf_counter()
+        rig.gen.inject_block(block)
+        synchronize(rig.device)
+        injected = time.perf_counter()
+        _step(rig)
+        synchronize(rig.device)
+        prefill.append((injected - start) * 1000.0)
+        total.append((time.perf_counter() - start) * 1000.0)
+        _step(rig)  # a plain frame between two blocks, as in a conversation
+        _note_positions(rig)
+    prefill_plus_step = statistics.median(total)
+    return {
+        "n": n,
+        "prefill_ms": round(statistics.median(prefill), 3),
+        "prefill_plus_step_ms": round(prefill_plus_step, 3),
+        "over_budget": prefill_plus_step > FRAME_MS,
+        "repeats": repeats,
+        "context_restarts": rig.restarts,
+        "max_positions": rig.max_positions,
+    }
+
+
+def _exactness(rig: _Rig, n: int) -> dict[str, Any]:
+    """One forward against one position per forward, from the same saved state."""
+    _start(rig)
+    block = _block(rig, n)
+    saved, user = _Saved.take([rig.gen, rig.lm]), rig.next_user
+    one_pass = _steps_after(rig, lambda: rig.gen.inject_block(block))
+    saved.restore()
+    rig.next_user = user  # the same user frames again
+    one_by_one = _steps_after(rig, lambda: rig.gen.inject_block(block, positions_per_forward=1))
+    return _compare(one_pass, one_by_one)
+
+
+def _graphs_used(gen: ForcingGenerator) -> bool:
+    state = gen.state
+    # moshi's own switch (NO_CUDA_GRAPH, no_cuda_graph()); a graph exists once captured.
+    return (state.device.type == "cuda" and moshi_compile._is_cuda_graph_enabled()
+            and state.graphed_main._graph is not None
+            and state.graphed_depth._graph is not None)
+
+
+def _graph_replay(rig: _Rig, n: int) -> dict[str, Any]:
+    """The same run with CUDA graphs and eagerly; the steps after the block must agree."""
+    _start(rig, live_steps=0)
+    block = _block(rig, n)
+    saved = _Saved.take([rig.gen, rig.lm])
+
+    def run() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        rig.next_user = 0
+        for _ in range(SETTLE_STEPS):
+            _step(rig)
+        return _steps_after(rig, lambda: rig.gen.inject_block(block))
+
+    graphed = run()
+    used = _graphs_used(rig.gen)
+    saved.restore()
+    with moshi_compile.no_cuda_graph():
+        eager = run()
+    return {"cuda_graphs": used, "block": n, **_compare(graphed, eager)}
+
+
+def _environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    cuda = device.type == "cuda"
+    return {
+        "device": f"cuda ({torch.cuda.get_device_name(device)})" if cuda else str(device),
+        "device_name": torch.cuda.get_device_name(device) if cuda else None,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "moshi": moshi.__version__,
+        # moshi decides at import (NO_TORCH_COMPILE) whether to wrap its hot functions.
+        "torch_compile": hasattr(moshi_transformer._rms_norm, "__wrapped__"),
+    }
+
+
+def _comparison(step_ms: float, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ours = {0: step_ms} | {row["n"]: row["prefill_plus_step_ms"] for row in rows}
+    return [{"n": n, "reference_ms": ms, "ours_ms": ours.get(n)}
+            for n, ms in REFERENCE["ms"].items()]
+
+
+def _check_request(blocks: tuple[int, ...], repeats: int) -> None:
+    if repeats < 1:
+        raise GpuBenchError("--repeats must be at least 1")
+    if not blocks:
+        raise GpuBenchError("give at least one block size")
+    for n in blocks:
+        if n < 2:
+            raise GpuBenchError(f"a block holds its open and close ids: {n} is too small")
+
+
+def _check_fit(blocks: tuple[int, ...], context: int, prefix: int) -> None:
+    for n in blocks:
+        if prefix + SETTLE_STEPS + n + CHECK_STEPS + 2 > context:
+            raise GpuBenchError(f"a block of {n} does not fit the context of {context} "
+                                f"positions after a start of {prefix} frames")
+
+
+@torch.no_grad()
+def run_gpu_bench(
+    model: str | None = None,
+    device: str | None = None,
+    dtype: str = "bfloat16",
+    blocks: tuple[int, ...] = (16, 64, 256, 400, 600),
+    repeats: int = 7,
+    allow_cpu: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    began = time.perf_counter()
+    torch_device = _resolve_device(device, allow_cpu)
+    blocks = tuple(dict.fromkeys(int(n) for n in blocks))  # in order, once each
+    _check_request(blocks, repeats)
+    if model is None and torch_device.type != "cuda":
+        raise GpuBenchError("the random 7B is built on a CUDA GPU only (about 16 GB); on "
+                            "a CPU use --model tiny-cs --allow-cpu")
+    torch_dtype = runtime_dtype(dtype, torch_device)
+    cuda = torch_device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(torch_device)
+    # The seed makes the random weights repeatable; the caller's RNG state is left alone.
+    with torch.random.fork_rng(devices=[torch_device] if cuda else []):
+        torch.manual_seed(seed)
+        return _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
+
+
+def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype, dtype: str,
+         blocks: tuple[int, ...], repeats: int, seed: int, began: float) -> dict[str, Any]:
+    rig, model_name = _build_rig(model, torch_device, torch_dtype, dtype, seed)
+    built_s = time.perf_counter() - began
+    _check_fit(blocks, rig.context, len(rig.prefix))
+    with ExitStack() as stack:
+        stack.enter_context(rig.mimi.streaming(1))
+        stack.enter_context(rig.gen.streaming(1))
+        widen_attention_rings(rig.lm, max(blocks))
+        measured = _measure(rig, blocks, repeats)
+    lm = rig.lm
+    cuda = torch_device.type == "cuda"
+    return {
+        "bench": "gpu",
+        "model": model_name,
+        **_environment(torch_device, torch_dtype),
+        "architecture": {"dim": int(lm.dim), "num_layers": len(lm.transformer.layers),
+                         "dep_q": int(lm.dep_q), "context": rig.context,
+                         "parameters_b": round(sum(p.numel() for p in lm.parameters()) / 1e9,
+                                               3)},
+        "seed": seed,
+        "prefix_steps": len(rig.prefix),
+        "budget_ms": FRAME_MS,
+        **measured,
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated(torch_device) / 2**30, 3)
+        if cuda else None,
+        "reference": {"source": REFERENCE["source"],
+                      "ms": {str(n): ms for n, ms in REFERENCE["ms"].items()}},
+        "comparison": _comparison(measured["step_ms"], measured["blocks"]),
+        "includes": INCLUDES,
+        "build_s": round(built_s, 3),
+        "wall_s": round(time.perf_counter() - began, 3),
+    }
+
+
+def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
+               seed: int) -> tuple[_Rig, str]:
+    if model is None:
+        lm, mimi, placeholders, (open_id, close_id) = _random_7b(device, torch_dtype)
+        name = "personaplex-7b architecture, random weights"
+    else:
+        lm, mimi, placeholders, (open_id, close_id) = _catalog_model(model, device, dtype)
+        name = model
+    random = torch.Generator().manual_seed(seed)
+    users = torch.randint(0, int(lm.card), (64, 1, 8, 1), generator=random).to(device)
+    pcm = (0.1 * torch.randn(1, 1, FRAME_SAMPLES, generator=random)).to(device)
+    prefix = _prefix(placeholders, lm.text_padding_token_id, int(lm.text_card),
+                     min(PREFIX_STEPS, int(lm.context) // 4), random)
+    gen = ForcingGenerator(lm, use_sampling=False)
+    return _Rig(gen, lm, mimi, device, placeholders, open_id, close_id, prefix, users, pcm,
+                random), name
+
+
+def _measure(rig: _Rig, blocks: tuple[int, ...], repeats: int) -> dict[str, Any]:
+    """Every number of the report, on a streaming rig whose rings fit the largest block."""
+    _warm_up(rig, blocks)
+    step_ms, frame_ms = _time_steps(rig, max(20, 4 * repeats))
+    rows = [_time_block(rig, n, repeats) for n in blocks]
+    for row in rows:
+        row["exact"] = _exactness(rig, row["n"])
+    graph_replay = _graph_replay(rig, max(blocks))
+    return {
+        "cuda_graphs": _graphs_used(rig.gen),
+        "step_ms": round(step_ms, 3),
+        "frame_ms": round(frame_ms, 3),
+        "blocks": rows,
+        "graph_replay": graph_replay,
+    }
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def describe(result: dict[str, Any]) -> str:
+    """The readable table `bench gpu` prints without --json."""
+    lines = [
+        f"{result['model']} on {result['device']} ({result['dtype']}), torch "
+        f"{result['torch']}, moshi {result['moshi']}, CUDA graphs {result['cuda_graphs']}",
+        f"  step {result['step_ms']:.2f} ms (LM only), full frame {result['frame_ms']:.2f} ms "
+        f"(Mimi + LM); reference step {REFERENCE['ms'][0]} ms",
+        f"  {'block':>6} {'prefill':>9} {'+ step':>9} {'reference':>10} {'over 80':>8} "
+        f"{'max |diff|':>11} {'rel':>9} {'tokens':>7}",
+    ]
+    reference = {row["n"]: row["reference_ms"] for row in result["comparison"]}
+    for row in result["blocks"]:
+        exact = row["exact"]
+        ref = reference.get(row["n"])
+        lines.append(
+            f"  {row['n']:>6} {row['prefill_ms']:>9.2f} {row['prefill_plus_step_ms']:>9.2f} "
+            f"{_number(ref, '.1f'):>10} {str(row['over_budget']):>8} "
+            f"{_number(exact['max_abs_diff'], '.3e'):>11} "
+            f"{_number(exact['max_rel_diff'], '.2e'):>9} {str(exact['frames_agree']):>7}")
+    replay = result["graph_replay"]
+    lines.append(f"  graphed step after a block of {replay['block']}: max |diff| "
+                 f"{_number(replay['max_abs_diff'], '.3e')} against eager, frames agree "
+                 f"{replay['frames_agree']}")
+    lines.append(f"  peak GPU memory {_number(result['peak_memory_gb'], '.2f')} GiB, "
+                 f"wall {result['wall_s']:.1f} s")
+    return "\n".join(lines)
