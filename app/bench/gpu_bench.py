@@ -58,9 +58,10 @@ INCLUDES = {
                "median of N",
     "frame_ms": "one full frame: Mimi encode of 1920 samples + the generator step + Mimi "
                 "decode of the model's 8 codebooks, synchronised, median of N",
-    "prefill_ms": "inject_block alone: ONE eager temporal forward over [pending column] + "
-                  "the block's first n - 1 columns, plus the ring bookkeeping; synchronised, "
-                  "median over `repeats` fresh blocks",
+    "prefill_ms": "inject_block alone: the temporal forward over [pending column] + "
+                  "the block's first n - 1 columns (on CUDA in power-of-two pieces, each "
+                  "size CUDA-graphed: position_forwards.py), plus the ring bookkeeping; "
+                  "synchronised, median over `repeats` fresh blocks",
     "prefill_plus_step_ms": "inject_block then the NEXT generator step, timed together "
                             "(the reference's 'prefill plus one step'), median over repeats",
     "over_budget": f"prefill_plus_step_ms > {FRAME_MS:g} ms, one frame (the reference's "

@@ -44,7 +44,7 @@ from app.engine.forcing_generator import ForcingGenerator
 from app.engine.frame_budget import FRAME_MS, AdaptiveChunkLimit, measure_chunk_budget
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
-from app.engine.span_injector import SpanInjector, prefill
+from app.engine.span_injector import SpanInjector, prefill, warmup_sizes
 from app.engine.span_text import SpanTokenizer
 from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
 
@@ -70,6 +70,10 @@ class EngineOptions:
     # text forcing; the reference has the same switch, off by default): lets a model with
     # random weights, which never asks on its own, walk through the retrieval flow.
     forced_ret_frames: frozenset[int] = frozenset()
+
+
+class EngineStoppedError(RuntimeError):
+    """A span offered to an engine that has stopped."""
 
 
 class DuplexEngine(FrameWorker):
@@ -142,7 +146,12 @@ class DuplexEngine(FrameWorker):
     def inject(self, text: str, source: str, at_frame: int = 0,
                origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
         """Queue a span (never blocks). `at_frame`: not before that frame index. A span that
-        answers a <ret> names its frame and the last frame it may land before."""
+        answers a <ret> names its frame and the last frame it may land before.
+
+        Refused (EngineStoppedError) once the conversation has ended: it would never land."""
+        if self._stop.is_set() or (self._thread is not None and not self._thread.is_alive()):
+            raise EngineStoppedError(
+                f"the conversation has ended: the span from {source} was not injected")
         return self.injector.submit(text, source, not_before_frame=at_frame,
                                     origin_frame=origin_frame, deadline_frame=deadline_frame)
 
@@ -220,15 +229,25 @@ class DuplexEngine(FrameWorker):
         pad = ck.lm.text_padding_token_id
         for _ in range(self.options.warmup_frames):  # also captures the CUDA graphs
             self._model_frame(silence)
+        # A forward of a new shape can be slow the first time (kernel selection, or a
+        # recompile under torch.compile): meet every chunk shape before the first frame.
+        # Each size twice: CUDA graphs are captured on a size's second use.
         if self.blocks and isinstance(self.lm_gen, ForcingGenerator):
-            # The multi-position forward's first call is slow on a GPU: pay for it here.
-            self.lm_gen.inject_block(self._block_columns([pad] * self.max_chunk))
-            self._model_frame(silence)
+            # A block is read in power-of-two pieces (position_forwards.py): blocks of
+            # every power of two up to the longest meet every piece.
+            for size in warmup_sizes(self.max_chunk):
+                for _ in range(2):
+                    self.lm_gen.inject_block(self._block_columns([pad] * size))
+                    self._model_frame(silence)
+        else:
+            for size in warmup_sizes(self.max_chunk):
+                for _ in range(2):
+                    prefill(self.lm_gen, [pad] * size, self.injector.forwards)
         step_ms = None
         if self.options.chunk_limit is None:
             self.budget = measure_chunk_budget(
                 run_frame=lambda: self._model_frame(silence),
-                run_prefill=lambda k: prefill(self.lm_gen, [pad] * k),
+                run_prefill=lambda k: prefill(self.lm_gen, [pad] * k, self.injector.forwards),
                 sync=self._device_sync,
                 cap=self.max_chunk,
                 margin=self.options.budget_margin,

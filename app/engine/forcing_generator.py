@@ -27,8 +27,9 @@ generator's bookkeeping, written from its behaviour:
   column's, so the frame the block swallowed is still played and no frame is lost.
 
 Everything runs on `LMModel.forward_text` and `LMModel.forward_depformer`; the step's two
-calls are CUDA-graphed like stock LMGen's, and the multi-position forwards run eagerly on the
-same state tensors (updated in place), so the graphs stay valid.
+calls are CUDA-graphed like stock LMGen's, and the multi-position forwards go through
+position_forwards.py (power-of-two pieces, each size graphed) on the same state tensors,
+updated in place, so all the graphs stay valid for each other.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from moshi.models import LMModel
 from moshi.modules.streaming import State, StreamingModule
 from moshi.utils.compile import CUDAGraphed
 from moshi.utils.sampling import sample_token
+
+from app.engine.position_forwards import PositionForwards
 
 RING = 4  # columns kept: the input, the target, the target's delayed rows, one spare
 UNGENERATED = -2  # moshi's "nothing here yet"
@@ -63,6 +66,7 @@ class _ForcingState(State):
     initial: torch.Tensor  # [1, 17, 1] long: moshi's initial tokens
     graphed_main: CUDAGraphed
     graphed_depth: CUDAGraphed
+    forwards: PositionForwards  # blocks and the prefix: many positions per forward
     offset: int = 0  # index of the next target column
     # After a block: the swallowed column's semantic code and text ([B] each), restored on
     # the next frame out. Kept from the first of two adjacent blocks.
@@ -137,6 +141,7 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
             batch_size, device, ring, provided, lm._get_initial_token(),
             CUDAGraphed(lm.forward_text, disable=disable),
             CUDAGraphed(self._depformer_step, disable=disable),
+            PositionForwards(lm),
             lm_model=lm,
         )
         state.exit_stack.enter_context(lm.streaming(batch_size))
@@ -275,7 +280,7 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
             sequence = torch.cat(columns, dim=2)  # [B, 17, N]
             size = max_columns or sequence.shape[-1]
             for start in range(0, sequence.shape[-1], size):
-                self.lm_model.forward_text(sequence[:, :, start : start + size])
+                state.forwards(sequence[:, :, start : start + size])
         return len(columns)
 
     def can_inject_block(self) -> bool:
@@ -302,9 +307,11 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
         block = block[None].expand(state.batch_size, -1, -1)  # [B, 17, n]
         previous = state.ring[:, :, pending : pending + 1].clone()
         sequence = torch.cat([previous, block[:, :, : n - 1]], dim=2)  # [B, 17, n]
-        size = positions_per_forward or n
-        for start in range(0, n, size):
-            self.lm_model.forward_text(sequence[:, :, start : start + size])
+        if positions_per_forward is None:
+            state.forwards(sequence)  # one read (in graphed power-of-two pieces on a GPU)
+        else:
+            for start in range(0, n, positions_per_forward):
+                self.lm_model.forward_text(sequence[:, :, start : start + positions_per_forward])
         for j in range(max(0, n - RING), n):  # the ring's view of the newest block columns
             column = (state.offset + j) % RING
             state.ring[:, :, column] = block[:, :, j]

@@ -40,6 +40,7 @@ from app.engine.events import (
     SpanLate,
     SpanRejected,
 )
+from app.engine.position_forwards import PositionForwards
 from app.engine.span_text import SpanTokenizer, SpanTokens
 
 FRAME_S = 0.08
@@ -69,14 +70,18 @@ def span_positions(lm_gen: LMGen, token_ids: Sequence[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def prefill(lm_gen: LMGen, token_ids: Sequence[int]) -> torch.Tensor:
-    """Run one forward pass of the temporal transformer over the positions of `token_ids`.
+def prefill(lm_gen: LMGen, token_ids: Sequence[int],
+            forwards: PositionForwards | None = None) -> torch.Tensor:
+    """Run the temporal transformer over the positions of `token_ids`.
 
-    Returns the transformer output [B', K, dim]. Runs eagerly (never through the step's
-    CUDA graph), updating the same state tensors in place, so the graph's replay is intact.
+    Returns the transformer output [B', K, dim]. Without `forwards`, one eager forward;
+    with it, the graphed power-of-two pieces of position_forwards.py. Either way the same
+    state tensors are updated in place, so the step's CUDA graph replay is intact.
     """
     state = lm_gen._streaming_state
     codes = span_positions(lm_gen, token_ids)
+    if forwards is not None:
+        return forwards(codes, state.condition_sum, state.condition_cross)
     transformer_out, _text_logits = lm_gen.lm_model.forward_text(
         codes, state.condition_sum, state.condition_cross
     )
@@ -113,6 +118,19 @@ class SpanQueueFullError(RuntimeError):
     pass
 
 
+def chunk_size(remaining: int, limit: int) -> int:
+    """The positions of the next chunk: the largest power of two within both the limit and
+    what is left. A few shapes only, all warmed up before the first frame (a first forward
+    of a new shape can be slow: kernel selection, or a recompile with torch.compile)."""
+    n = max(1, min(remaining, limit))
+    return 1 << (n.bit_length() - 1)
+
+
+def warmup_sizes(max_chunk: int) -> list[int]:
+    """Every chunk size `chunk_size` can return for this maximum."""
+    return [1 << i for i in range(max(1, max_chunk).bit_length())]
+
+
 class SpanInjector:
     """Accepts spans from any thread; injects them, chunk by chunk, on the engine thread."""
 
@@ -134,6 +152,7 @@ class SpanInjector:
         self.chunk_limit = max(1, chunk_limit)
         self._block_columns = block_columns
         self.last_block: tuple[int, int, float] | None = None  # (span id, n, prefill ms)
+        self.forwards = PositionForwards(lm_gen.lm_model)  # positions: graphed by size
         self._incoming: queue.Queue[_PreparedSpan] = queue.Queue(self.MAX_QUEUED_SPANS)
         self._waiting: list[_PreparedSpan] = []
         self._active: _ActiveSpan | None = None
@@ -144,9 +163,21 @@ class SpanInjector:
     def blocks(self) -> bool:
         return self._block_columns is not None
 
+    def pending_count(self) -> int:
+        """Spans accepted and not yet injected or dropped (any thread; approximate)."""
+        return self._incoming.qsize() + len(self._waiting) + (self._active is not None)
+
     def submit(self, text: str, source: str, not_before_frame: int = 0,
                origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
-        """Queue a span (any thread; never blocks). Tokenizing happens here, off the loop."""
+        """Queue a span (any thread; never blocks). Tokenizing happens here, off the loop.
+
+        The backlog is bounded: with MAX_QUEUED_SPANS spans already waiting (between two
+        frames, or for their frame) a new one is refused with SpanQueueFullError, whose
+        message says so; nothing waits unboundedly to land minutes late."""
+        if self.pending_count() >= self.MAX_QUEUED_SPANS:
+            raise SpanQueueFullError(
+                f"{self.MAX_QUEUED_SPANS} spans are already waiting to be injected: this one "
+                f"({source}) was dropped")
         with self._id_lock:
             span_id = next(self._ids)
         tokens = self.span_tokenizer.encode(text)
@@ -156,8 +187,8 @@ class SpanInjector:
             self._incoming.put_nowait(span)
         except queue.Full as exc:
             raise SpanQueueFullError(
-                f"{self.MAX_QUEUED_SPANS} spans are already waiting to be injected"
-            ) from exc
+                f"{self.MAX_QUEUED_SPANS} spans are already waiting to be injected: this one "
+                f"({source}) was dropped") from exc
         return span_id
 
     def has_pending(self) -> bool:
@@ -209,10 +240,11 @@ class SpanInjector:
             self._active = _ActiveSpan(span)
         active = self._active
         ids = active.span.tokens.ids
-        chunk = ids[active.cursor : active.cursor + self.chunk_limit]
+        size = chunk_size(len(ids) - active.cursor, self.chunk_limit)
+        chunk = ids[active.cursor : active.cursor + size]
         device = self._lm_gen.lm_model.device
         start = time.perf_counter()
-        prefill(self._lm_gen, chunk)
+        prefill(self._lm_gen, chunk, self.forwards)
         synchronize(device)
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         self._ledger.add_span_positions(len(chunk))

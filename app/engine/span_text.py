@@ -1,20 +1,38 @@
 """Turn untrusted span text into token ids: content inside exactly one wrapping.
 
-Web pages and files may contain the wrapping markers themselves or text that tokenizes to
-special ids. Neither may reach the model as control: markers are removed from the content
-(until none is left, so nested tricks like "<sys<system>tem>" fail too), and ids that are
-control or unknown pieces (Moshi reads 0 and 3 as padding) are dropped after tokenizing.
+Web pages and files may contain the wrapping markers themselves ("<system>") or text that
+tokenizes to ids that steer the checkpoint (its <ret>, its span delimiters, control or
+unknown pieces). None of it may reach the model as control. The guarantee is stated at the
+level the model sees, the ids:
+
+  after sanitising, no run of content ids spells a wrapping marker - in any case, with or
+  without spaces inside it or before it, in whatever pieces the tokenizer cut it into - and
+  no content id is a control, unknown, unused or checkpoint control id.
+
+How: the text is NFKC-folded (full-width "＜" is "<") and control characters become spaces;
+it is tokenized once; special ids become a space piece (dropping them would glue the pieces
+around them back together); then one scan reads the ids' text character by character with
+an Aho-Corasick automaton over the markers (spaces do not move it; case is folded). When a
+marker completes, the ids it touches are removed and the scan resumes from the state before
+them, so a marker that forms only once an inner one is gone ("<sys<system>tem>") is caught
+too. Every character is pushed and popped at most once: linear time.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 import unicodedata
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sentencepiece
 
 from app.checkpoints.catalog import SpanWrapping
+
+NOT_ASCII = "\ufffd"  # a byte piece of a multi-byte character: never a marker character
 
 
 @dataclass(frozen=True)
@@ -25,10 +43,120 @@ class SpanTokens:
     truncated: bool
 
 
-def _marker_pattern(marker: str) -> re.Pattern[str]:
-    # Also match the marker with spaces sprinkled inside it ("< system >"), any case.
-    chars = [re.escape(c) for c in marker if not c.isspace()]
-    return re.compile(r"\s*".join(chars), re.IGNORECASE)
+class MarkerAutomaton:
+    """Aho-Corasick over the markers' non-space characters, lower-cased."""
+
+    def __init__(self, markers: Iterable[str]) -> None:
+        self.goto: list[dict[str, int]] = [{}]
+        self.fail: list[int] = [0]
+        self.length: list[int] = [0]  # marker length (non-space chars) ending here, 0: none
+        for marker in markers:
+            chars = [c.lower() for c in marker if not c.isspace()]
+            if not chars:
+                continue
+            state = 0
+            for c in chars:
+                nxt = self.goto[state].get(c)
+                if nxt is None:
+                    nxt = len(self.goto)
+                    self.goto[state][c] = nxt
+                    self.goto.append({})
+                    self.fail.append(0)
+                    self.length.append(0)
+                state = nxt
+            self.length[state] = max(self.length[state], len(chars))
+        queue: deque[int] = deque(self.goto[0].values())
+        while queue:
+            state = queue.popleft()
+            for c, nxt in self.goto[state].items():
+                queue.append(nxt)
+                f = self.fail[state]
+                while f and c not in self.goto[f]:
+                    f = self.fail[f]
+                target = self.goto[f].get(c, 0)
+                self.fail[nxt] = target if target != nxt else 0
+                if not self.length[nxt]:
+                    self.length[nxt] = self.length[self.fail[nxt]]
+        self.alphabet = frozenset(c for edges in self.goto for c in edges)
+
+    def step(self, state: int, c: str) -> int:
+        while state and c not in self.goto[state]:
+            state = self.fail[state]
+        return self.goto[state].get(c, 0)
+
+
+def scrub(units: Sequence[str], automaton: MarkerAutomaton) -> list[bool]:
+    """Which units to remove so that the text of the rest spells no marker.
+
+    `units` are the lower-cased text of consecutive pieces (one character each for plain
+    text, the decoded piece for ids). Returns a keep-flag per unit. Linear in the total
+    characters: each is pushed and popped at most once, and a character after which no
+    marker is under way empties the stack (nothing before it can be part of one)."""
+    keep = [True] * len(units)
+    if not automaton.alphabet:
+        return keep
+    starts = frozenset(automaton.goto[0])
+    goto, fail, lengths = automaton.goto, automaton.fail, automaton.length
+    # One entry per character of a marker under way: its state after, its unit, whether it
+    # is a marker character (True) or a space inside the marker (False).
+    stack_state: list[int] = []
+    stack_unit: list[int] = []
+    stack_counts: list[bool] = []
+    state = 0
+    for index, text in enumerate(units):
+        for c in text:
+            if c.isspace():
+                if state:
+                    stack_state.append(state)
+                    stack_unit.append(index)
+                    stack_counts.append(False)
+                continue
+            if not state and c not in starts:
+                continue
+            while state and c not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(c, 0)
+            if not state:
+                stack_state.clear()
+                stack_unit.clear()
+                stack_counts.clear()
+                continue
+            stack_state.append(state)
+            stack_unit.append(index)
+            stack_counts.append(True)
+            length = lengths[state]
+            if not length:
+                continue
+            # A marker ends here: find the unit where its first character is.
+            need, position = length, len(stack_state)
+            while need:
+                position -= 1
+                need -= stack_counts[position]
+            first_unit = stack_unit[position]
+            # Take out every unit the marker touches (each is on the stack: popping marks
+            # it, so units taken out before are not visited again).
+            while stack_unit and stack_unit[-1] >= first_unit:
+                keep[stack_unit.pop()] = False
+                stack_state.pop()
+                stack_counts.pop()
+            state = stack_state[-1] if stack_state else 0
+            break  # the rest of this unit went with it
+    return keep
+
+
+@functools.lru_cache(maxsize=1)
+def control_pattern() -> re.Pattern[str]:
+    """Control, format, surrogate and private-use characters (Unicode category C, but not
+    the unassigned: those tokenize as unknown or byte pieces and are handled as ids)."""
+    ranges: list[list[int]] = []
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)) in ("Cc", "Cf", "Cs", "Co"):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    parts = "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+    return re.compile(f"[{parts}]+")
 
 
 class SpanTokenizer:
@@ -53,9 +181,8 @@ class SpanTokenizer:
             self.close_ids = tuple(tokenizer.encode(wrapping.close)) if wrapping.close else ()
         self.control_ids = frozenset(control_ids) | (
             frozenset(self.open_ids + self.close_ids) if by_id else frozenset())
-        markers = {m for m in (wrapping.open, wrapping.close) if m.strip()} if not by_id else set()
-        self._patterns = [_marker_pattern(m) for m in markers]
-        self._forbidden_sequences = [s for s in (self.open_ids, self.close_ids) if s]
+        markers = [] if by_id else [m for m in (wrapping.open, wrapping.close) if m.strip()]
+        self._automaton = MarkerAutomaton(markers)
         if not by_id and any(self._is_special(i) for i in self.open_ids + self.close_ids):
             raise ValueError(
                 f"the tokenizer cannot spell the span wrapping {wrapping.open!r}/"
@@ -63,15 +190,34 @@ class SpanTokenizer:
             )
         if max_tokens <= len(self.open_ids) + len(self.close_ids):
             raise ValueError("max_tokens leaves no room for content inside the wrapping")
+        spaces = [i for i in tokenizer.encode(" a") if not self._is_special(i)]
+        # The piece that stands for a space where something was taken out.
+        self._space_id = tokenizer.piece_to_id("\u2581")
+        if self._is_special(self._space_id) and spaces:
+            self._space_id = spaces[0]
+        self._piece_text = self._piece_texts()
+        self._special = [self._is_special(i) for i in range(tokenizer.get_piece_size())]
+
+    def _piece_texts(self) -> list[str]:
+        """Each id's text as it reads in the model's stream (byte pieces: their ASCII byte,
+        or a placeholder for bytes of multi-byte characters)."""
+        sp = self._sp
+        texts = []
+        for i in range(sp.get_piece_size()):
+            if sp.is_byte(i):
+                value = int(sp.id_to_piece(i)[3:5], 16)
+                texts.append(chr(value).lower() if value < 0x80 else NOT_ASCII)
+            else:
+                texts.append(sp.id_to_piece(i).replace("\u2581", " ").lower())
+        return texts
 
     def sanitize(self, text: str) -> str:
-        text = unicodedata.normalize("NFKC", text)  # fold look-alikes such as fullwidth '＜'
-        text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text)
-        previous = None
-        while previous != text:
-            previous = text
-            for pattern in self._patterns:
-                text = pattern.sub(" ", text)
+        """The text as the scan reads it: NFKC-folded, control characters as spaces, and
+        the markers taken out (their ids are taken out again after tokenizing)."""
+        text = control_pattern().sub(" ", unicodedata.normalize("NFKC", text))
+        keep = scrub(text.lower(), self._automaton)
+        if not all(keep):
+            text = "".join(c if kept else " " for c, kept in zip(text, keep, strict=True))
         return " ".join(text.split())
 
     def _is_special(self, token_id: int) -> bool:
@@ -79,23 +225,23 @@ class SpanTokenizer:
         return bool(token_id in self.control_ids or sp.is_control(token_id)
                     or sp.is_unknown(token_id) or sp.is_unused(token_id))
 
-    def _strip_forbidden(self, ids: list[int]) -> list[int]:
-        changed = True
-        while changed:
-            changed = False
-            for seq in self._forbidden_sequences:
-                n = len(seq)
-                for i in range(len(ids) - n + 1):
-                    if tuple(ids[i : i + n]) == seq:
-                        del ids[i : i + n]
-                        changed = True
-                        break
-        return ids
+    def content(self, text: str) -> list[int]:
+        """The content ids of `text`, under the guarantee of the module docstring."""
+        special, space = self._special, self._space_id
+        ids = [space if special[i] else i for i in self._sp.encode(self.sanitize(text))]
+        keep = scrub([self._piece_text[i] for i in ids], self._automaton)
+        out: list[int] = []
+        for token, kept in zip(ids, keep, strict=True):
+            if kept:
+                out.append(token)
+            elif out and out[-1] != self._space_id:
+                out.append(self._space_id)  # keep the words around a removal apart
+        while out and out[-1] == self._space_id:
+            out.pop()
+        return out
 
     def encode(self, text: str) -> SpanTokens:
-        clean = self.sanitize(text)
-        ids = [i for i in self._sp.encode(clean) if not self._is_special(i)]
-        ids = self._strip_forbidden(ids)
+        ids = self.content(text)
         budget = self.max_tokens - len(self.open_ids) - len(self.close_ids)
         original = len(ids)
         content = ids[:budget]
@@ -107,4 +253,4 @@ class SpanTokenizer:
         )
 
     def piece_text(self, token_id: int) -> str:
-        return self._sp.id_to_piece(token_id).replace("▁", " ")
+        return self._sp.id_to_piece(token_id).replace("\u2581", " ")

@@ -232,3 +232,32 @@ def test_a_saved_voice_replays_to_the_state_its_frames_give(tiny_cs_checkpoint):
     replayed.forced(rest)
     stepped.forced(rest)
     _continue_equal(replayed, stepped, _user_frames(ck.lm.card, 4, seed=9))
+
+
+def test_a_read_in_power_of_two_pieces_equals_one_forward(tiny_cs_checkpoint):
+    """On a GPU blocks and the prefix go through CUDA-graphed power-of-two pieces
+    (position_forwards.py): the same state and frames as one forward, here on the CPU."""
+    from app.engine.position_forwards import PositionForwards, piece_sizes
+
+    assert piece_sizes(37) == [32, 4, 1] and piece_sizes(64) == [64] and piece_sizes(0) == []
+    ck = tiny_cs_checkpoint
+    placeholders = placeholder_codes(ck.mimi, None, None)
+    ids = [12, *range(20, 55), 13]  # 37 positions: pieces 32, 4, 1
+    block = block_columns(ids, placeholders, ck.lm.num_codebooks)
+    a, b = Twin(ck.lm, widen=len(ids)), Twin(ck.lm, widen=len(ids))
+    b.gen.state.forwards = PositionForwards(b.lm, pieces=True)
+    prefix = _prefix(ck)
+    with torch.no_grad():
+        a.gen.prefill_forced(prefix)
+        b.gen.prefill_forced(prefix)
+    users = _user_frames(ck.lm.card, 10, seed=4)
+    for user in users[:4]:
+        a.step(user)
+        b.step(user)
+    with torch.no_grad():
+        a.gen.inject_block(block)
+        calls = len(b.logits)
+        b.gen.inject_block(block)
+    assert len(b.logits) - calls == 3  # three pieces
+    _assert_same_state(a, b)
+    _continue_equal(a, b, users[4:])
