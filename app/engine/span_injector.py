@@ -118,16 +118,11 @@ class SpanQueueFullError(RuntimeError):
     pass
 
 
-def chunk_size(remaining: int, limit: int) -> int:
-    """The positions of the next chunk: the largest power of two within both the limit and
-    what is left. A few shapes only, all warmed up before the first frame (a first forward
-    of a new shape can be slow: kernel selection, or a recompile with torch.compile)."""
-    n = max(1, min(remaining, limit))
-    return 1 << (n.bit_length() - 1)
-
-
 def warmup_sizes(max_chunk: int) -> list[int]:
-    """Every chunk size `chunk_size` can return for this maximum."""
+    """Every piece size a forward of up to `max_chunk` positions is cut into on a GPU
+    (position_forwards.py: powers of two): warmed up, graphs captured, before the first
+    frame, since a first forward of a new shape is slow (kernel selection, graph capture,
+    or a recompile under torch.compile)."""
     return [1 << i for i in range(max(1, max_chunk).bit_length())]
 
 
@@ -240,8 +235,7 @@ class SpanInjector:
             self._active = _ActiveSpan(span)
         active = self._active
         ids = active.span.tokens.ids
-        size = chunk_size(len(ids) - active.cursor, self.chunk_limit)
-        chunk = ids[active.cursor : active.cursor + size]
+        chunk = ids[active.cursor : active.cursor + self.chunk_limit]
         device = self._lm_gen.lm_model.device
         start = time.perf_counter()
         prefill(self._lm_gen, chunk, self.forwards)

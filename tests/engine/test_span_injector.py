@@ -11,7 +11,7 @@ from moshi.models import LMGen
 from app.engine.context_ledger import ContextLedger
 from app.engine.events import SpanAccepted, SpanChunkInjected, SpanInjected
 from app.engine.kv_ring import widen_attention_rings
-from app.engine.span_injector import SpanInjector, prefill, warmup_sizes
+from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
 
 TOL = 1e-4
@@ -150,13 +150,8 @@ def test_a_long_span_is_split_across_consecutive_frames(tiny_checkpoint):
     done = [e for e in events if isinstance(e, SpanInjected)]
     assert len(accepted) == 1 and accepted[0].span_id == span_id
     total = accepted[0].tokens
-    # Full chunks of 8, then the rest in powers of two (a few shapes, all warmed up).
-    expected, left = [], total
-    while left:
-        expected.append(1 << (min(left, 8).bit_length() - 1))
-        left -= expected[-1]
-    assert [c.k for c in chunks] == expected and len(chunks) > 1
-    assert all(c.k in warmup_sizes(8) for c in chunks)
+    assert len(chunks) == -(-total // 8) > 1
+    assert all(c.k == 8 for c in chunks[:-1]) and sum(c.k for c in chunks) == total
     assert [c.before_frame for c in chunks] == list(range(len(chunks)))  # one per frame
     assert done[0].positions == total and done[0].chunks == len(chunks)
     assert ledger.span_positions == total and ledger.frame_positions == 20
@@ -199,4 +194,4 @@ def test_spans_scheduled_for_a_later_frame_wait_for_it(tiny_checkpoint):
         landed += [e.before_frame for e in injector.before_frame(frame)
                    if isinstance(e, SpanChunkInjected)]
         gen.step(user[:, :, frame : frame + 1])
-    assert landed[0] == 5 and landed == list(range(5, 5 + len(landed)))
+    assert landed == [5]
