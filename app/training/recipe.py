@@ -20,7 +20,8 @@
    only on the assistant's answers, and `trainer.train` fine-tunes (LoRA for 7B, full for
    the tiny model); `trainer.save_trained` writes a folder the app's loader loads and its
    catalog manifest. Checkpoints with a PersonaPlex start get the same voice/role prelude the
-   engine feeds, as ordinary frames without loss.
+   engine feeds, as ordinary frames without loss. Checkpoints that read spans as blocks are
+   laid out by `block_layout` instead (the prelude as its prefix, the reference's weights).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 from app.audio_file import SAMPLE_RATE, write_wav_24k
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.span_text import SpanTokenizer
+from app.training.block_layout import block_training_for, checkpoint_placeholders, prefix_codes
 from app.training.dialogues import Dialogue, Turn, make_dialogues
 from app.training.span_layout import SpanInsert
 from app.training.trainer import TrainConfig, TrainingExample, TrainResult, save_trained, train
@@ -206,23 +208,22 @@ def persona_prelude(checkpoint: LoadedCheckpoint, span_tokenizer: SpanTokenizer
     checkpoints without one.
 
     A voice prompt saved as embeddings (`.pt`) has no codes: it is left out (noted)."""
-    from app.engine.conversation_start import placeholder_codes, plan_start
+    from app.engine.conversation_start import plan_start
 
     lm = checkpoint.lm
     manifest = checkpoint.manifest
     start = manifest.conversation_start
     if start.kind != "persona_prompt":
         return torch.zeros(lm.num_codebooks, 0, dtype=torch.long), []
-    placeholders = placeholder_codes(checkpoint.mimi, start.agent_silence_codes,
-                                     start.user_tone_codes)
     plan = plan_start(manifest, checkpoint.folder, checkpoint.mimi, checkpoint.tokenizer,
-                      placeholders, lm.text_padding_token_id, span_tokenizer.control_ids)
+                      checkpoint_placeholders(checkpoint), lm.text_padding_token_id,
+                      span_tokenizer.control_ids)
     notes = []
     if plan.saved_voice is not None:
         notes.append("the voice prompt is saved embeddings: left out")
-    codes = torch.tensor([[step.text, *step.agent, *step.user] for step in plan.steps],
-                         dtype=torch.long).T.reshape(lm.num_codebooks, len(plan.steps))
-    return codes, notes
+    if not plan.steps:
+        return torch.zeros(lm.num_codebooks, 0, dtype=torch.long), notes
+    return prefix_codes(plan.steps), notes
 
 
 def build_conversation(checkpoint: LoadedCheckpoint, dialogues: Sequence[Dialogue],
@@ -246,11 +247,10 @@ def build_conversation(checkpoint: LoadedCheckpoint, dialogues: Sequence[Dialogu
     for _, turn, start, utterance in timeline:
         channels[turn.speaker][start : start + len(utterance.pcm)] += utterance.pcm
     frames = samples // FRAME_SAMPLES
-    dep_q = lm.dep_q
-    user_streams = lm.num_codebooks - 1 - dep_q
+    per_side = (lm.num_codebooks - 1) // 2  # 8 each, whether the depformer has 8 or 16
     codes = torch.empty(lm.num_codebooks, frames, dtype=torch.long)  # [17, T]
-    codes[1 : 1 + dep_q] = mimi_codes(checkpoint, channels["assistant"], dep_q)
-    codes[1 + dep_q :] = mimi_codes(checkpoint, channels["user"], user_streams)
+    codes[1 : 1 + per_side] = mimi_codes(checkpoint, channels["assistant"], per_side)
+    codes[1 + per_side :] = mimi_codes(checkpoint, channels["user"], per_side)
     text = torch.full((frames,), lm.text_padding_token_id, dtype=torch.long)
     answer = torch.zeros(frames, dtype=torch.bool)
     segments: list[Segment] = []
@@ -284,7 +284,10 @@ def build_conversation(checkpoint: LoadedCheckpoint, dialogues: Sequence[Dialogu
                                     len(tokens.ids), tokens.truncated))
 
     p = 0 if prelude is None else prelude.shape[-1]
-    if p:  # the persona prelude first: ordinary frames, no loss; everything else moves by p
+    prefix = None
+    if p and checkpoint.manifest.span_placement.kind == "block":
+        prefix = prelude  # the block layout puts the start before the codes itself, no loss
+    elif p:  # the persona prelude first: ordinary frames, no loss; everything else moves by p
         codes = torch.cat([prelude, codes], dim=1)
         answer = torch.cat([torch.zeros(p, dtype=torch.bool), answer])
         spans = [replace(s, frame=s.frame + p) for s in spans]
@@ -295,7 +298,7 @@ def build_conversation(checkpoint: LoadedCheckpoint, dialogues: Sequence[Dialogu
                             else -1,
                             last_text_frame=s.last_text_frame + p if s.last_text_frame >= 0
                             else -1) for s in segments]
-    example = TrainingExample(codes, tuple(spans), answer)
+    example = TrainingExample(codes, tuple(spans), answer, prefix=prefix)
     return Conversation(example, tuple(dialogues), tuple(segments), tuple(placements), p,
                         timing, channels["user"] if keep_audio else None,
                         channels["assistant"] if keep_audio else None)
@@ -381,7 +384,8 @@ def run_recipe(checkpoint: LoadedCheckpoint, synthesizer: SpeechSynthesizer,
     if data.user_code_values() <= 1:
         notes.append("the checkpoint's Mimi maps all audio to one code (untrained codebooks): "
                      "the audio streams carry no information")
-    result = train(checkpoint.lm, batches(data, config.batch_size, config.seed), tconfig)
+    result = train(checkpoint.lm, batches(data, config.batch_size, config.seed), tconfig,
+                   block=block_training_for(checkpoint))
     window = max(1, min(10, len(result.losses) // 4))
     report = {
         "model": checkpoint.manifest.id,

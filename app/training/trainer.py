@@ -1,11 +1,13 @@
 """Fine-tune a catalog checkpoint to read injected spans, in the engine's own layout.
 
-Every training sequence comes from `span_layout.build_layout`, so the model learns on exactly
-the positions the span injector feeds at inference. Tiny models are fine-tuned in full;
-large ones (7B) get LoRA adapters (moshi's own `LoRALinear`), saved beside the base weights
-the way moshi's loader reads them (config.json `lora`, `lora_rank`, `lora_scaling`,
-`lora_name`). The result is a checkpoint folder in the real layout plus a catalog manifest,
-carrying the span wrapping it was trained with, in `<data dir>/models/<id>.json`.
+Every training sequence comes from `span_layout.build_layout` (or, for checkpoints that read
+spans as blocks, `block_layout.build_block_layout` with the reference's loss weights), so the
+model learns on exactly the positions the engine feeds at inference. Tiny models are
+fine-tuned in full; large ones (7B) get LoRA adapters (moshi's own `LoRALinear`), saved
+beside the base weights the way moshi's loader reads them (config.json `lora`, `lora_rank`,
+`lora_scaling`, `lora_name`). The result is a checkpoint folder in the real layout plus a
+catalog manifest, carrying the span wrapping it was trained with, in
+`<data dir>/models/<id>.json`.
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ from safetensors.torch import save_file
 
 from app.checkpoints.catalog import Manifest, parse_manifest
 from app.checkpoints.loader import LoadedCheckpoint, file_names
-from app.checkpoints.tiny_builder import CONFIG_FILE, MOSHI_FILE, RANDOM_WEIGHTS_MARKER
+from app.checkpoints.tiny_builder import (
+    CONFIG_FILE,
+    MIMI_CONFIG_FILE,
+    MOSHI_FILE,
+    RANDOM_WEIGHTS_MARKER,
+)
 from app.engine.span_text import SpanTokenizer
 from app.paths import checkpoints_dir
+from app.training.block_layout import BlockTraining
 from app.training.span_layout import SpanInsert, SpanLayout, build_layout
 from app.training.user_catalog import user_manifests_dir
 
@@ -42,9 +50,10 @@ FULL_FINETUNE_MAX_PARAMS = 100_000_000  # above this, LoRA: a 7B does not fit fu
 class TrainingExample:
     """One conversation: aligned codes, the spans injected into it, the frames to learn."""
 
-    codes: torch.Tensor  # [17, T] long, aligned as in span_layout
+    codes: torch.Tensor  # [17, T] long, aligned as in span_layout (blocks: block_layout)
     spans: tuple[SpanInsert, ...]
     answer_frames: torch.Tensor | None = None  # [T] bool; None: every frame
+    prefix: torch.Tensor | None = None  # [17, P] forced start, no loss (block layout only)
 
 
 @dataclass(frozen=True)
@@ -154,9 +163,14 @@ def train(
     batches: Iterator[list[TrainingExample]],
     config: TrainConfig,
     on_step: Callable[[int, float], None] | None = None,
+    block: BlockTraining | None = None,
 ) -> TrainResult:
-    """Train `lm` in place for config.steps batches. LoRA adapters are added when chosen."""
+    """Train `lm` in place for config.steps batches. LoRA adapters are added when chosen.
+
+    `block` (`block_layout.block_training_for`): a checkpoint that reads spans as blocks is
+    trained in the block layout with the reference's loss weights; otherwise span_layout."""
     torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)  # the block layout's windows
     result = TrainResult(lora=wants_lora(lm, config))
     if result.lora:
         params = add_lora(lm, config.lora_rank, config.lora_scaling)
@@ -171,13 +185,19 @@ def train(
     start = time.perf_counter()
     for step in range(config.steps):
         examples = next(batches)
-        layouts = [
-            build_layout(lm, ex.codes[None], ex.spans,
-                         None if ex.answer_frames is None else ex.answer_frames[None], audio)
-            for ex in examples
-        ]
-        layout = stack_layouts(layouts, lm.zero_token_id)
-        text_loss, audio_loss = layout_losses(lm, layout, audio)
+        if block is None:
+            layouts = [
+                build_layout(lm, ex.codes[None], ex.spans,
+                             None if ex.answer_frames is None else ex.answer_frames[None], audio)
+                for ex in examples
+            ]
+            text_loss, audio_loss = layout_losses(lm, stack_layouts(layouts, lm.zero_token_id),
+                                                  audio)
+        else:
+            layouts = [block.layout(lm, ex.codes, ex.spans, ex.answer_frames, ex.prefix, audio,
+                                    rng) for ex in examples]
+            text_loss, audio_loss = block.losses(lm, stack_layouts(layouts, lm.zero_token_id),
+                                                 audio)
         loss = text_loss
         if audio_loss is not None:
             loss = loss + config.audio_loss_weight * audio_loss
@@ -253,6 +273,18 @@ def _base_config(checkpoint: LoadedCheckpoint) -> dict:
     """The base's config.json; for a legacy folder (no config.json: Moshi 7B), moshi's own
     7B configuration naming the folder's files, so the result always has one."""
     info = checkpoint.info
+    if info.raw_config is None and checkpoint.manifest.architecture is not None:
+        # Bare weights of a named architecture (PersonaPlex, the Context Spanning release):
+        # the architecture becomes the result's config.json, Mimi's shape a file beside it.
+        config = dict(info.lm_config or {}) | {
+            "moshi_name": MOSHI_FILE,  # the trained weights; the base's is a pickle
+            "mimi_name": Path(info.mimi_weights).name,
+            "tokenizer_name": Path(info.tokenizer).name,
+            "model_type": "moshi",
+        }
+        if info.mimi_config is not None:
+            config["mimi_config_name"] = MIMI_CONFIG_FILE
+        return config
     if info.raw_config is None:
         return dict(loaders._lm_kwargs) | {
             "moshi_name": Path(info.moshi_weights).name,
@@ -307,7 +339,9 @@ def save_trained(
     names = file_names(base_config)
     base_folder = checkpoint.folder
     for role, name in names.items():
-        if role not in ("moshi", "lora"):
+        if role == "mimi_config" and not (base_folder / name).is_file():  # a named shape
+            (staging / name).write_text(json.dumps(checkpoint.info.mimi_config, indent=2) + "\n")
+        elif role not in ("moshi", "lora"):
             _link_or_copy(base_folder / name, staging / name)
     voices = checkpoint.manifest.conversation_start.voices_dir  # persona voice prompts
     if (base_folder / voices).is_dir():
@@ -315,6 +349,9 @@ def save_trained(
                         copy_function=lambda src, dst: _link_or_copy(Path(src), Path(dst)))
     ck_config = {k: v for k, v in base_config.items() if k != "lora_name"}
     lm = checkpoint.lm
+    if result.lora and checkpoint.info.raw_config is None and checkpoint.manifest.architecture:
+        raise ValueError("LoRA adapters on bare release weights cannot be saved yet: moshi's "
+                         "loader cannot read the base's weight file (train in full)")
     if result.lora:
         _link_or_copy(base_folder / names["moshi"], staging / names["moshi"])
         save_file(lora_state(lm), str(staging / LORA_FILE))
