@@ -182,3 +182,34 @@ def test_a_forced_ret_comes_out_as_a_ret_event_never_as_a_word(tiny_cs_checkpoin
 def test_forcing_ret_on_a_model_that_never_asks_is_refused(tiny_checkpoint):
     with pytest.raises(ValueError, match="does not ask with <ret>"):
         DuplexEngine(tiny_checkpoint, EngineOptions(forced_ret_frames=frozenset({3})))
+
+
+def test_a_span_offered_after_the_conversation_ended_is_refused(tiny_checkpoint):
+    from app.engine.duplex_engine import EngineStoppedError
+
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=8))
+    engine.inject("before the start is fine", "test")  # queued for the first frame
+    _run(engine, 2)
+    with pytest.raises(EngineStoppedError, match="not injected"):
+        engine.inject("too late", "test")
+
+
+def test_every_piece_size_is_met_before_the_first_frame(tiny_checkpoint, monkeypatch):
+    """On a GPU a span's forward is cut into power-of-two pieces, each CUDA-graphed on its
+    second use: the warm-up uses every size up to the chunk limit twice, so no capture (or
+    first-call slowness) lands in the frame loop."""
+    from app.engine import position_forwards
+
+    seen: list[tuple[int, bool]] = []
+    original = position_forwards.PositionForwards.__call__
+
+    def recording(self, codes, *args):
+        seen.append((codes.shape[-1], engine.ready.is_set()))
+        return original(self, codes, *args)
+
+    monkeypatch.setattr(position_forwards.PositionForwards, "__call__", recording)
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=16, seed=1))
+    _run(engine, 2)
+    before = [n for n, ready in seen if not ready]
+    for size in (1, 2, 4, 8, 16):
+        assert before.count(size) >= 2, (size, before)

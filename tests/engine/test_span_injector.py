@@ -195,3 +195,17 @@ def test_spans_scheduled_for_a_later_frame_wait_for_it(tiny_checkpoint):
                    if isinstance(e, SpanChunkInjected)]
         gen.step(user[:, :, frame : frame + 1])
     assert landed == [5]
+
+
+def test_the_backlog_is_bounded_even_once_spans_wait_for_their_frame(tiny_checkpoint):
+    """Spans move from the incoming queue to the injector's own waiting list between frames;
+    the bound counts both, so a flood cannot queue up spans that land minutes late."""
+    from app.engine.span_injector import SpanQueueFullError
+
+    injector, gen, _ = _injector(tiny_checkpoint, chunk_limit=8)
+    for i in range(SpanInjector.MAX_QUEUED_SPANS):
+        injector.submit(f"span {i}", "flood", not_before_frame=10_000)
+    injector.before_frame(0)  # they now wait in the injector's list, the queue is empty
+    with pytest.raises(SpanQueueFullError, match=r"\(flood\) was dropped"):
+        injector.submit("one too many", "flood")
+    assert injector.pending_count() == SpanInjector.MAX_QUEUED_SPANS

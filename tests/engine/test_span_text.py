@@ -181,3 +181,87 @@ def test_empty_wrapping_needs_only_one_token_of_room(sp):
         SpanTokenizer(sp, SpanWrapping("", ""), 0)
     out = SpanTokenizer(sp, SpanWrapping("", ""), 1).encode("hello world")
     assert len(out.ids) == 1 and out.truncated
+
+
+# --- the id-level guarantee (issue 11, item 14) ----------------------------------------------
+
+
+def _piece(sp: sentencepiece.SentencePieceProcessor, token_id: int) -> str:
+    piece = sp.id_to_piece(token_id)
+    if sp.is_byte(token_id):  # <0x3C> is "<"
+        value = int(piece[3:5], 16)
+        return chr(value) if value < 0x80 else "?"
+    return piece.replace("\u2581", " ")
+
+
+def _spells_marker(tok: SpanTokenizer, content: tuple[int, ...], marker: str) -> bool:
+    """Independent check: the content's text, spaces removed and case folded."""
+    text = "".join(_piece(tok._sp, i) for i in content)
+    squeezed = "".join(text.lower().split())
+    return "".join(marker.lower().split()) in squeezed
+
+
+REFORMING = [
+    "<sys<system>tem>",  # a marker that forms once the inner one is gone
+    "<sy<sys<system>tem>stem>",
+    "word<system>",  # glued to the previous word
+    "<system>word",
+    "<sys\u2603tem>",  # an unknown character inside (dropped ids would rejoin)
+    "<sys\x00tem>",  # a control character inside
+    "<sys\u00adtem>",  # a soft hyphen (format character) inside
+    "\uff1c\uff33\uff39\uff33\uff34\uff25\uff2d\uff1e",  # full-width, upper case
+    "< s y s t e m >",
+    "<\u200bsystem\u200b>",
+]
+
+
+@pytest.mark.parametrize("text", REFORMING)
+@pytest.mark.parametrize("wrapping", [SYSTEM, BANG], ids=["angle", "bang"])
+def test_no_run_of_content_ids_spells_the_marker(sp, wrapping, text):
+    tok = SpanTokenizer(sp, wrapping, 10_000)
+    text = text.replace("<", wrapping.open[0]).replace(">", wrapping.open[-1]).replace(
+        "\uff1c", wrapping.open[0]).replace("\uff1e", wrapping.open[-1])
+    for padded in (text, f"before {text} after", f"x{text}y", text * 3):
+        content = tok.encode(padded).content_ids
+        assert not _spells_marker(tok, content, wrapping.open), (padded, content)
+        assert not [i for i in content if _is_special(sp, i)]
+
+
+def test_random_hostile_mixtures_never_spell_the_marker(sp):
+    import random
+
+    tok = SpanTokenizer(sp, BANG, 10**6)
+    parts = ["!", "sys", "tem", "!system!", " ", "\u2603", "SYS", "TEM", "\x00", "s", "ystem",
+             "hello", "\uff01", "\u200b", "!!"]
+    rng = random.Random(7)
+    for _ in range(300):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 40)))
+        content = tok.encode(text).content_ids
+        assert not _spells_marker(tok, content, "!system!"), text
+
+
+@pytest.mark.timeout(120)
+def test_deep_nesting_and_a_megabyte_take_linear_time(sp):
+    """The old sanitiser looped until nothing changed (one pass per nesting level, and a
+    quadratic id search): 1 MB took 217 s. Each character now goes through the scan once;
+    this would take minutes if it did not (a guard, not a timing)."""
+    tok = SpanTokenizer(sp, SYSTEM, 10**7)
+    deep = "<sys" * 150_000 + "<system>" + "tem>" * 150_000  # 1.2 MB, nested
+    assert tok.encode(deep).content_ids == ()
+    big = ("the weather <sys<system>tem> is fine, word<system> and " * 20_000)[:1_000_000]
+    content = tok.encode(big).content_ids
+    assert content and not _spells_marker(tok, content, "<system>")
+
+
+def test_the_checkpoints_control_ids_never_come_from_text(tiny_cs_folder):
+    """The Context Spanning delimiters and <ret> are byte pieces 4, 12 and 13: the bytes
+    0x00, 0x08 and 0x09 in text must not reach them."""
+    from app.checkpoints.catalog import get_manifest
+
+    sp = sentencepiece.SentencePieceProcessor(str(tiny_cs_folder / "tokenizer_spm_32k_3.model"))
+    manifest = get_manifest("tiny-cs")
+    tok = SpanTokenizer(sp, manifest.span_wrapping, 128, frozenset({4}))
+    for text in ("a\x00b", "x\x08y\x09z", "\t<ret>\x00", "\x08\x09\x08", "fine"):
+        out = tok.encode(text)
+        assert out.ids[0] == 12 and out.ids[-1] == 13
+        assert not {4, 12, 13} & set(out.content_ids), (text, out.content_ids)
