@@ -45,7 +45,8 @@ class LlmSettings:
     backend: LlmBackendName = "ollama"
     host: str = "http://127.0.0.1:11434"  # Ollama host, or an OpenAI-compatible base URL
     model: str = ""  # picked from the server's own list in the settings dialog
-    timeout_s: float = 30.0
+    # seconds; a value outside the range makes every turn fail (or wait forever)
+    timeout_s: float = field(default=30.0, metadata={"range": (0.5, 600.0)})
     tools_enabled: bool = True
     tools: tuple[str, ...] = ("web_search", "web_fetch", "local_search", "calculator", "clock")
     search_folders: tuple[str, ...] = ()  # the only folders local_search may read

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import tempfile
 import types
@@ -66,9 +67,15 @@ class SettingsStore:
             )
 
         try:
-            raw = json.loads(data.decode("utf-8"))
+            # utf-8-sig: a byte-order mark (some editors write one) is not an error.
+            raw = json.loads(data.decode("utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return self._repair(data, AppSettings(), [f"the file is not valid JSON ({exc})"])
+        except RecursionError:
+            return self._repair(data, AppSettings(), ["the file is nested too deeply to read"])
+        except ValueError as exc:  # e.g. an integer longer than Python will convert
+            return self._repair(data, AppSettings(), [f"the file holds a value that cannot "
+                                                      f"be read ({exc})"])
         if not isinstance(raw, dict):
             kind = type(raw).__name__
             problem = f"the file holds a JSON {kind}, not an object"
@@ -240,12 +247,30 @@ def _from_dict(cls: type, raw: dict[str, Any], prefix: str, problems: _Problems)
                 problems.other.append(f"'{name}' is not a group of settings")
             continue
         try:
-            values[f.name] = _check(value, hint)
+            values[f.name] = _in_range(_check(value, hint), f.metadata.get("range"))
         except _Invalid as exc:
             problems.other.append(f"'{name}' had an invalid value {_show(value)} ({exc})")
     known = {f.name for f in dataclasses.fields(cls)}
     problems.unknown += [f"{prefix}{key}" for key in raw if key not in known]
     return cls(**values)
+
+
+def _in_range(value: Any, bounds: tuple[float, float] | None) -> Any:
+    """A number within the field's range (schema metadata), or _Invalid saying which."""
+    if bounds is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return value
+    low, high = bounds
+    if not low <= value <= high:  # NaN fails this too
+        raise _Invalid(f"expected a number from {low:g} to {high:g}")
+    return value
+
+
+def field_range(cls: type, name: str) -> tuple[float, float] | None:
+    """The allowed range of a numeric setting (for the dialog and the command line)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("range")
+    raise KeyError(name)
 
 
 def _check(value: Any, hint: Any) -> Any:
@@ -280,10 +305,14 @@ def _check(value: Any, hint: Any) -> Any:
             return value
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            if abs(value) < 2**53:  # beyond this no setting means anything
+                return value
+            raise _Invalid("expected a reasonable whole number")
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            if math.isfinite(value):
+                return float(value)
+            raise _Invalid("expected a finite number")
     elif hint is str:
         if isinstance(value, str):
             return value
