@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,16 @@ def _resample_aligned(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def write_wav_24k(path: Path, pcm: np.ndarray) -> None:
+    """Write atomically: a temporary file beside it, renamed when complete. A full disk or
+    any failure leaves no file whose header claims audio that is not there."""
     import sphn
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sphn.write_wav(str(path), np.asarray(pcm, dtype=np.float32), SAMPLE_RATE)
+    temporary = path.with_name(f".{path.name}.partial")
+    try:
+        sphn.write_wav(str(temporary), np.asarray(pcm, dtype=np.float32), SAMPLE_RATE)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -8,6 +8,7 @@ each of its chunks landed, with K.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -25,6 +26,8 @@ from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE, DuplexEngine, EngineOptions
 from app.pipeline import ConversationPipeline
+from app.settings.schema import LlmSettings
+from app.settings.store import field_range
 
 FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # 12.5 Hz
 
@@ -66,7 +69,33 @@ class RunSummary:
 
 
 def _write(out: TextIO, record: dict) -> None:
+    # The file is opened with errors="backslashreplace": a lone surrogate (odd bytes in an
+    # argument or a file name) comes out as a JSON \\udcxx escape, never a failed run.
     out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
+    """Fail before the run, not after it: each output must be a file we can create."""
+    seen: set[Path] = set()
+    for path in outputs:
+        path = Path(path)
+        resolved = path.resolve()
+        if resolved == Path(input_path).resolve():
+            raise HeadlessRunError(f"{path} is the input file: choose another output")
+        if resolved in seen:
+            raise HeadlessRunError(f"{path} is named twice: the reply and the transcript "
+                                   "need their own files")
+        seen.add(resolved)
+        if path.is_dir():
+            raise HeadlessRunError(f"{path} is a folder: give a file name")
+        folder = path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HeadlessRunError(f"cannot create the folder {folder}: "
+                                   f"{exc.strerror or exc}") from exc
+        if not os.access(folder, os.W_OK):
+            raise HeadlessRunError(f"cannot write into {folder}")
 
 
 def _build_backend(config: ConversationConfig):
@@ -178,6 +207,35 @@ def _record(event: object, spans: dict[int, dict]) -> dict | None:
     return None
 
 
+def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict],
+                      engine: DuplexEngine, stopped: ev.EngineStopped | None,
+                      failure: list[str], done: int, frames: int) -> None:
+    """The transcript's last lines, then its final name.
+
+    Spans the input ended in the middle of are recorded with the chunks that did land
+    ("complete": false); a span still waiting is a notice. The last line is "end" only when
+    every frame came back; otherwise "error" with the reason."""
+    try:
+        for record in spans.values():
+            if record["chunks"]:
+                _write(out, record | {"complete": False})
+        if stopped is not None and engine.injector.has_pending():
+            _write(out, {"type": "notice", "message": "the input ended before every queued "
+                         "span was injected"})
+        if not failure and stopped is not None and done != frames:
+            failure.append(f"the engine returned {done} of {frames} frames")
+        if not failure and stopped is None:
+            failure.append("the run stopped before the engine did")
+        if failure:
+            _write(out, {"type": "error", "message": failure[0], "frames": done})
+        else:
+            assert stopped is not None
+            _write(out, {"type": "end", "frames": stopped.frames, "reason": stopped.reason})
+    finally:
+        out.close()
+        os.replace(partial, final)
+
+
 def run_headless(
     model_id: str,
     input_path: Path,
@@ -202,6 +260,11 @@ def run_headless(
     from app.checkpoints.loader import parse_dtype
 
     manifest = get_manifest(model_id)
+    check_output_paths(input_path, [output_path, transcript_path])
+    if conversation is not None:
+        low, high = field_range(LlmSettings, "timeout_s")
+        if not low <= conversation.llm_timeout_s <= high:  # NaN fails too
+            raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
     pcm = read_mono_24k(input_path)
     duration = len(pcm) / SAMPLE_RATE
     frames = -(-len(pcm) // FRAME_SAMPLES)
@@ -271,90 +334,93 @@ def run_headless(
     text_parts: list[str] = []
     done = 0
     landed = 0
-    transcript_path.parent.mkdir(parents=True, exist_ok=True)
+    # The transcript is written beside its final name and renamed at the end: a run that
+    # fails keeps what it wrote, closed by an "error" line, never an "end" line.
+    partial = transcript_path.with_name(f".{transcript_path.name}.partial")
+    stopped: ev.EngineStopped | None = None
+    out = partial.open("w", encoding="utf-8", errors="backslashreplace")
     try:
-        with transcript_path.open("w", encoding="utf-8") as out:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
-                try:
-                    event = pipeline.events.get(timeout=min(remaining, 1.0))
-                except queue.Empty:
-                    if not engine.running and not feeder.is_alive() and failure:
-                        break
-                    continue
-                if isinstance(event, ev.EngineReady):
-                    _write(out, {
-                        "type": "run", "model": event.model_id, "device": event.device,
-                        "dtype": event.dtype, "input": str(input_path), "frames": frames,
-                        "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
-                        "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
-                        "context_window": event.context_window,
-                        "prompt_frames": event.prompt_frames,
-                        "paced": "real time" if realtime else "as fast as it goes",
-                        "trigger": manifest.retrieval.trigger if pipeline.orchestrator
-                        else None,
-                    })
-                elif isinstance(event, ev.AudioOut):
-                    first = event.frame_index * FRAME_SAMPLES
-                    out_pcm[first : first + FRAME_SAMPLES] = event.pcm
-                    done += 1
-                elif isinstance(event, ev.TextPiece):
-                    text_parts.append(event.text)
-                    _write(out, {"type": "text", "frame": event.frame_index,
-                                 "time": round(event.frame_index / FRAME_RATE, 3),
-                                 "text": event.text})
-                elif isinstance(event, ev.SpanAccepted):
-                    spans[event.span_id] = {
-                        "type": "span", "span_id": event.span_id, "source": event.source,
-                        "text": event.text, "positions": event.tokens, "chunks": [],
-                        "truncated": event.truncated,
-                    }
-                    if event.truncated:
-                        _write(out, {
-                            "type": "notice", "span_id": event.span_id,
-                            "message": f"span {event.span_id} from {event.source} was "
-                                       f"truncated: {event.kept_content_tokens} of "
-                                       f"{event.original_content_tokens} tokens kept",
-                        })
-                elif isinstance(event, ev.SpanChunkInjected):
-                    spans[event.span_id]["chunks"].append(
-                        {"before_frame": event.before_frame, "k": event.k,
-                         "prefill_ms": round(event.prefill_ms, 3)})
-                elif isinstance(event, ev.SpanInjected):
-                    record = spans[event.span_id]
-                    if event.origin_frame is not None:
-                        record["ret_frame"] = event.origin_frame
-                        record["latency_from_ret_s"] = round(
-                            (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
-                    landed += 1
-                    _write(out, record)
-                elif isinstance(event, ev.SpanRejected):
-                    _write(out, {"type": "notice", "span_id": event.span_id,
-                                 "message": f"span {event.span_id} from {event.source} was "
-                                            f"not injected: {event.reason}"})
-                elif isinstance(event, ev.EngineError):
-                    failure.append(event.message)
-                elif isinstance(event, ev.EngineStopped):
-                    if engine.injector.has_pending():
-                        _write(out, {"type": "notice", "message": "the input ended before "
-                                     "every queued span was injected"})
-                    _write(out, {"type": "end", "frames": event.frames, "reason": event.reason})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
+            try:
+                event = pipeline.events.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if not engine.running and not feeder.is_alive() and failure:
                     break
-                else:
-                    record = _record(event, spans)
-                    if record is not None:
-                        _write(out, record)
+                continue
+            if isinstance(event, ev.EngineReady):
+                _write(out, {
+                    "type": "run", "model": event.model_id, "device": event.device,
+                    "dtype": event.dtype, "input": str(input_path), "frames": frames,
+                    "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
+                    "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
+                    "context_window": event.context_window,
+                    "prompt_frames": event.prompt_frames,
+                    "paced": "real time" if realtime else "as fast as it goes",
+                    "trigger": manifest.retrieval.trigger if pipeline.orchestrator
+                    else None,
+                })
+            elif isinstance(event, ev.AudioOut):
+                first = event.frame_index * FRAME_SAMPLES
+                out_pcm[first : first + FRAME_SAMPLES] = event.pcm
+                done += 1
+            elif isinstance(event, ev.TextPiece):
+                text_parts.append(event.text)
+                _write(out, {"type": "text", "frame": event.frame_index,
+                             "time": round(event.frame_index / FRAME_RATE, 3),
+                             "text": event.text})
+            elif isinstance(event, ev.SpanAccepted):
+                spans[event.span_id] = {
+                    "type": "span", "span_id": event.span_id, "source": event.source,
+                    "text": event.text, "positions": event.tokens, "chunks": [],
+                    "truncated": event.truncated,
+                }
+                if event.truncated:
+                    _write(out, {
+                        "type": "notice", "span_id": event.span_id,
+                        "message": f"span {event.span_id} from {event.source} was "
+                                   f"truncated: {event.kept_content_tokens} of "
+                                   f"{event.original_content_tokens} tokens kept",
+                    })
+            elif isinstance(event, ev.SpanChunkInjected):
+                spans[event.span_id]["chunks"].append(
+                    {"before_frame": event.before_frame, "k": event.k,
+                     "prefill_ms": round(event.prefill_ms, 3)})
+            elif isinstance(event, ev.SpanInjected):
+                record = spans.pop(event.span_id)
+                if event.origin_frame is not None:
+                    record["ret_frame"] = event.origin_frame
+                    record["latency_from_ret_s"] = round(
+                        (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
+                landed += 1
+                _write(out, record)
+            elif isinstance(event, ev.SpanRejected):
+                _write(out, {"type": "notice", "span_id": event.span_id,
+                             "message": f"span {event.span_id} from {event.source} was "
+                                        f"not injected: {event.reason}"})
+            elif isinstance(event, ev.EngineError):
+                failure.append(event.message)
+            elif isinstance(event, ev.EngineStopped):
+                stopped = event
+                break
+            else:
+                record = _record(event, spans)
+                if record is not None:
+                    _write(out, record)
+    except BaseException as exc:
+        failure.insert(0, str(exc) or type(exc).__name__)
+        raise
     finally:
         stop_feeding.set()
         pipeline.stop(10.0)
         feeder.join(10.0)
+        _close_transcript(out, partial, transcript_path, spans, engine, stopped, failure,
+                          done, frames)
     elapsed = time.perf_counter() - start
     if failure:
         raise HeadlessRunError(failure[0])
-    if done != frames:
-        raise HeadlessRunError(f"the engine returned {done} of {frames} frames")
     write_wav_24k(output_path, out_pcm[: len(pcm)])
     return RunSummary(frames, duration, elapsed, landed, "".join(text_parts))
