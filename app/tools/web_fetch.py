@@ -5,6 +5,13 @@ only; local and private addresses refused unless allowed (a prompt injection mus
 the assistant probe the user's router or local services); every redirect hop re-checked;
 the body read as a stream and cut at `max_bytes`; one overall deadline. The page text is
 untrusted data and is returned as content only.
+
+A host name is judged by what it resolves to: every address of the answer must be public,
+and the connection goes to one of the checked addresses (the request is sent to the IP,
+with the name kept in the Host header and in TLS, where the certificate is verified against
+it). The name is never looked up a second time, so a DNS answer that changes between the
+check and the connection (DNS rebinding) cannot lead the fetch inside. Environment proxies
+are not used: a proxy resolves names itself, out of reach of the check.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -33,22 +41,60 @@ class FetchError(RuntimeError):
     """A fetch failure with a one-line message for the LLM."""
 
 
-def _is_private_host(host: str) -> bool:
-    """Literal local/private addresses and localhost names. Names that resolve to private
-    addresses are not caught (that needs resolving, and DNS can change between checks)."""
-    host = host.strip("[]").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        try:  # legacy IPv4 spellings the resolver accepts: "127.1", "2130706433", "0x7f.1"
-            address = ipaddress.IPv4Address(socket.inet_aton(host))
-        except (OSError, ValueError):
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # IPv6-only networks reach IPv4 hosts here
+
+
+def is_public_address(address: IPAddress) -> bool:
+    """A globally routable unicast address. An IPv6 address that stands for an IPv4 host
+    (IPv4-mapped, NAT64, 6to4) is judged by that IPv4 address too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+        if embedded is not None:
+            return is_public_address(embedded)
+        if address.sixtofour is not None and not is_public_address(address.sixtofour):
             return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
+        if address.is_site_local:
+            return False
+    return address.is_global and not (
+        address.is_private or address.is_loopback or address.is_link_local
+        or address.is_multicast or address.is_reserved or address.is_unspecified)
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    """The address a host written as an IP stands for, legacy IPv4 spellings included
+    ("127.1", "2130706433", "0x7f.1": the resolver reads them so)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address `host` stands for, in the resolver's order (a literal IP: itself)."""
+    literal = _literal_address(host)
+    if literal is not None:
+        return [literal]
+    try:
+        answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise FetchError(f"cannot resolve {host}: {_one_line(str(exc))[:160]}") from exc
+    addresses: list[IPAddress] = []
+    for family, _type, _proto, _name, sockaddr in answers:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        address = ipaddress.ip_address(sockaddr[0])
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise FetchError(f"cannot resolve {host}: no IP address")
+    return addresses
 
 
 def _one_line(text: str) -> str:
@@ -73,13 +119,16 @@ class WebFetchTool(Tool):
 
     def __init__(self, timeout_s: float = 10.0, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_chars: int = DEFAULT_MAX_CHARS, max_redirects: int = 5,
-                 allow_private_hosts: bool = False, user_agent: str = USER_AGENT) -> None:
+                 allow_private_hosts: bool = False, user_agent: str = USER_AGENT,
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """`verify`: httpx's certificate check (an SSLContext to trust other roots)."""
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.max_chars = max_chars
         self.max_redirects = max_redirects
         self.allow_private_hosts = allow_private_hosts
         self.user_agent = user_agent
+        self.verify = verify
 
     def run(self, arguments: Mapping[str, Any], cancel: threading.Event | None = None
             ) -> ToolResult:
@@ -112,9 +161,45 @@ class WebFetchTool(Tool):
             raise FetchError(f"only http and https URLs can be fetched (got {scheme})")
         if not url.host:
             raise FetchError("the URL has no host")
-        if not self.allow_private_hosts and _is_private_host(url.host):
-            raise FetchError(f"refusing to fetch a local or private address ({url.host})")
         return url
+
+    def _addresses(self, url: httpx.URL) -> list[IPAddress]:
+        """The checked addresses to connect to for `url`: all of them public, unless
+        private hosts are allowed."""
+        host = url.raw_host.decode("ascii")
+        addresses = _resolve(host, url.port or (443 if url.scheme == "https" else 80))
+        if not self.allow_private_hosts:
+            for address in addresses:
+                if not is_public_address(address):
+                    named = "" if str(address) == host else f"{host} is "
+                    raise FetchError(
+                        f"refusing to fetch a local or private address ({named}{address})")
+        return addresses
+
+    def _send(self, client: httpx.Client, url: httpx.URL, addresses: list[IPAddress],
+              deadline: float) -> httpx.Response:
+        """GET `url` from the first checked address that takes the connection (the next
+        one is tried when one refuses, while time is left). The request goes to the IP;
+        the Host header and the TLS name (SNI and certificate check) stay the host's."""
+        host = url.raw_host.decode("ascii")
+        *others, last = addresses
+        for address in others:
+            try:
+                return client.send(self._pinned(client, url, host, address), stream=True)
+            except httpx.ConnectError:
+                if time.monotonic() > deadline:
+                    raise
+        return client.send(self._pinned(client, url, host, last), stream=True)
+
+    @staticmethod
+    def _pinned(client: httpx.Client, url: httpx.URL, host: str, address: IPAddress
+                ) -> httpx.Request:
+        try:
+            pinned = url.copy_with(host=str(address))
+        except httpx.InvalidURL as exc:  # e.g. a link-local address with a zone
+            raise FetchError(f"cannot connect to {host} at {address}") from exc
+        return client.build_request("GET", pinned, headers={"Host": url.netloc.decode("ascii")},
+                                    extensions={"sni_hostname": host})
 
     def _download(self, url: httpx.URL, cancel: threading.Event | None
                   ) -> tuple[httpx.URL, str, str | None, bytes, bool]:
@@ -125,9 +210,14 @@ class WebFetchTool(Tool):
                    "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5"}
         try:
             with httpx.Client(timeout=httpx.Timeout(self.timeout_s), headers=headers,
-                              follow_redirects=False) as client:
+                              follow_redirects=False, trust_env=False,
+                              verify=self.verify) as client:
                 for _hop in range(self.max_redirects + 1):
-                    with client.stream("GET", url) as response:
+                    if cancel is not None and cancel.is_set():
+                        raise FetchError("cancelled")
+                    addresses = self._addresses(url)
+                    response = self._send(client, url, addresses, deadline)
+                    try:
                         if response.is_redirect:
                             location = response.headers.get("location", "")
                             url = self._check_url(url.join(location))
@@ -140,6 +230,8 @@ class WebFetchTool(Tool):
                         content_type = content_type.split(";")[0].strip().lower()
                         body, cut = self._read_capped(response, deadline, cancel)
                         return url, content_type, response.charset_encoding, body, cut
+                    finally:
+                        response.close()
                 raise FetchError(f"too many redirects (more than {self.max_redirects})")
         except httpx.TimeoutException as exc:
             raise FetchError(f"timed out after {self.timeout_s:g} s fetching {url.host}"

@@ -108,6 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
             "/loop": lambda: self._send(302, b"", "text/plain", {"Location": "/loop"}),
             "/to-file": lambda: self._send(302, b"", "text/plain",
                                            {"Location": "file:///etc/passwd"}),
+            "/to-private-name": lambda: self._send(302, b"", "text/plain",
+                                                   {"Location": "http://router.test/admin"}),
+            "/host": lambda: self._send(200, f"host={self.headers.get('Host')}".encode(),
+                                        "text/plain; charset=utf-8"),
             "/huge": self._huge,
         }
         route = routes.get(self.path)

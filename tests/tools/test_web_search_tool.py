@@ -79,16 +79,39 @@ def test_failing_search_gives_a_clean_one_line_error(error: Exception, expected:
     assert expected in result.error and "\n" not in result.error
 
 
-@pytest.mark.parametrize("arguments", [
-    {}, {"query": ""}, {"query": 3}, {"query": "q", "max_results": "five"},
-    {"query": "q", "max_results": True}, {"query": "q", "max_results": 2.5},
+@pytest.mark.parametrize(("arguments", "named"), [
+    ({}, "'query'"), ({"query": ""}, "'query'"), ({"query": "  \n "}, "'query'"),
+    ({"query": 3}, "'query'"), ({"query": None}, "'query'"), ({"query": ["q"]}, "'query'"),
+    ({"query": "q", "max_results": "five"}, "'max_results'"),
+    ({"query": "q", "max_results": True}, "'max_results'"),
+    ({"query": "q", "max_results": 2.5}, "'max_results'"),
+    ({"query": "q", "max_results": None}, "'max_results'"),
 ])
-def test_bad_arguments_are_errors(arguments: dict) -> None:
+def test_bad_arguments_are_refused_before_searching(arguments: dict, named: str) -> None:
+    """The search is recorded, not made to raise: a raising stub is swallowed by the tool's
+    own error handling and would let a missing check pass unnoticed."""
+    calls: list[tuple[str, int]] = []
+
     def search(query: str, max_results: int) -> list[dict]:
-        raise AssertionError("must not search with bad arguments")
+        calls.append((query, max_results))
+        return DDGS_RESULTS
 
     result = WebSearchTool(search_fn=search).run(arguments)
-    assert not result.ok
+    assert calls == []
+    assert not result.ok and named in result.error, result.error
+
+
+@pytest.mark.parametrize(("max_results", "sent"), [(3.0, 3), (0, 1), (-4, 1), (10, 10)])
+def test_usable_max_results_are_taken(max_results: object, sent: int) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def search(query: str, max_results: int) -> list[dict]:
+        calls.append((query, max_results))
+        return DDGS_RESULTS
+
+    result = WebSearchTool(search_fn=search).run({"query": " q ", "max_results": max_results})
+    assert result.ok, result.error
+    assert calls == [("q", sent)]
 
 
 def test_ollama_provider_without_key_explains_itself() -> None:
