@@ -35,16 +35,20 @@ class FrameWorker:
         frame and counts it; a file feeder passes a timeout and waits for room."""
         if pcm.shape != (FRAME_SAMPLES,):
             raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        frame = np.asarray(pcm, dtype=np.float32)
+        item = self._queued(np.asarray(pcm, dtype=np.float32), timeout)
         try:
             if timeout == 0:
-                self._input.put_nowait(frame)
+                self._input.put_nowait(item)
             else:
-                self._input.put(frame, timeout=timeout)
+                self._input.put(item, timeout=timeout)
             return True
         except queue.Full:
             self.dropped_frames += 1
             return False
+
+    def _queued(self, frame: np.ndarray, timeout: float | None) -> object:
+        """What goes into the queue for a frame (a subclass may keep the timeout too)."""
+        return frame
 
     def finish_input(self, timeout: float = 10.0) -> None:
         """No more frames will come: the thread drains the queue, then ends."""

@@ -23,12 +23,11 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def tiny_folder(data_dir: Path) -> Path:
-    """The tiny checkpoint, built by `python main.py build tiny` in a child process
-    (SentencePiece training must not run in the test process)."""
+def _build(model: str, data_dir: Path) -> Path:
+    """`python main.py build MODEL` in a child process (SentencePiece training must not run
+    in the test process); returns its folder in the test data dir."""
     result = subprocess.run(
-        [sys.executable, "main.py", "build", "tiny"],
+        [sys.executable, "main.py", "build", model],
         cwd=REPO_ROOT,
         env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
         capture_output=True,
@@ -36,7 +35,13 @@ def tiny_folder(data_dir: Path) -> Path:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    folder = data_dir / "checkpoints" / "tiny"
+    return data_dir / "checkpoints" / model
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(data_dir: Path) -> Path:
+    """The tiny checkpoint, built by the project's own command."""
+    folder = _build("tiny", data_dir)
     assert (folder / "config.json").is_file()
     return folder
 
@@ -52,18 +57,8 @@ def tiny_checkpoint(tiny_folder: Path):
 
 @pytest.fixture(scope="session")
 def tiny_cs_folder(data_dir: Path) -> Path:
-    """tiny-cs: the Context Spanning release's file layout at a tiny size, built by
-    `python main.py build tiny-cs` in a child process."""
-    result = subprocess.run(
-        [sys.executable, "main.py", "build", "tiny-cs"],
-        cwd=REPO_ROOT,
-        env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    folder = data_dir / "checkpoints" / "tiny-cs"
+    """tiny-cs: the Context Spanning release's file layout at a tiny size."""
+    folder = _build("tiny-cs", data_dir)
     assert (folder / "context_spanning_7b.pt").is_file()
     return folder
 
@@ -75,3 +70,4 @@ def tiny_cs_checkpoint(tiny_cs_folder: Path):
     from app.checkpoints.loader import load_checkpoint
 
     return load_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, device="cpu")
+

@@ -13,13 +13,12 @@ into the frame they receive (they all share it).
 from __future__ import annotations
 
 import logging
-import queue
 from collections.abc import Callable
 
 import numpy as np
 
 from app.audio.user_leveller import LevellerSettings, UserLeveller
-from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
+from app.frame_worker import END_OF_INPUT, FrameWorker
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +56,9 @@ class LevellingStage(FrameWorker):
         """Level (True) or pass frames through untouched (False), from the next frame on."""
         self._enabled = bool(enabled)
 
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
-        frame and counts it; a file feeder passes a timeout and waits for room. The timeout
-        travels with the frame and is used again to hand it on."""
-        if pcm.shape != (FRAME_SAMPLES,):
-            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        item = (np.asarray(pcm, dtype=np.float32), timeout)
-        try:
-            if timeout == 0:
-                self._input.put_nowait(item)
-            else:
-                self._input.put(item, timeout=timeout)
-            return True
-        except queue.Full:
-            self.dropped_frames += 1
-            return False
+    def _queued(self, frame: np.ndarray, timeout: float | None) -> object:
+        # The timeout travels with the frame and is used again to hand it on.
+        return frame, timeout
 
     # ---- levelling thread -------------------------------------------------------------
 

@@ -89,25 +89,13 @@ class DuplexEngine(FrameWorker):
         manifest = checkpoint.manifest
         sampling = manifest.sampling
         self.lm_gen: LMGen | ForcingGenerator
+        sampling_kwargs = dict(
+            use_sampling=not self.options.greedy, temp=sampling.temp,
+            temp_text=sampling.temp_text, top_k=sampling.top_k, top_k_text=sampling.top_k_text)
         if manifest.generator == "forcing":
-            self.lm_gen = ForcingGenerator(
-                checkpoint.lm,
-                use_sampling=not self.options.greedy,
-                temp=sampling.temp,
-                temp_text=sampling.temp_text,
-                top_k=sampling.top_k,
-                top_k_text=sampling.top_k_text,
-            )
+            self.lm_gen = ForcingGenerator(checkpoint.lm, **sampling_kwargs)
         else:
-            self.lm_gen = LMGen(
-                checkpoint.lm,
-                use_sampling=not self.options.greedy,
-                temp=sampling.temp,
-                temp_text=sampling.temp_text,
-                top_k=sampling.top_k,
-                top_k_text=sampling.top_k_text,
-                cfg_coef=sampling.cfg_coef,
-            )
+            self.lm_gen = LMGen(checkpoint.lm, cfg_coef=sampling.cfg_coef, **sampling_kwargs)
         self.context_window = int(checkpoint.lm.context or 0)
         self.ledger = ContextLedger(self.context_window)
         retrieval = manifest.retrieval

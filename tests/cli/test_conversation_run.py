@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import sphn
 
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from tests.speech import spoken
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,18 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def spoken_question(tmp_path_factory) -> Path:
     """espeak-ng speaks the question; 1 s of silence before it and 3 s after."""
-    espeak = shutil.which("espeak-ng")
-    assert espeak, "espeak-ng is missing: installer/run-tests.sh installs it (apt espeak-ng)"
-    folder = tmp_path_factory.mktemp("speech")
-    raw = folder / "raw.wav"
-    subprocess.run([espeak, "-v", "en-us", "-s", "150", "-w", str(raw),
-                    "What is six times seven?"], check=True, timeout=60)
-    speech, rate = sphn.read(str(raw), sample_rate=24000)
-    speech = np.asarray(speech, dtype=np.float32).mean(axis=0)
-    pcm = np.concatenate([np.zeros(24000, np.float32), speech, np.zeros(72000, np.float32)])
-    path = folder / "question.wav"
-    sphn.write_wav(str(path), pcm, 24000)
-    return path
+    return spoken("What is six times seven?", tmp_path_factory.mktemp("speech"))
 
 
 def _script(body: dict) -> ScriptedReply:

@@ -7,16 +7,13 @@ transcript shows each step."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
-import sphn
 
 from app.headless_run import ConversationConfig, run_headless
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from tests.speech import spoken
 
 RET_ID = 4
 RET_AT_FRAME = 52  # 4.2 s: after the question ended and the VAD closed the turn
@@ -24,18 +21,8 @@ RET_AT_FRAME = 52  # 4.2 s: after the question ended and the VAD closed the turn
 
 @pytest.fixture(scope="module")
 def spoken_question(tmp_path_factory) -> Path:
-    espeak = shutil.which("espeak-ng")
-    assert espeak, "espeak-ng is missing: installer/run-tests.sh installs it (apt espeak-ng)"
-    folder = tmp_path_factory.mktemp("speech")
-    raw = folder / "raw.wav"
-    subprocess.run([espeak, "-v", "en-us", "-s", "150", "-w", str(raw),
-                    "What is the capital of Australia?"], check=True, timeout=60)
-    speech, _ = sphn.read(str(raw), sample_rate=24000)
-    speech = np.asarray(speech, dtype=np.float32).mean(axis=0)
-    pcm = np.concatenate([np.zeros(24000, np.float32), speech, np.zeros(5 * 24000, np.float32)])
-    path = folder / "question.wav"
-    sphn.write_wav(str(path), pcm, 24000)
-    return path
+    return spoken("What is the capital of Australia?", tmp_path_factory.mktemp("speech"),
+                  before_s=1.0, after_s=5.0)
 
 
 def force_ret_at(frame: int):
