@@ -71,6 +71,16 @@ class ConversationPipeline:
         if self.leveller is not None:
             self.leveller.start()
 
+    def set_orchestrator(self, orchestrator: Orchestrator | None, timeout: float = 5.0) -> None:
+        """Settings changed while running: a new LLM side (or none); the old one stops."""
+        old = self.orchestrator
+        if orchestrator is not None:
+            orchestrator.events = self._merged
+            orchestrator.start()
+        self.orchestrator = orchestrator  # the router reads it per event
+        if old is not None and old is not orchestrator:
+            old.stop(timeout)
+
     def set_level_voice(self, enabled: bool) -> None:
         if self.leveller is not None:
             self.leveller.set_enabled(enabled)
@@ -117,12 +127,12 @@ class ConversationPipeline:
         return ok and not self._router.is_alive()
 
     def _route(self) -> None:
-        orchestrator = self.orchestrator
         while not self._stop.is_set():
             try:
                 event = self._merged.get(timeout=0.1)
             except queue.Empty:
                 continue
+            orchestrator = self.orchestrator
             if orchestrator is not None:
                 if isinstance(event, _ASR_EVENTS):
                     orchestrator.on_asr_event(event)

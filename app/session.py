@@ -2,12 +2,18 @@
 
 No Qt here: the desktop app wraps a session in a QObject that turns the listener's calls
 into signals. Loading and running happen on the session's own thread; every call from the
-GUI thread returns at once.
+GUI thread returns at once (changes it asks for run on the session's thread).
+
+Text always works. Without a microphone the model hears silence at a microphone's pace
+(`SilentMicrophone`), without a speaker its audio is dropped: typed questions are answered,
+"Read this" lands, the model's words are shown. Losing a device mid-conversation falls into
+the same mode ("paused": Resume opens the devices again).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -18,13 +24,19 @@ from typing import Protocol
 import numpy as np
 
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint, parse_dtype
+from app.checkpoints.loader import (
+    CheckpointMissingError,
+    LoadedCheckpoint,
+    ensure_built,
+    load_checkpoint,
+    parse_dtype,
+)
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.orchestrator import events as oe
 from app.pipeline import ConversationPipeline
-from app.settings.schema import AppSettings
+from app.settings.schema import AppSettings, LlmSettings
 from app.transcript_builder import TranscriptBuilder
 from app.ui.transcript_entries import TranscriptEntry
 
@@ -63,7 +75,8 @@ class SessionStatus:
 
 
 class SessionListener(Protocol):
-    def on_state(self, state: str, detail: str) -> None: ...  # loading/running/stopped/error
+    # loading / running / paused (audio off, text on) / stopped / error / model_missing
+    def on_state(self, state: str, detail: str) -> None: ...
     def on_entry(self, entry: TranscriptEntry) -> None: ...
     def on_status(self, status: SessionStatus) -> None: ...
 
@@ -85,51 +98,104 @@ class CheckpointCache:
             return self._checkpoint
 
 
-def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice):
-    """ASR and orchestrator from settings; what cannot be had is a notice, not a failure."""
-    llm = settings.llm
-    if llm.backend == "none":
-        return None, None
-    from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
-    from app.tools.default_tools import ToolSettings, build_tools
+# What needs a new conversation to change: (group, field, how the user calls it). The rest
+# (the LLM side, tools, mute, echo mode, voice levelling) applies while a conversation runs.
+_RESTART_FIELDS = (
+    ("speech", "model_id", "the speech model"),
+    ("speech", "custom_folder", "the speech model's folder"),
+    ("speech", "device", "the device"),
+    ("speech", "dtype", "the precision"),
+    ("speech", "voice", "the voice"),
+    ("speech", "role", "the persona"),
+    ("speech", "user_name", "your name"),
+    ("speech", "user_city", "your city"),
+    ("audio", "input_device", "the microphone"),
+    ("audio", "output_device", "the speaker"),
+    ("llm", "stt_model", "speech recognition"),
+    ("llm", "end_of_turn", "end-of-turn detection"),
+)
+_LIVE_LLM_FIELDS = ("backend", "host", "model", "timeout_s", "tools_enabled", "tools",
+                    "search_folders")
 
+
+def restart_needed(old: AppSettings, new: AppSettings) -> tuple[str, ...]:
+    """What changed from `old` to `new` that applies only after a restart of the
+    conversation, in words ("the speech model", "the microphone", ...)."""
+    changed = [label for group, name, label in _RESTART_FIELDS
+               if getattr(getattr(old, group), name) != getattr(getattr(new, group), name)]
+    # Speech recognition is built with the LLM side: turning the LLM on brings it only then.
+    if (old.llm.backend == "none" and new.llm.backend != "none"
+            and new.llm.stt_model != "none" and "speech recognition" not in changed):
+        changed.append("speech recognition")
+    return tuple(changed)
+
+
+def _llm_changed(old: LlmSettings, new: LlmSettings) -> bool:
+    return any(getattr(old, name) != getattr(new, name) for name in _LIVE_LLM_FIELDS)
+
+
+def _make_backend(llm: LlmSettings):
     if llm.backend == "ollama":
         from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 
-        backend = OllamaBackend(OllamaSettings(host=llm.host, model=llm.model or
-                                               OllamaSettings().model, timeout_s=llm.timeout_s))
-    else:
-        from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
+        return OllamaBackend(OllamaSettings(host=llm.host, model=llm.model or
+                                            OllamaSettings().model, timeout_s=llm.timeout_s))
+    from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
 
-        backend = OpenAICompatBackend(OpenAICompatSettings(base_url=llm.host, model=llm.model,
-                                                           timeout_s=llm.timeout_s))
+    return OpenAICompatBackend(OpenAICompatSettings(base_url=llm.host, model=llm.model,
+                                                    timeout_s=llm.timeout_s))
+
+
+def _make_tools(llm: LlmSettings, notice):
+    from app.tools.default_tools import ToolSettings, build_tools
+
     enabled = tuple(llm.tools) if llm.tools_enabled else ()
     try:
-        tools = build_tools(ToolSettings(enabled=enabled, local_folders=llm.search_folders))
+        return build_tools(ToolSettings(enabled=enabled, local_folders=llm.search_folders))
     except ValueError as exc:
         notice(f"Tools are off: {exc}", "warning")
-        tools = build_tools(ToolSettings(enabled=()))
+        return build_tools(ToolSettings(enabled=()))
+
+
+def _make_orchestrator(settings: AppSettings, engine: DuplexEngine, backend, tools):
+    from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
 
     speech = settings.speech
     options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3,
                                   retrieval=engine.checkpoint.manifest.retrieval,
                                   profile=user_profile(speech.user_name, speech.user_city))
-    orchestrator = Orchestrator(backend, tools, engine, options)
-    asr = None
+    return Orchestrator(backend, tools, engine, options)
+
+
+def _make_asr(llm: LlmSettings, device, notice):
     if llm.stt_model == "none":
-        return None, orchestrator
+        return None
     try:
         from app.asr.asr_thread import AsrOptions, StreamingAsr
         from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
 
         manifest = get_stt_manifest(llm.stt_model)
-        asr = StreamingAsr(load_stt(manifest, ensure_stt_built(manifest), device),
-                           AsrOptions(force_vad=llm.end_of_turn == "vad"))
+        return StreamingAsr(load_stt(manifest, ensure_stt_built(manifest), device),
+                            AsrOptions(force_vad=llm.end_of_turn == "vad"))
+    except CheckpointMissingError:  # the app offers the download when Start is pressed
+        notice(f"Speech recognition is off: {llm.stt_model} is not on disk. Typed questions "
+               "still reach the LLM; press Start again to download it, or choose \"None "
+               "(typed questions only)\" in Settings.", "warning")
     except Exception as exc:  # speech recognition is optional: typing still reaches the LLM
         notice(f"Speech recognition is off ({exc}); typed questions still reach the LLM.",
                "warning")
-    return asr, orchestrator
+    return None
+
+
+def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice):
+    """ASR and orchestrator from settings; what cannot be had is a notice, not a failure."""
+    llm = settings.llm
+    if llm.backend == "none":
+        return None, None
+    orchestrator = _make_orchestrator(settings, engine, _make_backend(llm),
+                                      _make_tools(llm, notice))
+    return _make_asr(llm, device, notice), orchestrator
 
 
 class ConversationSession:
@@ -141,7 +207,8 @@ class ConversationSession:
         cache: CheckpointCache | None = None,
         status_interval_s: float = 0.2,
     ) -> None:
-        self.settings = settings
+        self.settings = settings  # what the conversation runs with (changed on its thread)
+        self._started_with = settings  # what only a restart changes is still from these
         self._listener = listener
         self._audio_factory = audio_factory
         self._cache = cache or CheckpointCache()
@@ -158,6 +225,9 @@ class ConversationSession:
         self._lock = threading.Lock()
         self._audio_error: str | None = None  # set from the audio's error callback
         self._resume = threading.Event()
+        self._control: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._audio_missing: tuple[str, ...] = ()  # "microphone", "speaker": not in use now
+        self._audio_said: set[tuple[str, ...]] = set()  # no-device notices already shown
 
     # ---- GUI thread (returns at once) -------------------------------------------------
 
@@ -167,11 +237,22 @@ class ConversationSession:
         self._thread = threading.Thread(target=self._run, name="conversation", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 15.0) -> bool:
+    def request_stop(self) -> None:
+        """Ask the session to wind down on its own thread; returns at once."""
         self._stop.set()
+        pipeline = self._pipeline
+        if pipeline is not None and pipeline.orchestrator is not None:
+            pipeline.orchestrator.cancel_pending("the conversation stopped")
+
+    def stop(self, timeout: float = 15.0) -> bool:
+        self.request_stop()
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait (bounded) for the session's thread; True when it has ended."""
         if self._thread is None:
             return True
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, timeout))
         return not self._thread.is_alive()
 
     @property
@@ -180,7 +261,8 @@ class ConversationSession:
 
     @property
     def paused(self) -> bool:
-        return self._audio_error is not None
+        """The audio devices are not (all) in use: Resume tries them again."""
+        return bool(self._audio_missing) or self._audio_error is not None
 
     def resume(self) -> None:
         """After an audio device problem: open the devices again, same conversation."""
@@ -190,6 +272,19 @@ class ConversationSession:
         self._muted = muted
         if self._audio is not None:
             self._audio.muted = muted
+
+    def cancel_pending_turn(self) -> None:
+        """Esc / Cancel: drop the LLM request in flight (a TurnCancelled event says so)."""
+        pipeline = self._pipeline
+        if pipeline is not None and pipeline.orchestrator is not None:
+            pipeline.orchestrator.cancel_pending()
+
+    def apply_settings(self, settings: AppSettings) -> tuple[str, ...]:
+        """Apply at once what can be (the LLM side, tools, echo mode, voice levelling; mute
+        is `set_muted`); returns what applies only after a restart, in words."""
+        needs_restart = restart_needed(self._started_with, settings)
+        self._when_running(lambda: self._apply(settings))  # before what is typed after it
+        return needs_restart
 
     def send_text(self, text: str) -> None:
         """A typed question: shown as the user's, and asked to the LLM."""
@@ -212,16 +307,19 @@ class ConversationSession:
     # ---- session thread ---------------------------------------------------------------
 
     def _when_running(self, action: Callable[[], None]) -> None:
+        """Run `action` on the session's thread, in the order asked (a question typed after
+        new settings goes to the new LLM), once the engine is up."""
         with self._lock:
             if self._engine is None:
                 self._pending.append(action)
                 return
-        action()
+        self._control.put(action)
 
     def _typed(self, text: str) -> None:
         pipeline = self._pipeline
-        if pipeline is not None and pipeline.orchestrator is not None:
-            pipeline.orchestrator.on_typed_text(text)
+        orchestrator = pipeline.orchestrator if pipeline is not None else None
+        if orchestrator is not None:
+            orchestrator.on_typed_text(text)
         else:
             self._listener.on_entry(self._builder.notice(
                 "No LLM backend is set up: typed text was not sent anywhere. Choose one in "
@@ -247,6 +345,7 @@ class ConversationSession:
         folder = Path(speech.custom_folder) if speech.custom_folder else None
         device = choose_device(speech.device)
         dtype = None if speech.dtype == "auto" else parse_dtype(speech.dtype)
+        # speech.quantize is ignored: 8-bit weights are not wired to a verified path yet.
         key = (manifest.id, str(folder), str(device), str(dtype))
 
         def load() -> LoadedCheckpoint:
@@ -272,8 +371,7 @@ class ConversationSession:
                                                 self._notice)
             pipeline = ConversationPipeline(engine, asr, orchestrator,
                                             leveller=self.settings.audio.level_voice)
-            audio = self._open_audio()
-            self._pipeline, self._audio = pipeline, audio
+            self._pipeline = pipeline
             pipeline.start()
             self._wait_ready(pipeline)
             with self._lock:
@@ -281,17 +379,16 @@ class ConversationSession:
                 pending, self._pending = self._pending, []
             for action in pending:
                 action()
-            if audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is False:
-                self._audio_error = self._audio_error or "the audio device could not be opened"
-            for warning in getattr(audio, "warnings", ()):  # e.g. a saved device is gone
-                self._notice(str(warning), "warning")
             self._status = SessionStatus(model=checkpoint.manifest.display_name,
                                          device=str(checkpoint.device),
                                          dtype=str(checkpoint.dtype).removeprefix("torch."),
                                          context_window=engine.context_window,
                                          llm_state="idle" if orchestrator else "off")
-            self._listener.on_state("running", "Listening")
-            self._pump(pipeline, audio)
+            self._start_audio(pipeline)
+            self._pump(pipeline)
+        except CheckpointMissingError as exc:  # not a failure: the app offers the download
+            log.info("the speech model is not on disk: %s", exc)
+            final = ("model_missing", str(exc))
         except Exception as exc:  # shown in the window; the app stays up
             log.exception("conversation failed")
             final = ("error", f"{type(exc).__name__}: {exc}")
@@ -314,12 +411,12 @@ class ConversationSession:
 
     @staticmethod
     def _next(pipeline: ConversationPipeline, timeout: float):
-        import queue
-
         try:
             return pipeline.events.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    # ---- audio: the devices, or as much of them as there is ----------------------------
 
     def _open_audio(self) -> AudioSource:
         audio = self._audio_factory(self.settings)
@@ -331,42 +428,159 @@ class ConversationSession:
     def _on_audio_error(self, message: str) -> None:
         self._audio_error = message
 
-    def _pause_for_audio(self, pipeline: ConversationPipeline) -> AudioSource | None:
-        """Pause (the model keeps its context) until the user resumes or stops."""
+    def _start_audio(self, pipeline: ConversationPipeline) -> None:
+        """Open the devices; what cannot be opened is a mode (see the module docstring)."""
+        audio = self._open_audio()
+        self._audio = audio
+        started = audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is not False
+        for warning in getattr(audio, "warnings", ()):  # e.g. a saved device is gone
+            self._notice(str(warning), "warning")
+        if started and self._audio_error is None:
+            self._audio_missing = ()
+            self._listener.on_state("running", "Listening")
+            return
+        reason = self._audio_error or "the audio devices could not be opened"
+        self._audio_error = None
+        audio.stop()
+        self._without_devices(pipeline, audio, reason)
+
+    def _without_devices(self, pipeline: ConversationPipeline, failed: AudioSource,
+                         reason: str) -> None:
+        """Use whichever of the microphone and the speaker opens alone; silence stands in
+        for a missing microphone, a missing speaker's audio is dropped."""
+        from app.audio.silent_microphone import SilentMicrophone
+
+        def push(frame):
+            return pipeline.push_frame(frame, 0.0)
+
+        audio: AudioSource | None = None
+        missing: tuple[str, ...] = ("microphone", "speaker")
+        only = getattr(failed, "only", None)  # LiveAudio can open one stream alone
+        if callable(only):
+            speaker = only("output")
+            if speaker.start(push) is not False:
+                audio, missing = SilentMicrophone(speaker), ("microphone",)
+            else:
+                microphone = only("input")
+                if microphone.start(push) is not False:
+                    audio, missing = microphone, ("speaker",)
+        if audio is None:
+            audio = SilentMicrophone()
+        if isinstance(audio, SilentMicrophone):
+            audio.start(push)
+            if audio.speaker is not None and hasattr(audio.speaker, "on_error"):
+                audio.speaker.on_error = self._on_audio_error
+        elif hasattr(audio, "on_error"):
+            audio.on_error = self._on_audio_error
+        audio.muted = self._muted
+        self._audio, self._audio_missing = audio, missing
+        self._audio_error = None
+        self._say_without_devices(missing, reason)
+
+    def _say_without_devices(self, missing: tuple[str, ...], reason: str) -> None:
+        what = " or ".join(missing)
+        detail = {
+            ("microphone", "speaker"): "typed questions only; the model's words are shown",
+            ("microphone",): "type your questions; the model still speaks",
+            ("speaker",): "the model's words are shown, not played",
+        }[missing]
+        self._listener.on_state("paused", f"No {what}: {detail} (Resume tries again)")
+        if missing in self._audio_said:  # said once; Resume failing again is the state only
+            return
+        self._audio_said.add(missing)
+        self._notice(
+            f"No {what} could be opened ({reason}). The conversation goes on without it: "
+            f"{detail}, and \"Read this\" still reads text to the model. To fix it, connect "
+            "a headset or choose the devices in Settings → Audio, then press Resume.",
+            "warning")
+
+    def _lose_audio(self, pipeline: ConversationPipeline) -> None:
+        """A device failed mid-conversation: go on without audio until Resume."""
+        from app.audio.silent_microphone import SilentMicrophone
+
         message = self._audio_error or "audio device problem"
+        self._audio_error = None
         if self._audio is not None:
             self._audio.stop()
-        self._listener.on_entry(self._builder.notice(
-            f"Audio stopped: {message}. The conversation is paused; check the device, "
-            "then press Resume.", "error"))
+        audio = SilentMicrophone()
+        audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
+        self._audio, self._audio_missing = audio, ("microphone", "speaker")
+        self._notice(
+            f"Audio stopped: {message}. The conversation goes on without audio (paused): "
+            "typed questions and \"Read this\" still work. Check the device, then press "
+            "Resume.", "error")
         self._listener.on_state("paused", f"Paused: {message}")
-        self._resume.clear()
-        while not self._stop.is_set():
-            if self._resume.wait(0.1):
-                self._audio_error = None
-                audio = self._open_audio()
-                self._audio = audio
-                if audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is False:
-                    message = self._audio_error or "the device could not be opened"
-                    self._listener.on_state("paused", f"Paused: {message}")
-                    self._resume.clear()
-                    continue
-                self._listener.on_state("running", "Listening")
-                return audio
-        return None
 
-    def _pump(self, pipeline: ConversationPipeline, audio: AudioSource) -> None:
+    def _reopen_audio(self, pipeline: ConversationPipeline) -> None:
+        """Resume: open the devices from the settings again."""
+        if self._audio is not None:
+            self._audio.stop()
+        self._start_audio(pipeline)
+
+    # ---- settings changed during the conversation ---------------------------------------
+
+    def _apply(self, settings: AppSettings) -> None:
+        old, self.settings = self.settings, settings
+        pipeline = self._pipeline
+        if pipeline is None:
+            return
+        if settings.audio.level_voice != old.audio.level_voice:
+            pipeline.set_level_voice(settings.audio.level_voice)
+        if settings.audio.echo_mode != old.audio.echo_mode:
+            set_echo_mode = getattr(self._audio, "set_echo_mode", None)
+            if callable(set_echo_mode):
+                set_echo_mode(settings.audio.echo_mode)
+        if _llm_changed(old.llm, settings.llm):
+            self._reconfigure_llm(pipeline, settings)
+
+    def _reconfigure_llm(self, pipeline: ConversationPipeline, settings: AppSettings) -> None:
+        """The LLM side from the new settings: the running orchestrator keeps the
+        conversation so far and asks the new backend from its next turn on."""
+        llm = settings.llm
+        if llm.backend == "none":
+            pipeline.set_orchestrator(None)
+            self._status = _with(self._status, llm_state="off", llm_message="")
+            self._notice("The assistant (LLM) is off now.", "info")
+            return
+        backend, tools = _make_backend(llm), _make_tools(llm, self._notice)
+        orchestrator = pipeline.orchestrator
+        if orchestrator is None:
+            engine = self._engine
+            if engine is None:
+                return
+            pipeline.set_orchestrator(_make_orchestrator(settings, engine, backend, tools))
+        else:
+            orchestrator.reconfigure(backend, tools)
+        self._status = _with(self._status, llm_state="idle", llm_message="")
+        model = f" {llm.model}" if llm.model else ""
+        self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}.", "info")
+
+    def _run_control(self) -> None:
+        while True:
+            try:
+                action = self._control.get_nowait()
+            except queue.Empty:
+                return
+            action()
+
+    # ---- the event loop -----------------------------------------------------------------
+
+    def _pump(self, pipeline: ConversationPipeline) -> None:
         last_status = 0.0
         while not self._stop.is_set():
+            self._run_control()
             if self._audio_error is not None:
-                resumed = self._pause_for_audio(pipeline)
-                if resumed is None:
-                    return
-                audio = resumed
+                self._lose_audio(pipeline)
+            if self._resume.is_set():
+                self._resume.clear()
+                if self._audio_missing:
+                    self._reopen_audio(pipeline)
+            audio = self._audio
             event = self._next(pipeline, 0.05)
             if event is not None:
                 if isinstance(event, ev.AudioOut):
-                    audio.play(event.pcm)  # straight to the jitter buffer, never via Qt
+                    if audio is not None:
+                        audio.play(event.pcm)  # straight to the jitter buffer, never via Qt
                 elif isinstance(event, ev.EngineStopped):
                     if event.reason == "error":
                         raise RuntimeError("the speech engine stopped after an error")
@@ -374,7 +588,7 @@ class ConversationSession:
                 else:
                     self._handle(event)
             now = time.monotonic()
-            if now - last_status >= self._status_interval_s:
+            if now - last_status >= self._status_interval_s and audio is not None:
                 last_status = now
                 mic, speaker = audio.levels()
                 counters = audio.counters()

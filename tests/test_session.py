@@ -127,3 +127,166 @@ def test_an_audio_failure_pauses_and_resume_continues_the_same_conversation(tiny
     assert len(sources) == 2  # the devices were opened again
     recorder.wait(lambda: any(e.source == "typed" and e.final for e in recorder.of("span")))
     assert session.stop()
+
+
+# ---- issue 10: text without audio devices, settings applied live, Stop with a hung LLM -------
+
+
+class NoDevices:
+    """What LiveAudio does on a machine without sound devices: start() reports through
+    on_error and returns False, and so do its one-stream copies (`only`)."""
+
+    opened = 0
+
+    def __init__(self) -> None:
+        self.muted = False
+        self.on_error = None
+
+    def start(self, on_frame):
+        NoDevices.opened += 1
+        if self.on_error is not None:
+            self.on_error("could not open the audio devices: no microphone was found")
+        return False
+
+    def only(self, _kind):
+        return NoDevices()
+
+    def play(self, frame):
+        raise AssertionError("nothing can play without a device")
+
+    def levels(self):
+        return -100.0, -100.0
+
+    def counters(self):
+        return {}
+
+    def stop(self, timeout=5.0):
+        return True
+
+
+def test_typed_questions_are_answered_without_any_audio_device(tiny_folder, data_dir):
+    recorder = Recorder()
+    with OllamaStandIn(script=[ScriptedReply(content="Canberra.")]) as standin:
+        session = ConversationSession(settings(standin.url), recorder, lambda _s: NoDevices(),
+                                      CheckpointCache())
+        session.start()
+        try:
+            recorder.wait(lambda: any(s == "paused" for s, _ in recorder.states), timeout=90)
+            assert session.running and session.paused  # Resume is offered
+            session.send_text("What is the capital of Australia?")
+            session.inject_text("The meeting is at noon.", "pasted text")
+            recorder.wait(lambda: {e.source for e in recorder.of("span") if e.final}
+                          >= {"llm", "pasted text"}, timeout=30)
+            recorder.wait(lambda: recorder.of("assistant"), timeout=30)  # words still shown
+        finally:
+            assert session.stop()
+    notices = [e.text for e in recorder.of("notice") if "No microphone" in e.text]
+    assert len(notices) == 1, notices  # said once
+    assert "Resume" in notices[0] and "Settings" in notices[0]
+    assert recorder.states[-1][0] == "stopped"
+
+
+def test_settings_changed_live_reach_the_next_llm_request(tiny_folder, data_dir):
+    from dataclasses import replace
+
+    recorder = Recorder()
+    source = FileAudioSource(np.zeros(2400, np.float32))
+    with OllamaStandIn(script=[ScriptedReply(content="From A.")], models=("a:1",)) as first, \
+            OllamaStandIn(script=[ScriptedReply(content="From B.")], models=("b:2",)) as second:
+        before = AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=first.url, model="a:1", tools_enabled=False,
+                            stt_model="none"))
+        session = ConversationSession(before, recorder, lambda _s: source, CheckpointCache())
+        session.start()
+        try:
+            recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
+            session.send_text("first?")
+            recorder.wait(lambda: any(e.source == "llm" and e.final
+                                      for e in recorder.of("span")), timeout=30)
+            after = replace(before, llm=replace(before.llm, host=second.url, model="b:2",
+                                                tools_enabled=True, tools=("calculator",)),
+                            audio=replace(before.audio, level_voice=False))
+            assert session.apply_settings(after) == ()  # all of it applies now
+            after_restart = replace(after, speech=replace(after.speech, user_name="Ana"))
+            assert session.apply_settings(after_restart) == ("your name",)
+            session.send_text("second?")
+            recorder.wait(lambda: any(e.text == "From B." for e in recorder.of("span")),
+                          timeout=30)
+        finally:
+            assert session.stop()
+    assert len(first.requests) == 1 and len(second.requests) == 1
+    assert second.requests[0]["model"] == "b:2"
+    assert [t["function"]["name"] for t in second.requests[0]["tools"]] == ["calculator"]
+    assert session.settings == after_restart
+
+
+def test_stop_returns_at_once_with_a_hung_llm_request(tiny_folder, data_dir):
+    source = FileAudioSource(np.zeros(2400, np.float32))
+    recorder = Recorder()
+    hang = ScriptedReply(content="too late", first_token_delay_s=60.0)
+    with OllamaStandIn(script=[hang]) as standin:
+        session = ConversationSession(settings(standin.url), recorder, lambda _s: source,
+                                      CheckpointCache())
+        session.start()
+        recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
+        session.send_text("anyone there?")
+        deadline = time.monotonic() + 30
+        while not standin.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert standin.requests
+        began = time.monotonic()
+        assert session.stop(15.0)
+        took = time.monotonic() - began
+        deadline = time.monotonic() + 5
+        while not standin.hangups and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hung_up = standin.hangups[0] - began if standin.hangups else None
+    print(f"\nStop with a hung LLM request: {took * 1000:.0f} ms; the stand-in saw the "
+          f"connection closed {hung_up * 1000:.0f} ms after Stop" if hung_up is not None
+          else f"\nStop took {took * 1000:.0f} ms; no hang-up seen")
+    assert hung_up is not None and hung_up < 2.0
+    assert took < 5.0  # issue: within 1 s; asserted loosely (a loaded 2-core machine)
+
+
+def test_a_missing_speech_model_is_a_state_for_the_app_not_a_traceback(data_dir, caplog):
+    recorder = Recorder()
+    missing = AppSettings(speech=SpeechModelSettings(model_id="moshika", device="cpu"),
+                          llm=LlmSettings(backend="none"))
+    session = ConversationSession(missing, recorder, lambda _s: NoDevices(), CheckpointCache())
+    session.start()
+    recorder.wait(lambda: recorder.states and recorder.states[-1][0] in (
+        "model_missing", "error", "stopped"), timeout=60)
+    assert session.join(10.0)
+    state, detail = recorder.states[-1]
+    assert state == "model_missing", recorder.states
+    assert "moshika" in detail and "CheckpointMissingError" not in detail
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+def test_turning_the_llm_on_during_a_conversation(tiny_folder, data_dir):
+    from dataclasses import replace
+
+    recorder = Recorder()
+    source = FileAudioSource(np.zeros(2400, np.float32))
+    off = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                      llm=LlmSettings(backend="none", tools_enabled=False, stt_model="none"))
+    with OllamaStandIn(script=[ScriptedReply(content="Now I answer.")]) as standin:
+        session = ConversationSession(off, recorder, lambda _s: source, CheckpointCache())
+        session.start()
+        try:
+            recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
+            session.send_text("hello?")
+            recorder.wait(lambda: any("No LLM backend" in e.text for e in recorder.of("notice")))
+            on = replace(off, llm=replace(off.llm, backend="ollama", host=standin.url,
+                                          model="standin:latest"))
+            assert session.apply_settings(on) == ()
+            session.send_text("and now?")
+            recorder.wait(lambda: any(e.text == "Now I answer." for e in recorder.of("span")),
+                          timeout=30)
+            # Speech recognition comes with the LLM side: only a restart brings it.
+            assert session.apply_settings(replace(on, llm=replace(
+                on.llm, stt_model="tiny-stt"))) == ("speech recognition",)
+        finally:
+            assert session.stop()
+    assert standin.requests[0]["messages"][-1]["content"] == "and now?"

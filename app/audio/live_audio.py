@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import sounddevice as sd
 
-from app.audio.devices import resolve_device
+from app.audio.devices import ResolvedDevice, resolve_device
 from app.audio.jitter_buffer import JitterBuffer
 from app.settings.schema import EchoMode
 
@@ -127,6 +127,18 @@ class _Flags:
         self.output_overflows = 0
 
 
+def _present(device: ResolvedDevice, label: str, wanted: bool) -> ResolvedDevice:
+    """The device, or a plain error when the machine has none of that kind (PortAudio's own
+    message for it is "Error querying device -1")."""
+    if wanted and device.index is None and not device.name:
+        raise NoAudioDevice(f"no {label} was found on this computer")
+    return device
+
+
+class NoAudioDevice(RuntimeError):
+    """The machine has no input (or no output) device at all."""
+
+
 def _pick_rate(device: int | None, kind: str, forced: int | None) -> int:
     """24 kHz when the device takes it, else the device's own default rate."""
     if forced:
@@ -158,7 +170,11 @@ class LiveAudio:
         jitter_capacity_frames: int = 8,
         stall_timeout_s: float = 2.0,
         frame_tap: FrameTap | None = None,
+        capture: bool = True,
+        playback: bool = True,
     ) -> None:
+        """`capture`/`playback` False: open only the other stream (a machine without a
+        microphone or without a speaker; `only()` makes such a copy)."""
         self.on_frame = on_frame
         self.on_error = on_error
         self.input_device = input_device
@@ -171,6 +187,8 @@ class LiveAudio:
         # PulseAudio prebuffers a new playback stream for ~1-2 s before the clocks run.
         self.start_grace_s = 5.0
         self.frame_tap = frame_tap
+        self.capture, self.playback = capture, playback
+        self._echo_delay_ms: int | None = None
         self.muted = False  # read by the capture callback: muted frames are sent as silence
         self.jitter = JitterBuffer(jitter_capacity_frames * FRAME_SAMPLES,
                                    int(jitter_target_frames * FRAME_SAMPLES))
@@ -242,7 +260,28 @@ class LiveAudio:
 
     def play(self, frame: np.ndarray) -> None:
         """Queue one of the model's frames ([1920] float32) for the speaker; never waits."""
-        self.jitter.write(frame)
+        if self.playback:  # without a speaker the model's audio is dropped
+            self.jitter.write(frame)
+
+    def only(self, kind: str) -> LiveAudio:
+        """A copy (not started) that opens only the "input" or only the "output" stream."""
+        return LiveAudio(self.on_frame, None, input_device=self.input_device,
+                         output_device=self.output_device, echo_mode=self.echo_mode,
+                         device_rate=self.device_rate, block_ms=self.block_ms,
+                         latency=self.latency, stall_timeout_s=self.stall_timeout_s,
+                         frame_tap=self.frame_tap, capture=kind == "input",
+                         playback=kind == "output")
+
+    def set_echo_mode(self, mode: EchoMode) -> None:
+        """Switch echo cancellation on or off while the streams run (settings changed)."""
+        if mode == "cancel" and self._canceller is None and self.capture and self.playback:
+            from app.audio.echo_canceller import EchoCanceller
+
+            canceller = EchoCanceller()
+            if self._echo_delay_ms is not None:
+                canceller.set_stream_delay_ms(self._echo_delay_ms)
+            self._canceller = canceller  # before the mode: the callback reads both
+        self.echo_mode = mode
 
     def start(self, on_frame: FrameSink | None = None) -> bool:
         """Open and start both streams (optionally with a new `on_frame`). Returns False,
@@ -278,42 +317,51 @@ class LiveAudio:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def _open(self) -> None:
-        inp = resolve_device(self.input_device, "input")
-        out = resolve_device(self.output_device, "output")
+        inp = _present(resolve_device(self.input_device, "input"), "microphone",
+                       self.capture)
+        out = _present(resolve_device(self.output_device, "output"), "speaker",
+                       self.playback)
         self.warnings = tuple(w for w in (inp.warning, out.warning) if w)
         self.input_name, self.output_name = inp.name, out.name
-        self.input_rate = _pick_rate(inp.index, "input", self.device_rate)
-        self.output_rate = _pick_rate(out.index, "output", self.device_rate)
+        self.input_rate = (_pick_rate(inp.index, "input", self.device_rate) if self.capture
+                           else SAMPLE_RATE)
+        self.output_rate = (_pick_rate(out.index, "output", self.device_rate) if self.playback
+                            else SAMPLE_RATE)
         self._in_resampler = (StreamingResampler(self.input_rate, SAMPLE_RATE)
                               if self.input_rate != SAMPLE_RATE else None)
         self._out_resampler = (StreamingResampler(SAMPLE_RATE, self.output_rate)
                                if self.output_rate != SAMPLE_RATE else None)
         self._reset_state()
         self._stopping.clear()
-        capture = sd.InputStream(
-            samplerate=self.input_rate, blocksize=self.input_rate * self.block_ms // 1000,
-            device=inp.index, channels=1, dtype="float32", latency=self.latency,
-            callback=self._capture_callback,
-            finished_callback=lambda: self._finished("microphone"),
-        )
-        self._streams.append(capture)
-        playback = sd.OutputStream(
-            samplerate=self.output_rate, blocksize=self.output_rate * self.block_ms // 1000,
-            device=out.index, channels=1, dtype="float32", latency=self.latency,
-            callback=self._playback_callback,
-            finished_callback=lambda: self._finished("speaker"),
-        )
-        self._streams.append(playback)
-        if self.echo_mode == "cancel" and self._canceller is None:
-            from app.audio.echo_canceller import EchoCanceller
+        capture = playback = None
+        if self.capture:
+            capture = sd.InputStream(
+                samplerate=self.input_rate, blocksize=self.input_rate * self.block_ms // 1000,
+                device=inp.index, channels=1, dtype="float32", latency=self.latency,
+                callback=self._capture_callback,
+                finished_callback=lambda: self._finished("microphone"),
+            )
+            self._streams.append(capture)
+        if self.playback:
+            playback = sd.OutputStream(
+                samplerate=self.output_rate, blocksize=self.output_rate * self.block_ms // 1000,
+                device=out.index, channels=1, dtype="float32", latency=self.latency,
+                callback=self._playback_callback,
+                finished_callback=lambda: self._finished("speaker"),
+            )
+            self._streams.append(playback)
+        if capture is not None and playback is not None:  # no echo without both
+            self._echo_delay_ms = round((capture.latency + playback.latency) * 1000)  # type: ignore[operator]
+            if self.echo_mode == "cancel" and self._canceller is None:
+                from app.audio.echo_canceller import EchoCanceller
 
-            self._canceller = EchoCanceller()
-        if self._canceller is not None:
-            delay_s = capture.latency + playback.latency  # type: ignore[operator]
-            self._canceller.set_stream_delay_ms(round(delay_s * 1000))
+                self._canceller = EchoCanceller()
+            if self._canceller is not None:
+                self._canceller.set_stream_delay_ms(self._echo_delay_ms)
         self._last_capture = self._last_playback = time.monotonic()
-        playback.start()
-        capture.start()
+        for stream in (playback, capture):
+            if stream is not None:
+                stream.start()
         self._supervisor = threading.Thread(target=self._supervise, name="live-audio-supervisor",
                                             daemon=True)
         self._supervisor.start()
@@ -365,7 +413,7 @@ class LiveAudio:
                 streams = self._streams
                 if streams and not all(s.active for s in streams):
                     message = "an audio stream stopped (device unplugged or failed)"
-                elif (time.monotonic() - min(self._last_capture, self._last_playback)
+                elif (time.monotonic() - self._last_callback()
                       > self.stall_timeout_s + (0.0 if self._flags.frames_captured
                                                 else self.start_grace_s)):
                     message = (f"no audio callbacks for {self.stall_timeout_s:.1f} s "
@@ -377,6 +425,12 @@ class LiveAudio:
                     self._close_streams(2.0)
                 self._report(message)
                 return
+
+    def _last_callback(self) -> float:
+        """The older of the open streams' last callbacks (monotonic)."""
+        times = [t for t, on in ((self._last_capture, self.capture),
+                                 (self._last_playback, self.playback)) if on]
+        return min(times) if times else time.monotonic()
 
     # ---- PortAudio callbacks (real-time: no waits, no big allocations) ---------------------
 

@@ -43,6 +43,11 @@ class SpeakerTest:
         self._stream: sd.OutputStream | None = None
 
     def start(self) -> SpeakerTest:
+        if self._index is None and not self.device_name:  # PortAudio: "querying device -1"
+            self.error = ("no speaker was found on this computer: connect one (or start the "
+                          "sound server), then test again")
+            self.done.set()
+            return self
         try:
             self._rate = int(sd.query_devices(self._index, "output")["default_samplerate"])
             self._total = int(self._seconds * self._rate)
@@ -52,7 +57,7 @@ class SpeakerTest:
             )
             self._stream.start()
         except Exception as exc:  # PortAudioError, ValueError for a vanished device
-            self.error = f"could not play on {self.device_name!r}: {exc}"
+            self.error = f"could not play on {self.device_name or 'the default speaker'}: {exc}"
             self.done.set()
             return self
         threading.Thread(target=self._close_when_done, name="speaker-test", daemon=True).start()
@@ -146,6 +151,9 @@ class MicLevelMeter:
 
     def __init__(self, device_name: str | None) -> None:
         device = resolve_device(device_name, "input")
+        if device.index is None and not device.name:  # PortAudio: "querying device -1"
+            raise RuntimeError("no microphone was found on this computer: connect one (or "
+                               "start the sound server), then test again")
         self.warning = device.warning
         self._peak = 0.0
 
@@ -178,6 +186,7 @@ def play_test_tone_blocking(device_name: str | None, seconds: float = 0.6,
     raises RuntimeError when the device cannot play."""
     tone = play_test_tone(device_name, seconds, timeout_s=timeout_s)
     if not tone.wait(seconds + timeout_s + 1.0):
-        raise RuntimeError(f"the tone on {tone.device_name!r} did not finish in time")
+        raise RuntimeError(f"the tone on {tone.device_name or 'the default speaker'} did not "
+                           "finish in time")
     if tone.error is not None:
         raise RuntimeError(tone.error)

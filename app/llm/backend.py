@@ -57,6 +57,44 @@ class BackendHealth:
     models: tuple[str, ...] = field(default_factory=tuple)
 
 
+class CancelEvent(threading.Event):
+    """A cancel flag that also calls back when it is set.
+
+    A plain `threading.Event` is only seen between two chunks of a reply; a backend blocked in
+    a read (a server that hangs before its first byte) would not notice it until its timeout.
+    With a callback the backend closes the connection the moment the flag is set, so the
+    server sees the request abandoned at once and the waiting thread returns.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        with self._callbacks_lock:
+            first = not self.is_set()
+            super().set()
+            callbacks, self._callbacks = (self._callbacks, []) if first else ([], [])
+        for callback in callbacks:  # on the thread that cancels
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` when the flag is set (at once if it already is); the returned
+        function unregisters it."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
 class LLMError(RuntimeError):
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
@@ -78,7 +116,8 @@ class LLMBackend(ABC):
         cancel: threading.Event | None = None,
     ) -> ChatResult:
         """One streamed chat completion. `on_delta` receives content fragments as they
-        arrive; setting `cancel` aborts the stream (raises LLMError kind "cancelled")."""
+        arrive; setting `cancel` aborts the request, even one blocked waiting for the server
+        (its connection is closed), and raises LLMError kind "cancelled"."""
 
     @abstractmethod
     def list_models(self) -> list[str]:

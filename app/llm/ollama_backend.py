@@ -27,6 +27,7 @@ from app.llm.backend import (
     ToolCall,
     ToolSpec,
 )
+from app.llm.http_abort import abortable, client_options
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 DEFAULT_MODEL = "qwen3:4b"  # small, local, and trained for tool calls
@@ -59,6 +60,7 @@ class OllamaBackend(LLMBackend):
         self._client = ollama.Client(
             host=self.settings.host,
             timeout=httpx.Timeout(self.settings.timeout_s, connect=self.settings.connect_timeout_s),
+            **client_options(),  # a cancel closes the request's connection at once
         )
 
     def close(self) -> None:
@@ -78,6 +80,22 @@ class OllamaBackend(LLMBackend):
         if not model:
             raise LLMError("model_missing", "No Ollama model is chosen (see Settings).")
         _check_cancel(cancel)
+        with abortable(cancel):
+            try:
+                return self._chat(model, messages, tools, on_delta, cancel)
+            except Exception as exc:
+                if cancel is not None and cancel.is_set():  # the abort broke the read
+                    raise LLMError("cancelled", "The LLM request was cancelled.") from exc
+                raise
+
+    def _chat(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        on_delta: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> ChatResult:
         start = time.monotonic()
         # Builds and validates the request now; the HTTP exchange starts on the first next().
         stream = self._client.chat(
@@ -126,7 +144,7 @@ class OllamaBackend(LLMBackend):
         try:
             reply = self._client.list()
         except Exception as exc:
-            mapped = self._translate(exc)
+            mapped = self._translate(exc, waiting="its list of models")
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -155,8 +173,9 @@ class OllamaBackend(LLMBackend):
                 raise
             raise mapped from exc
 
-    def _translate(self, exc: Exception) -> Exception:
-        """The LLMError for a failure, or the exception itself when it is not a server problem."""
+    def _translate(self, exc: Exception, waiting: str | None = None) -> Exception:
+        """The LLMError for a failure, or the exception itself when it is not a server problem.
+        `waiting`: what a timeout was waiting for (default: the chosen model's reply)."""
         host, model = self.settings.host, self.settings.model
         if isinstance(exc, (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout)):
             # A connect timeout means nothing answered at that address: same cure as refused.
@@ -164,9 +183,11 @@ class OllamaBackend(LLMBackend):
         if isinstance(exc, httpx.UnsupportedProtocol):
             return LLMError("unreachable", f"Ollama host {host!r} is not an http(s) address.")
         if isinstance(exc, httpx.TimeoutException):
+            waiting = waiting or f"the reply of {model or 'the model'}"
             return LLMError(
                 "timeout",
-                f"Ollama at {host} sent nothing for {self.settings.timeout_s:g} s ({model}).",
+                f"Ollama at {host} sent nothing for {self.settings.timeout_s:g} s while we "
+                f"waited for {waiting}.",
             )
         if isinstance(exc, ollama.ResponseError):
             text = str(exc.error)

@@ -10,6 +10,8 @@ which tools to call, how slowly, and which fault to inject.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -137,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not 200 <= reply.status < 300:
             self._send_json(reply.status, {"error": reply.error})
             return
-        if not standin.wait(reply.first_token_delay_s):
+        if not self._wait(reply.first_token_delay_s):
             return
         counters = _counters(body, reply)
         if body.get("stream", True) is False:
@@ -173,12 +175,36 @@ class _Handler(BaseHTTPRequestHandler):
             lines.append(_ndjson({**final, **counters}))
         try:
             for index, line in enumerate(lines):
-                if index and not standin.wait(reply.chunk_delay_s):
+                if index and not self._wait(reply.chunk_delay_s):
                     return
                 self.wfile.write(line)
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            return  # the client hung up (cancel or timeout): nothing left to do
+            standin.record_hangup()  # the client hung up (cancel or timeout)
+            return
+
+    def _wait(self, seconds: float) -> bool:
+        """A scripted delay that stop() interrupts and that ends, recorded in `hangups`, the
+        moment the client closes its connection. False: stop sending."""
+        standin = self.server.standin
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not standin.wait(0.0):
+                return False
+            readable, _, _ = select.select([self.connection], [], [], min(remaining, 0.01))
+            if readable:
+                if self._client_gone():
+                    standin.record_hangup()
+                    return False
+                if not standin.wait(min(remaining, 0.01)):  # more bytes: not a hang-up
+                    return False
+        return standin.wait(0.0)
+
+    def _client_gone(self) -> bool:
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:  # reset by the peer
+            return True
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -279,6 +305,7 @@ class OllamaStandIn:
         self.models = tuple(models)
         self.url = ""
         self.requests: list[dict] = []
+        self.hangups: list[float] = []  # monotonic times a client closed its connection early
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -299,6 +326,10 @@ class OllamaStandIn:
     def record(self, body: dict) -> None:
         with self._lock:
             self.requests.append(body)
+
+    def record_hangup(self) -> None:
+        with self._lock:
+            self.hangups.append(time.monotonic())
 
     def knows(self, model: str) -> bool:
         return _full_name(model) in {_full_name(m) for m in self.models}

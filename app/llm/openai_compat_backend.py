@@ -17,6 +17,7 @@ from typing import Any
 import openai
 
 from app.llm.backend import ChatMessage, ChatResult, LLMBackend, LLMError, ToolCall, ToolSpec
+from app.llm.http_abort import abortable, client_options
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"  # llama.cpp server; LM Studio is :1234/v1
 
@@ -58,6 +59,7 @@ class OpenAICompatBackend(LLMBackend):
                 self.settings.timeout_s, connect=self.settings.connect_timeout_s
             ),
             max_retries=0,  # the orchestrator decides about retries; hidden ones add latency
+            http_client=openai.DefaultHttpxClient(**client_options()),  # cancel hangs up at once
         )
 
     def close(self) -> None:
@@ -74,6 +76,21 @@ class OpenAICompatBackend(LLMBackend):
         cancel: threading.Event | None = None,
     ) -> ChatResult:
         _check_cancel(cancel)
+        with abortable(cancel):
+            try:
+                return self._chat(messages, tools, on_delta, cancel)
+            except Exception as exc:
+                if cancel is not None and cancel.is_set():  # the abort broke the read
+                    raise LLMError("cancelled", "The LLM request was cancelled.") from exc
+                raise
+
+    def _chat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        on_delta: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> ChatResult:
         model = self._resolved_model()
         _check_cancel(cancel)
         kwargs: dict[str, Any] = {}
@@ -110,6 +127,7 @@ class OpenAICompatBackend(LLMBackend):
                     parts.append(content)
                     if on_delta is not None:
                         on_delta(content)
+            _check_cancel(cancel)  # an aborted stream can look like one that ended
         finally:
             if stream is not None:
                 stream.close()  # also on cancel: releases the connection mid-stream

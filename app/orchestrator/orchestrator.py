@@ -25,7 +25,7 @@ from typing import Protocol
 from app.asr.events import AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
 from app.engine.events import AudioOut, RetToken, SpanInjected, SpanLate, TextPiece
-from app.llm.backend import ChatMessage, LLMBackend, LLMError
+from app.llm.backend import CancelEvent, ChatMessage, LLMBackend, LLMError
 from app.orchestrator.conversation_log import ConversationLog
 from app.orchestrator.events import (
     LlmStatus,
@@ -87,7 +87,11 @@ class _Turn:
     turn_id: int
     question: str
     utterance_start_s: float | None  # which user utterance it answers (None: typed)
-    cancel: threading.Event = field(default_factory=threading.Event)
+    # A CancelEvent: setting it closes the turn's HTTP request at once, not at the next chunk.
+    cancel: threading.Event = field(default_factory=CancelEvent)
+    # What the turn asks with, fixed when it starts: new settings apply to the next turn.
+    backend: LLMBackend | None = None
+    tools: ToolRegistry | None = None
     end_of_speech: float | None = None  # monotonic time the user stopped speaking
     detected: float = 0.0  # monotonic time the turn was started
     first_token: float | None = None
@@ -177,7 +181,20 @@ class Orchestrator:
     def on_typed_text(self, text: str) -> None:
         self._inbox.put((self._clock(), ("typed", text)))
 
+    def cancel_pending(self, reason: str = "cancelled by the user") -> None:
+        """Drop the LLM request in flight (Esc, the Cancel button): its connection is closed
+        at once and a TurnCancelled says so. Nothing happens when no request is pending."""
+        self._inbox.put((self._clock(), ("cancel", reason)))
+
+    def reconfigure(self, backend: LLMBackend, tools: ToolRegistry) -> None:
+        """Settings changed during the conversation: the next turn asks `backend` with
+        `tools`. A turn in flight finishes with what it started with."""
+        self._inbox.put((self._clock(), ("configure", backend, tools)))
+
     def stop(self, timeout: float = 5.0) -> bool:
+        """Cancelling closes the requests in flight, so their workers end at once; all the
+        joins share one deadline."""
+        deadline = time.monotonic() + timeout
         self._inbox.put((self._clock(), _STOP))
         if self._current is not None:
             self._current.cancel.set()
@@ -186,10 +203,10 @@ class Orchestrator:
             pending.turn.cancel.set()
         ok = True
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
             ok = not self._thread.is_alive()
         for worker in self._workers:
-            worker.join(timeout)
+            worker.join(max(0.0, deadline - time.monotonic()))
             ok = ok and not worker.is_alive()
         return ok
 
@@ -239,6 +256,10 @@ class Orchestrator:
         elif isinstance(item, tuple) and item and item[0] == "typed":
             self._log.add_user(item[1])
             self._start_turn(item[1], None, "typed", end_of_speech=received)
+        elif isinstance(item, tuple) and item and item[0] == "cancel":
+            self._cancel_pending(item[1])
+        elif isinstance(item, tuple) and item and item[0] == "configure":
+            self.backend, self.tools = item[1], item[2]
         elif isinstance(item, TextPiece):
             self._log.add_assistant_piece(item.text, item.frame_index)
         elif isinstance(item, SpanInjected):
@@ -289,11 +310,25 @@ class Orchestrator:
         self._emit(TurnCancelled(self._current.turn_id, reason))
         self._current = None
 
+    def _cancel_pending(self, reason: str) -> None:
+        """The user's cancel: the answer being worked on and a pending <ret>'s request."""
+        cancelled = self._current is not None
+        self._cancel(reason)
+        pending = self._retrieval
+        if pending is not None and pending.turn is not None and pending.span_id is None:
+            pending.turn.cancel.set()
+            self._emit(TurnCancelled(pending.turn.turn_id, reason))
+            self._retrieval = None
+            cancelled = True
+        if cancelled:
+            self._emit(LlmStatus("idle", f"{self.backend.name}: request cancelled"))
+
     def _start_turn(self, question: str, utterance_start_s: float | None, trigger: str,
                     end_of_speech: float | None) -> None:
         self._cancel("a newer question arrived")
         turn = _Turn(next(self._ids), question, utterance_start_s,
-                     end_of_speech=end_of_speech, detected=self._clock())
+                     end_of_speech=end_of_speech, detected=self._clock(),
+                     backend=self.backend, tools=self.tools)
         self._current = turn
         self._emit(TurnStarted(turn.turn_id, question, trigger))
         self._emit(LlmStatus("thinking", f"asking {self.backend.name}"))
@@ -345,7 +380,7 @@ class Orchestrator:
         assert pending is not None and policy is not None
         question = normalise_question(question, policy)
         turn = _Turn(next(self._ids), question, None, detected=self._clock(),
-                     ret_frame=pending.ret_frame)
+                     ret_frame=pending.ret_frame, backend=self.backend, tools=self.tools)
         waited_ms = round(max(0, self._frame - pending.ret_frame) * FRAME_S * 1000.0, 3)
         self._emit(RetrievalQuestion(turn.turn_id, pending.ret_frame, question, plan,
                                      waited_ms))
@@ -401,8 +436,9 @@ class Orchestrator:
             self.events.put(ToolCalled(turn.turn_id, name, arguments, outcome.ok, outcome.error,
                                        outcome.source, len(outcome.content), outcome.truncated))
 
+        backend, registry = self._asked_with(turn)
         try:
-            answer = retrieve(self.backend, self.tools, turn.question, self._assistant_said(),
+            answer = retrieve(backend, registry, turn.question, self._assistant_said(),
                               self.options.profile, self.options.max_span_chars, turn.cancel,
                               on_delta, on_tool)
         except LLMError as exc:
@@ -410,7 +446,7 @@ class Orchestrator:
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("retrieval failed")
-            error = LLMError("malformed", f"{self.backend.name} failed: {exc}")
+            error = LLMError("malformed", f"{backend.name} failed: {exc}")
             self._inbox.put((self._clock(), _TurnError(turn.turn_id, error)))
             return
         tools = (answer.tool,) if answer.tool and answer.text else ()
@@ -486,6 +522,10 @@ class Orchestrator:
 
     # ---- worker thread ----------------------------------------------------------------
 
+    def _asked_with(self, turn: _Turn) -> tuple[LLMBackend, ToolRegistry]:
+        backend = turn.backend if turn.backend is not None else self.backend
+        return backend, turn.tools if turn.tools is not None else self.tools
+
     def _work(self, turn: _Turn, history: list[ChatMessage]) -> None:
         try:
             answer = self._tool_loop(turn, history)
@@ -494,12 +534,13 @@ class Orchestrator:
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("LLM turn failed")
-            error = LLMError("malformed", f"{self.backend.name} failed: {exc}")
+            error = LLMError("malformed", f"{self._asked_with(turn)[0].name} failed: {exc}")
             self._inbox.put((self._clock(), _TurnError(turn.turn_id, error)))
             return
         self._inbox.put((self._clock(), answer))
 
     def _tool_loop(self, turn: _Turn, history: list[ChatMessage]) -> _TurnAnswer:
+        backend, tools = self._asked_with(turn)
         messages = [ChatMessage("system", self.options.system_prompt), *history]
         first_token: list[float] = []
         used: list[str] = []
@@ -508,13 +549,13 @@ class Orchestrator:
             if not first_token:
                 first_token.append(self._clock())
 
-        specs = self.tools.specs()
+        specs = tools.specs()
         for round_index in range(self.options.max_tool_rounds + 1):
             if turn.cancel.is_set():
                 raise LLMError("cancelled", "cancelled")
             started = self._clock()
             allow_tools = specs if round_index < self.options.max_tool_rounds else []
-            result = self.backend.chat(messages, allow_tools, on_delta, turn.cancel)
+            result = backend.chat(messages, allow_tools, on_delta, turn.cancel)
             if not first_token and result.first_token_s is not None:
                 first_token.append(started + result.first_token_s)
             if not result.tool_calls or not allow_tools:
@@ -524,7 +565,7 @@ class Orchestrator:
             messages.append(ChatMessage("assistant", result.content,
                                         tool_calls=result.tool_calls))
             for call in result.tool_calls[: self.options.max_calls_per_round]:
-                outcome = self.tools.call(call.name, call.arguments, turn.cancel)
+                outcome = tools.call(call.name, call.arguments, turn.cancel)
                 self.events.put(ToolCalled(
                     turn.turn_id, call.name, dict(call.arguments), outcome.ok, outcome.error,
                     outcome.source, len(outcome.content), outcome.truncated))

@@ -72,6 +72,17 @@ TOOL_LABELS = {
     "web_search": "Web search",
 }
 SYSTEM_DEFAULT = "System default"
+STT_NONE = ("none", "None (typed questions only)")
+RESTART_NOTE = (
+    "A conversation is running. The assistant (LLM, server, model, timeout, tools and "
+    "folders), the echo mode and the voice levelling apply at once; the rest applies after a "
+    "restart of the conversation, which the window offers after OK (the transcript stays)."
+)
+RESTART_HINTS = (  # per tab, in tab order
+    "Everything on this tab applies after a restart of the conversation.",
+    "The microphone and speaker apply after a restart; echo and voice levelling apply at once.",
+    "Applies at once, except speech recognition (after a restart).",
+)
 METER_INTERVAL_MS = 50
 METER_FLOOR_DB = -60.0
 
@@ -179,7 +190,10 @@ class SettingsDialog(QDialog):
         play_test_tone: PlayTestTone | None = None,
         backend_factory: BackendFactory = make_backend,
         list_voices: ListVoices = list_persona_voices,
+        conversation_running: bool = False,
     ) -> None:
+        """`conversation_running`: opened during a conversation, the dialog says which
+        settings apply at once and which after a restart of the conversation."""
         super().__init__(parent)
         self.setWindowTitle("ContextSpan settings")
         self.setMinimumWidth(600)
@@ -193,6 +207,7 @@ class SettingsDialog(QDialog):
         self._meter: LevelMeter | None = None
         self._tokens: dict[str, int] = {"connection": 0, "voices": 0, "tone": 0}
         self._connection_pending = False
+        self._focus_parked = False
         self._watchdog = QTimer(self)  # the connection test's own deadline
         self._watchdog.setSingleShot(True)
         self._watchdog.timeout.connect(self._connection_timed_out)
@@ -225,8 +240,18 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
+        self.restart_note = QLabel(RESTART_NOTE)
+        self.restart_note.setWordWrap(True)
+        self.restart_note.setVisible(conversation_running)
+        layout.addWidget(self.restart_note)
         layout.addWidget(tabs)
         layout.addWidget(buttons)
+        self._restart_hints: list[QLabel] = []
+        for tab in range(tabs.count()):
+            hint = _hint(RESTART_HINTS[tab])
+            hint.setVisible(conversation_running)
+            tabs.widget(tab).layout().insertWidget(0, hint)
+            self._restart_hints.append(hint)
 
         self._refresh_persona()
         self._backend_changed()
@@ -241,7 +266,7 @@ class SettingsDialog(QDialog):
             custom_folder=self.folder_edit.text().strip() or None,
             device=self.device_combo.currentText().strip() or "auto",
             dtype=self.dtype_combo.currentText(),
-            quantize=self.quantize_check.isChecked(),
+            quantize=self._initial.speech.quantize,  # kept as saved, not used (see the tab)
             voice=self._voice,
             role=role if role.strip() else None,  # empty: the checkpoint's default role
             user_name=self.user_name_edit.text().strip() or None,
@@ -316,9 +341,9 @@ class SettingsDialog(QDialog):
         self.dtype_combo.setToolTip("auto: the precision the checkpoint was published in")
         form.addRow("Precision:", self.dtype_combo)
 
-        self.quantize_check = QCheckBox("8-bit weights (CUDA only; for GPUs with less memory)")
-        self.quantize_check.setChecked(speech.quantize)
-        form.addRow("", self.quantize_check)
+        # No "8-bit weights" choice: moshi's int8 path (bitsandbytes, CUDA only) has not been
+        # verified on a GPU here, and the setting was never read. SpeechModelSettings keeps
+        # its `quantize` field so older settings files load; it is ignored.
 
         self.voice_combo = QComboBox()
         self.voice_combo.activated.connect(self._voice_chosen)
@@ -604,6 +629,8 @@ class SettingsDialog(QDialog):
         self.stt_combo = QComboBox()
         for model_id, name in self._stt_models.items():
             self.stt_combo.addItem(name, model_id)
+        if self.stt_combo.findData(STT_NONE[0]) < 0:
+            self.stt_combo.addItem(STT_NONE[1], STT_NONE[0])
         if self.stt_combo.findData(llm.stt_model) < 0:
             self.stt_combo.addItem(f"{llm.stt_model} (not in the catalog)", llm.stt_model)
         self.stt_combo.setCurrentIndex(self.stt_combo.findData(llm.stt_model))
@@ -659,6 +686,11 @@ class SettingsDialog(QDialog):
         timeout = self.connection_timeout_s
         factory = self._backend_factory
         self._connection_pending = True
+        # Disabling the focused button would hand the focus to the next field (the timeout);
+        # park it on the model list the test fills, and give it back when the test ends.
+        self._focus_parked = self.test_button.hasFocus()
+        if self._focus_parked:
+            self.llm_model_combo.setFocus()
         self.test_button.setEnabled(False)
         self.test_button.setText("Testing…")
         self._show_connection(f"Connecting to {llm.host}…", None)
@@ -670,6 +702,13 @@ class SettingsDialog(QDialog):
     def _connection_watchdog_stop(self) -> None:
         self._watchdog.stop()
 
+    def _test_button_back(self) -> None:
+        self.test_button.setEnabled(True)
+        self.test_button.setText("Test connection")
+        parked, self._focus_parked = self._focus_parked, False
+        if parked and self.llm_model_combo.hasFocus():  # the user has not moved on
+            self.test_button.setFocus()
+
     @Slot()
     def _connection_timed_out(self) -> None:
         if self._watchdog_token != self._tokens["connection"] or not self._connection_pending:
@@ -677,16 +716,14 @@ class SettingsDialog(QDialog):
         seconds = self._watchdog.interval() / 1000
         self._tokens["connection"] += 1  # a late answer is dropped
         self._connection_pending = False
-        self.test_button.setEnabled(True)
-        self.test_button.setText("Test connection")
+        self._test_button_back()
         host = self.host_edit.text().strip()
         self._show_connection(f"No answer from {host} within {seconds:g} s.", False)
 
     def _connection_tested(self, result: object) -> None:
         self._connection_pending = False
         self._connection_watchdog_stop()
-        self.test_button.setEnabled(True)
-        self.test_button.setText("Test connection")
+        self._test_button_back()
         if isinstance(result, LLMError):
             self._show_connection(str(result), False)
             return

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from PySide6.QtCore import QObject, QTimer, Slot
+
+log = logging.getLogger(__name__)
 
 
 def _live_audio_factory(settings):
@@ -41,8 +46,14 @@ def _install_error_hooks(window) -> None:
     threading.excepthook = thread_hook
 
 
-def run_app(screenshot: Path | None = None) -> int:
-    from PySide6.QtCore import QTimer, Slot
+CLOSE_DEADLINE_S = 2.0  # from closing the window to the process's exit, at most
+_EXIT_MARGIN_S = 0.1  # for flushing the logs and ending the process
+
+
+def run_app(screenshot: Path | None = None,
+            script: Callable[[object, object], None] | None = None) -> int:
+    """The desktop app. `script(window, controller)`, when given, runs once the window is
+    up (a test driver scripts a session with it)."""
     from PySide6.QtWidgets import QApplication
 
     from app.settings.store import SettingsStore
@@ -68,67 +79,178 @@ def run_app(screenshot: Path | None = None) -> int:
     controller = ConversationController(_live_audio_factory)
     window = Window(controller, settings)
     _install_error_hooks(window)
-    controller.notice(
-        f"Press Start (Ctrl+Enter) to talk to {settings.speech.model_id}. Type below to ask "
-        "the assistant, or paste or drop a text to have it read. Settings choose the model, "
-        "the audio devices and the LLM.", "info")
-    if notice:
-        controller.notice(notice, "warning")
+    desktop = DesktopApp(window, controller, store)
+    window.show()
+    QTimer.singleShot(0, lambda: desktop.first_run(notice))
+    if script is not None:
+        QTimer.singleShot(0, lambda: script(window, controller))
+    return desktop.finish(app.exec())
 
-    def open_settings() -> None:
+
+class DesktopApp(QObject):
+    """What the app does around its window: the first run, the checks before a conversation
+    starts (are the models on disk? offer the download), the settings dialog and applying
+    its changes, and the exit deadline after the window is closed.
+
+    A QObject with declared slots: it hears the controller's state from the session's
+    thread, and PySide can crash delivering a cross-thread signal to a plain method."""
+
+    def __init__(self, window, controller, store, *,
+                 model_dialog: Callable[..., object] | None = None) -> None:
+        from app.ui.download_dialog import ModelMissingDialog
+
+        super().__init__(window)
+        self.window = window
+        self.controller = controller
+        self.store = store
+        self.model_dialog = model_dialog or ModelMissingDialog
+        controller.preflight = self.preflight
+        controller.state_changed.connect(self._on_state)
+        window.settings_requested.connect(self.open_settings)
+
+    # ---- settings ---------------------------------------------------------------------------
+
+    def use_settings(self, settings) -> None:
+        """Settings the user chose: in the window, and saved at once (the next launch too)."""
+        self.window.settings = settings
+        try:
+            self.store.save(settings)
+        except OSError as exc:
+            self.window.show_error(f"Settings could not be saved: {exc}")
+
+    @Slot()
+    def open_settings(self) -> None:
         from app.audio.devices import list_devices
         from app.audio.test_tone import MicLevelMeter, play_test_tone_blocking
         from app.settings.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(window.settings, parent=window, list_devices=list_devices,
-                                mic_level_probe=MicLevelMeter,
-                                play_test_tone=play_test_tone_blocking)
+        dialog = SettingsDialog(self.window.settings, parent=self.window,
+                                list_devices=list_devices, mic_level_probe=MicLevelMeter,
+                                play_test_tone=play_test_tone_blocking,
+                                conversation_running=self.controller.running)
         if dialog.exec():
-            window.settings = dialog.settings()
-            try:
-                store.save(window.settings)
-            except OSError as exc:
-                window.show_error(f"Settings could not be saved: {exc}")
+            self.settings_accepted(dialog.settings())
 
-    window.settings_requested.connect(open_settings)
-    window.show()
-    QTimer.singleShot(0, lambda: _first_run_check(window))
-    return app.exec()
+    def settings_accepted(self, settings) -> None:
+        """Saved; the running conversation applies what it can now, the window offers a
+        restart for the rest."""
+        self.use_settings(settings)
+        waiting = self.controller.apply_settings(settings)
+        self.window.restart_banner.offer(waiting)
 
+    # ---- models on disk -----------------------------------------------------------------------
 
-def _first_run_check(window) -> None:
-    """When the chosen checkpoint is not on disk, offer download / folder / tiny model."""
-    from app.checkpoints.catalog import get_manifest
-    from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
+    def first_run(self, notice: str | None = None) -> None:
+        """Offer a model when the chosen one is not on disk, then the welcome notice (which
+        names the model that will talk, after that choice)."""
+        self.offer_speech_model()
+        from app.checkpoints.catalog import get_manifest
 
-    speech = window.settings.speech
-    try:
-        manifest = get_manifest(speech.model_id)
-    except ValueError as exc:
-        window.show_error(f"Settings name an unknown model: {exc}")
-        return
-    if manifest.source_kind == "built":
-        return
-    folder = Path(speech.custom_folder) if speech.custom_folder else None
-    try:
-        checkpoint_info(manifest, folder)
-        return
-    except CheckpointMissingError:
-        pass
-    from app.ui.download_dialog import ModelMissingDialog
+        model_id = self.window.settings.speech.model_id
+        try:
+            name = get_manifest(model_id).display_name
+        except ValueError:
+            name = model_id
+        self.controller.notice(
+            f"Press Start (Ctrl+Enter) to talk to {name}. Type below to ask the assistant, or "
+            "paste or drop a text to have it read. Settings choose the model, the audio "
+            "devices and the LLM.", "info")
+        if notice:
+            self.controller.notice(notice, "warning")
 
-    dialog = ModelMissingDialog(manifest, parent=window)
-    if not dialog.exec():
-        window.show_error(f"{manifest.display_name} is not on disk: open Settings to pick "
-                          "another model, or start again to download it.")
-        return
-    choice, path = dialog.chosen()
-    if choice == "tiny":
-        window.settings = replace(window.settings,
-                                  speech=replace(speech, model_id="tiny", custom_folder=None))
-    elif choice == "folder":
-        window.settings = replace(window.settings, speech=replace(speech,
-                                                                  custom_folder=str(path)))
+    def offer_speech_model(self) -> bool:
+        """True when the chosen speech model can be loaded (on disk, built on demand, or
+        just got by the dialog); False after showing why not."""
+        from app.checkpoints.catalog import get_manifest
+        from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
+
+        speech = self.window.settings.speech
+        try:
+            manifest = get_manifest(speech.model_id)
+        except ValueError as exc:
+            self.window.show_error(f"Settings name an unknown model: {exc}")
+            return False
+        if manifest.source_kind == "built":
+            return True
+        folder = Path(speech.custom_folder) if speech.custom_folder else None
+        try:
+            checkpoint_info(manifest, folder)
+            return True
+        except CheckpointMissingError:
+            pass
+        dialog = self.model_dialog(manifest, parent=self.window, folder=folder)
+        if not dialog.exec():
+            self.window.show_error(f"{manifest.display_name} is not on disk: open Settings to "
+                                   "pick another model, or press Start again to download it.")
+            return False
+        choice, path = dialog.chosen()
+        if choice == "tiny":
+            speech = replace(speech, model_id="tiny", custom_folder=None)
+        elif choice == "folder":
+            speech = replace(speech, custom_folder=str(path))
+        self.use_settings(replace(self.window.settings, speech=speech))
+        return True
+
+    def offer_speech_recognition(self) -> None:
+        """Speech recognition that is not on disk: the same dialog (download, or go on with
+        typed questions only). Closing it starts without recognition this time."""
+        from app.asr.stt_catalog import get_stt_manifest, stt_checkpoint_info
+        from app.checkpoints.catalog import CatalogError
+        from app.checkpoints.loader import CheckpointMissingError
+
+        llm = self.window.settings.llm
+        if llm.backend == "none" or llm.stt_model == "none":
+            return
+        try:
+            manifest = get_stt_manifest(llm.stt_model)
+        except CatalogError:
+            return  # the session says so in the transcript
+        if manifest.source_kind == "built":
+            return
+        try:
+            stt_checkpoint_info(manifest, manifest.default_folder())
+            return
+        except CheckpointMissingError:
+            pass
+        dialog = self.model_dialog(manifest, parent=self.window)
+        if dialog.exec() and dialog.chosen()[0] == "none":
+            self.use_settings(replace(self.window.settings,
+                                      llm=replace(llm, stt_model="none")))
+
+    def preflight(self, _settings):
+        """Before a conversation starts: the models it needs, offered if missing."""
+        if not self.offer_speech_model():
+            return None
+        self.offer_speech_recognition()
+        return self.window.settings
+
+    @Slot(str, str)
+    def _on_state(self, state: str, _detail: str) -> None:
+        if state == "model_missing":  # files went missing after the check: offer them again
+            QTimer.singleShot(0, self._missing_after_start)
+
+    @Slot()
+    def _missing_after_start(self) -> None:
+        if self.offer_speech_model():
+            self.controller.start(self.window.settings)
+
+    # ---- closing ------------------------------------------------------------------------------
+
+    def finish(self, code: int) -> int:
+        """After the window closed: wait for the conversation's threads until the deadline,
+        then end the process. It ends with os._exit either way: everything the app keeps is
+        already saved, and the interpreter's own teardown (torch, Qt, PortAudio) takes about
+        a second more and saves nothing. Past the deadline it says what was still running."""
+        closed_at = self.window.closed_at or time.monotonic()
+        self.controller.begin_shutdown()
+        left = CLOSE_DEADLINE_S - _EXIT_MARGIN_S - (time.monotonic() - closed_at)
+        if not self.controller.wait_shutdown(left):
+            log.warning("closing: still running after %.1f s (%s); exiting anyway",
+                        CLOSE_DEADLINE_S, ", ".join(self.controller.live_threads()) or "?")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _demo_question() -> np.ndarray:

@@ -1,12 +1,14 @@
 """The GUI side of a session: its listener calls become Qt signals carrying plain data.
 
 Signals emitted from the session's thread reach slots on the GUI thread as queued calls,
-so the GUI thread only draws. Start, stop and a second start are all non-blocking.
+so the GUI thread only draws. Start, stop, a second start, a restart and the shutdown on
+close are all non-blocking: sessions wind down on their own threads and a timer notices.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 
@@ -16,9 +18,15 @@ from app.session import AudioSource, CheckpointCache, ConversationSession, Sessi
 from app.settings.schema import AppSettings
 from app.ui.transcript_entries import TranscriptEntry
 
+# Threads a conversation runs; what is still alive of these is named when closing is slow.
+CONVERSATION_THREADS = ("conversation", "duplex-engine", "orchestrator", "pipeline-router",
+                        "llm-turn-", "llm-retrieval-", "streaming-asr", "user-levelling",
+                        "silent-microphone", "live-audio", "file-audio")
+
 
 class ConversationController(QObject):
-    state_changed = Signal(str, str)  # state (idle/loading/running/stopping/stopped/error), text
+    # state: idle/loading/running/paused/stopping/stopped/error/model_missing, and a text
+    state_changed = Signal(str, str)
     entry = Signal(object)  # TranscriptEntry
     status = Signal(object)  # SessionStatus
 
@@ -29,7 +37,12 @@ class ConversationController(QObject):
         self._cache = CheckpointCache()
         self._session: ConversationSession | None = None
         self._stopping: list[ConversationSession] = []
+        self._closing: list[ConversationSession] = []
+        self._start_when_stopped: AppSettings | None = None
         self.state = "idle"
+        # Called before a conversation starts (the app checks the models are on disk and
+        # offers the download); returns the settings to start with, or None to not start.
+        self.preflight: Callable[[AppSettings], AppSettings | None] | None = None
         self._local_ids = itertools.count(-1, -1)  # notices made here, apart from sessions
         self._reaper = QTimer(self)
         self._reaper.setInterval(100)
@@ -54,12 +67,22 @@ class ConversationController(QObject):
     def running(self) -> bool:
         return self._session is not None and self._session.running
 
+    @property
+    def settings(self) -> AppSettings | None:
+        """The settings the running conversation was built with (None: none runs)."""
+        return self._session.settings if self._session is not None else None
+
     def start(self, settings: AppSettings) -> None:
         if self._session is not None and self._session.paused:
             self._session.resume()
             return
         if self.running:
             return
+        if self.preflight is not None:
+            checked = self.preflight(settings)
+            if checked is None:
+                return
+            settings = checked
         self._session = ConversationSession(settings, self, self._audio_factory, self._cache)
         self.state_changed.emit("loading", "Starting…")
         self._session.start()
@@ -69,26 +92,70 @@ class ConversationController(QObject):
         if self._session is None:
             return
         session, self._session = self._session, None
-        session._stop.set()  # the session's own stop waits; we poll it from a timer instead
+        session.request_stop()  # closes a pending LLM request at once
         self._stopping.append(session)
         self.state_changed.emit("stopping", "Stopping…")
         self._reaper.start()
 
+    def restart(self, settings: AppSettings) -> None:
+        """Stop the conversation and start a new one with `settings` once the old one has
+        shut down (they share the loaded checkpoint). The transcript stays in the window."""
+        self._start_when_stopped = settings
+        self.stop()
+        self._reaper.start()
+
     def _reap(self) -> None:
         self._stopping = [s for s in self._stopping if s.running]
-        if not self._stopping:
-            self._reaper.stop()
+        if self._stopping:
+            return
+        self._reaper.stop()
+        settings, self._start_when_stopped = self._start_when_stopped, None
+        if settings is not None and self._session is None:
+            self.start(settings)
+
+    def apply_settings(self, settings: AppSettings) -> tuple[str, ...]:
+        """Settings changed (dialog OK): the running conversation applies what it can at
+        once; returns what needs a restart, in words (empty when nothing runs)."""
+        session = self._session
+        if session is None or not session.running:
+            return ()
+        return session.apply_settings(settings)
+
+    def cancel_pending_turn(self) -> None:
+        """Esc or the thinking entry's Cancel: drop the LLM request in flight, if any."""
+        if self._session is not None:
+            self._session.cancel_pending_turn()
+
+    # ---- closing ----------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """On close: every session winds down on its own thread; returns at once."""
+        self._start_when_stopped = None
+        self._reaper.stop()
+        sessions = ([self._session] if self._session is not None else []) + self._stopping
+        self._session, self._stopping = None, []
+        for session in sessions:
+            session.request_stop()
+        self._closing += sessions
+
+    def wait_shutdown(self, timeout: float) -> bool:
+        """After begin_shutdown: wait (bounded) for the sessions; True when all ended."""
+        deadline = time.monotonic() + timeout
+        return all([s.join(deadline - time.monotonic()) for s in self._closing])
+
+    @staticmethod
+    def live_threads() -> list[str]:
+        """Names of the conversation threads still running (for the log on a slow exit)."""
+        return sorted(t.name for t in threading.enumerate() if t.is_alive()
+                      and t.name.startswith(CONVERSATION_THREADS))
 
     def shutdown(self, timeout: float = 15.0) -> bool:
-        """On close: stop everything and wait (bounded) so no thread outlives the window."""
-        ok = True
-        if self._session is not None:
-            ok = self._session.stop(timeout)
-            self._session = None
-        for session in self._stopping:
-            ok = session.stop(timeout) and ok
-        self._stopping = []
-        return ok
+        """Stop everything and wait (bounded): for callers that must not leave threads
+        behind (the screenshot run, tests). Closing the window uses begin_shutdown."""
+        self.begin_shutdown()
+        return self.wait_shutdown(timeout)
+
+    # ---- talking to the conversation ----------------------------------------------------------
 
     def set_muted(self, muted: bool) -> None:
         if self._session is not None:

@@ -4,6 +4,9 @@ Download it (size up front, a progress bar with bytes and rate, Cancel, resume l
 integrity check's result), choose a local folder (validated by the same loader code that
 will load it), or use the tiny demo model (built if needed). Network, hashing and building
 all run on worker threads that report by Qt signals: the GUI thread only draws.
+
+A speech-recognition (STT) manifest gets the same dialog with two ways: download it, or go
+on without it ("None (typed questions only)"); its settings have no folder of their own.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.asr.stt_catalog import SttManifest, stt_checkpoint_info
 from app.checkpoints.catalog import CatalogError, Manifest, get_manifest
 from app.checkpoints.downloader import (
     TOKEN_SETTINGS_URL,
@@ -50,6 +54,8 @@ from app.checkpoints.loader import CheckpointMissingError, checkpoint_info, ensu
 
 TINY_MODEL_ID = "tiny"
 TINY_CAPTION = "random weights — it babbles; for trying the app"
+NO_STT_LABEL = "None (typed questions only)"
+NO_STT_CAPTION = "the LLM still answers what you type; the model still hears you"
 _PROGRESS_STEPS = 1000  # QProgressBar holds an int: show per-mille, not bytes
 _RATE_WINDOW_S = 3.0
 _ERROR_STYLE = "color: #b00020;"
@@ -90,7 +96,8 @@ class _Job(QObject):
 
 class ModelMissingDialog(QDialog):
     """Shown when `manifest`'s checkpoint is not on disk. After `exec()` returns Accepted,
-    `chosen()` is ("download" | "folder" | "tiny", the checkpoint's folder).
+    `chosen()` is ("download" | "folder" | "tiny", the checkpoint's folder); for a speech
+    recognition manifest ("download" | "none", its folder).
 
     `endpoint` replaces https://huggingface.co (tests use a local stand-in); `token` is the
     Hugging Face token from the settings (else HF_TOKEN); `build_tiny` and `validate` are
@@ -99,7 +106,7 @@ class ModelMissingDialog(QDialog):
 
     def __init__(
         self,
-        manifest: Manifest,
+        manifest: Manifest | SttManifest,
         parent: QWidget | None = None,
         *,
         folder: Path | None = None,
@@ -116,24 +123,30 @@ class ModelMissingDialog(QDialog):
         self.endpoint = endpoint
         self._tiny = tiny
         self._build_tiny = build_tiny
-        self._validate = validate or (lambda path: checkpoint_info(manifest, path))
+        self.is_stt = isinstance(manifest, SttManifest)
+        default_check = stt_checkpoint_info if self.is_stt else checkpoint_info
+        self._validate = validate or (lambda path: default_check(manifest, path))
         self._chosen: tuple[str, Path] | None = None
         self._jobs: list[_Job] = []
         self._download_job: _Job | None = None
         self._rate_samples: deque[tuple[float, int]] = deque()
-        self.setWindowTitle("Model not on disk")
+        self.setWindowTitle("Speech recognition not on disk" if self.is_stt
+                            else "Model not on disk")
         self.setMinimumWidth(560)
 
         layout = QVBoxLayout(self)
+        what = "The speech recognition model " if self.is_stt else ""
         intro = QLabel(
-            f"<b>{escape(manifest.display_name)}</b> is not on this computer yet "
-            f"(it belongs in {escape(str(self.folder))}). Choose how to get a model:"
+            f"{what}<b>{escape(manifest.display_name)}</b> is not on this computer yet "
+            f"(it belongs in {escape(str(self.folder))}). Choose how to go on:"
         )
         intro.setWordWrap(True)
         layout.addWidget(intro)
         layout.addWidget(self._download_box(token))
-        layout.addWidget(self._folder_box())
-        layout.addWidget(self._tiny_box())
+        folder_box = self._folder_box()
+        layout.addWidget(folder_box)
+        folder_box.setVisible(not self.is_stt)  # the STT setting names a model, not a folder
+        layout.addWidget(self._none_box() if self.is_stt else self._tiny_box())
 
         self.buttons = QDialogButtonBox()
         self.continue_button = self.buttons.addButton(
@@ -219,12 +232,25 @@ class ModelMissingDialog(QDialog):
         column.addWidget(self.folder_error)
         return box
 
+    def _none_box(self) -> QGroupBox:
+        box = QGroupBox("Go on without speech recognition")
+        row = QHBoxLayout(box)
+        self.none_button = QPushButton(NO_STT_LABEL)
+        self.none_button.clicked.connect(self.use_none)
+        self.alternative_button = self.none_button
+        row.addWidget(self.none_button)
+        caption = QLabel(NO_STT_CAPTION)
+        caption.setStyleSheet("font-style: italic;")
+        row.addWidget(caption, 1)
+        return box
+
     def _tiny_box(self) -> QGroupBox:
         box = QGroupBox("Try the app without a download")
         column = QVBoxLayout(box)
         row = QHBoxLayout()
         self.tiny_button = QPushButton("Use the tiny demo model")
         self.tiny_button.clicked.connect(self.use_tiny)
+        self.alternative_button = self.tiny_button
         row.addWidget(self.tiny_button)
         caption = QLabel(TINY_CAPTION)
         caption.setStyleSheet("font-style: italic;")
@@ -313,6 +339,11 @@ class ModelMissingDialog(QDialog):
         self._chosen = ("folder", folder)
         self.accept()
         return True
+
+    def use_none(self) -> None:
+        """Speech recognition: go on with typed questions only (the settings say "none")."""
+        self._chosen = ("none", self.folder)
+        self.accept()
 
     def use_tiny(self) -> None:
         """Build the tiny model if needed (seconds, off the GUI thread), then accept it."""
@@ -476,6 +507,6 @@ class ModelMissingDialog(QDialog):
     def _set_choices_enabled(self, enabled: bool) -> None:
         self.download_button.setEnabled(enabled and bool(self.manifest.hf_repo))
         self.folder_button.setEnabled(enabled)
-        self.tiny_button.setEnabled(enabled)
+        self.alternative_button.setEnabled(enabled)
         if self.token_edit is not None:
             self.token_edit.setEnabled(enabled)

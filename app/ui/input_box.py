@@ -1,4 +1,8 @@
-"""The text box under the transcript: type to the assistant, or paste text to be read."""
+"""The text box under the transcript: type to the assistant, or paste text to be read.
+
+Tab moves the focus on (a tab character is never what a question needs). Enter sends,
+Shift+Enter makes a new line; Alt+S and Alt+E press the buttons.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +32,11 @@ class InputBox(QWidget):
         self.editor.setPlaceholderText(
             "Type to the assistant (Enter sends) — or paste a text and press “Read this”")
         self.editor.setFixedHeight(64)
-        self.send_button = QPushButton("Send", self)
-        self.read_button = QPushButton("Read this", self)
+        self.editor.setTabChangesFocus(True)
+        self.editor.setAccessibleName("Message to the assistant")
+        self.send_button = QPushButton("&Send", self)
+        self.send_button.setToolTip("Send to the assistant (Enter)")
+        self.read_button = QPushButton("R&ead this", self)
         self.read_button.setToolTip("Inject the text into the voice's context as a span")
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
@@ -38,6 +45,9 @@ class InputBox(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.editor, 1)
         layout.addLayout(buttons)
+        self.setFocusProxy(self.editor)
+        QWidget.setTabOrder(self.editor, self.send_button)
+        QWidget.setTabOrder(self.send_button, self.read_button)
         self.editor.submitted.connect(self._send)
         self.send_button.clicked.connect(self._send)
         self.read_button.clicked.connect(self._read)

@@ -6,12 +6,12 @@ it asks for (start, stop, send, read) returns at once.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -22,13 +22,14 @@ from PySide6.QtWidgets import (
 
 from app.session import SessionStatus
 from app.settings.schema import AppSettings
+from app.transcript_entries import TranscriptEntry
 from app.ui.conversation_controller import ConversationController
 from app.ui.input_box import InputBox
 from app.ui.level_meter import LevelMeter
+from app.ui.restart_banner import RestartBanner
 from app.ui.status_line import StatusLine
-from app.ui.transcript_entries import TranscriptEntry
-from app.ui.transcript_export import export_to_file
 from app.ui.transcript_panel import TranscriptPanel
+from app.ui.window_features import WindowFeatures
 
 MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the first part?)
 
@@ -36,6 +37,7 @@ MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the 
 class MainWindow(QMainWindow):
     settings_requested = Signal()
     settings_changed = Signal(object)  # AppSettings
+    cancel_turn_requested = Signal()  # the Cancel button of the transcript's pending request
 
     def __init__(self, controller: ConversationController, settings: AppSettings,
                  parent: QWidget | None = None) -> None:
@@ -49,7 +51,7 @@ class MainWindow(QMainWindow):
         toolbar = QToolBar("Conversation", self)
         toolbar.setMovable(False)
         self.addToolBar(toolbar)
-        self.start_action = QAction("Start", self)
+        self.start_action = QAction("&Start", self)
         self.start_action.setShortcut(QKeySequence("Ctrl+Return"))
         self.mute_action = QAction("Mute mic", self)
         self.mute_action.setCheckable(True)
@@ -68,13 +70,16 @@ class MainWindow(QMainWindow):
 
         self.banner = QLabel(self)
         self.banner.setWordWrap(True)
+        self.banner.setMinimumWidth(1)  # a long word (an error's class) must not widen the window
         self.banner.setStyleSheet("background: #fdecea; color: #611a15; padding: 6px;")
         self.banner.hide()
+        self.restart_banner = RestartBanner(self)  # settings that wait for a new conversation
         self.transcript = TranscriptPanel(self)
         self.input_box = InputBox(self)
         central = QWidget(self)
         layout = QVBoxLayout(central)
         layout.addWidget(self.banner)
+        layout.addWidget(self.restart_banner)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.input_box)
         self.setCentralWidget(central)
@@ -88,9 +93,19 @@ class MainWindow(QMainWindow):
         self.copy_action.triggered.connect(self.transcript.copy_all)
         self.input_box.send_requested.connect(self._send)
         self.input_box.read_requested.connect(self._read)
-        controller.entry.connect(self.transcript.upsert)
         controller.status.connect(self._show_status)
         controller.state_changed.connect(self._show_state)
+        self.cancel_request_action = QAction("Cancel the LLM request", self)
+        self.cancel_request_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.cancel_request_action.triggered.connect(controller.cancel_pending_turn)
+        self.cancel_turn_requested.connect(controller.cancel_pending_turn)  # the entry's button
+        self.addAction(self.cancel_request_action)  # Esc anywhere in the window
+        self.restart_banner.restart_requested.connect(lambda: controller.restart(self.settings))
+        controller.state_changed.connect(self.restart_banner.on_state)
+        self.closed_at: float | None = None  # monotonic time the user closed the window
+        # Menus, conversations (entries reach the transcript through it), what the model
+        # knows, find, zoom, push-to-talk, geometry, About.
+        self.features = WindowFeatures(self)
 
     # ---- drawing ----------------------------------------------------------------------
 
@@ -100,8 +115,8 @@ class MainWindow(QMainWindow):
     def _show_state(self, state: str, detail: str) -> None:
         self.status_line.show_state(detail, busy=state in ("loading", "stopping"))
         running = state in ("loading", "running")
-        self.start_action.setText("Stop" if running else "Resume" if state == "paused"
-                                  else "Start")
+        self.start_action.setText("&Stop" if running else "&Resume" if state == "paused"
+                                  else "&Start")
         self.start_action.setEnabled(state != "stopping")
         if state == "error":
             self.show_error(f"The conversation stopped: {detail}")
@@ -136,15 +151,7 @@ class MainWindow(QMainWindow):
             self.input_box.clear()
 
     def _export(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export the conversation", "conversation.md",
-            "Markdown (*.md);;JSON (*.json)")
-        if not path:
-            return
-        try:
-            export_to_file(self.transcript.entries(), Path(path))
-        except (OSError, ValueError) as exc:
-            QMessageBox.warning(self, "Export failed", f"Could not write {path}: {exc}")
+        self.features.export_current()  # Documents, then the last folder; with a header
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
         mime = event.mimeData()
@@ -179,9 +186,21 @@ class MainWindow(QMainWindow):
                                     f"dropped file: {path.name}")
 
     def add_entry(self, entry: TranscriptEntry) -> None:
-        self.transcript.upsert(entry)
+        self.features.keeper.on_entry(entry)
+
+    def has_unsaved(self) -> bool:
+        """Whether closing now would lose something. The conversation is autosaved: this
+        writes what is pending first, so it is True only when that write failed."""
+        return self.features.keeper.has_unsaved()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
-        self.status_line.show_state("Closing…")
-        self.controller.shutdown()
+        """Closes at once: the conversation winds down on its own threads (the app waits for
+        them, bounded, after the window is gone)."""
+        if self.has_unsaved() and QMessageBox.question(
+                self, "Close ContextSpan?", "The conversation is not saved. Close anyway?"
+        ) != QMessageBox.StandardButton.Yes:
+            event.ignore()
+            return
+        self.closed_at = time.monotonic()
+        self.controller.begin_shutdown()
         event.accept()

@@ -1,21 +1,28 @@
-"""The status bar: model and device, frame time against the 80 ms budget, context, LLM."""
+"""The status bar: model and device, frame time against the 80 ms budget, context, LLM.
+
+Every field elides (the whole text is its tooltip), so the window's minimum width never
+depends on what the fields say; after a conversation stops the figures are dropped.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
 from app.session import SessionStatus
+from app.ui.elided_label import ElidedLabel
+from app.ui.theme import warning_color
 
 
 class StatusLine(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.state = QLabel("Stopped")
-        self.model = QLabel("")
-        self.frame = QLabel("")
-        self.context = QLabel("")
-        self.llm = QLabel("LLM: off")
-        self.audio = QLabel("")
+        self.state = ElidedLabel("Stopped", max_width=480)
+        self.model = ElidedLabel("", max_width=260)
+        self.frame = ElidedLabel("", max_width=160)
+        self.context = ElidedLabel("", max_width=220)
+        self.llm = ElidedLabel("LLM: off", max_width=200)
+        self.audio = ElidedLabel("", max_width=220)
         self.busy = QProgressBar(self)  # indeterminate while a model loads and warms up
         self.busy.setRange(0, 0)
         self.busy.setFixedWidth(120)
@@ -25,25 +32,49 @@ class StatusLine(QStatusBar):
         self.addWidget(self.state, 1)
         for label in (self.model, self.frame, self.context, self.llm, self.audio):
             self.addPermanentWidget(label)
+        self.last_status: SessionStatus | None = None
+        self._warn_frame = False
+        self._warn_llm = False
 
     def show_state(self, text: str, busy: bool = False) -> None:
         self.state.setText(text)
         self.busy.setVisible(busy)
 
     def show_status(self, status: SessionStatus) -> None:
+        self.last_status = status
         self.model.setText(f"{status.model} · {status.device} · {status.dtype}")
-        over = status.frame_ms > status.budget_ms
+        self._warn_frame = status.frame_ms > status.budget_ms
         self.frame.setText(f"frame {status.frame_ms:.0f}/{status.budget_ms:.0f} ms"
-                           + (" ⚠" if over else ""))
-        self.frame.setStyleSheet("color: #b00020;" if over else "")
+                           + (" ⚠" if self._warn_frame else ""))
         if status.context_window:
             self.context.setText(
                 f"context {status.context_used}/{status.context_window}"
                 f" ({status.span_positions_in_window} injected)")
         self.llm.setText(f"LLM: {status.llm_state}")
-        self.llm.setToolTip(status.llm_message)
-        self.llm.setStyleSheet("color: #b00020;" if status.llm_state == "error" else "")
+        self.llm.setToolTip(f"LLM: {status.llm_state}"
+                            + (f" — {status.llm_message}" if status.llm_message else ""))
+        self._warn_llm = status.llm_state == "error"
         problems = status.dropped_frames + status.underruns + status.overruns
         self.audio.setText(
             f"audio: {status.dropped_frames} dropped, {status.underruns} under, "
             f"{status.overruns} over" if problems else "audio ok")
+        self._colour_warnings()
+
+    def clear_figures(self) -> None:
+        """The conversation stopped: nothing measured any more is shown as if it were."""
+        self.last_status = None
+        for label in (self.model, self.frame, self.context, self.audio):
+            label.setText("")
+        self.llm.setText("LLM: off")
+        self._warn_frame = self._warn_llm = False
+        self._colour_warnings()
+
+    def _colour_warnings(self) -> None:
+        red = warning_color(self.palette())
+        self.frame.set_colour(red if self._warn_frame else None)
+        self.llm.set_colour(red if self._warn_llm else None)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._colour_warnings()

@@ -7,6 +7,9 @@ second) and QTreeView is the item view that re-measures only the row that change
 text document would have to find and rewrite an entry's text range per word and could not
 select whole entries. Row heights are measured once per (entry, width) and cached, so the
 full pass Qt does after a row is inserted is a walk over cached numbers.
+
+Colours come from a light or a dark table, chosen by the palette's base colour, so the panel
+follows a dark desktop. A pending LLM request draws a Cancel button of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Literal
 
 from PySide6.QtCore import (
     QAbstractListModel,
+    QEvent,
     QItemSelectionModel,
     QModelIndex,
     QObject,
@@ -38,6 +42,7 @@ from PySide6.QtGui import (
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
+    QMouseEvent,
     QPainter,
     QPainterPath,
     QPalette,
@@ -56,15 +61,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.transcript_entries import TranscriptEntry
-from app.ui.transcript_export import (
+from app.transcript_entries import STOPPED, TranscriptEntry, closed
+from app.transcript_export import (
     KIND_LABELS,
     describe_landing,
     describe_source,
     format_clock,
     format_conversation_time,
+    shows_detail,
     to_plain_text,
 )
+from app.ui.theme import is_dark
 
 Placement = Literal["left", "right", "wide", "indented", "center"]
 
@@ -82,54 +89,84 @@ class KindStyle:
     placement: Placement
 
 
+@dataclass(frozen=True)
+class TranscriptTheme:
+    """The panel's colours for a light or a dark desktop."""
+
+    kinds: dict[str, KindStyle]
+    severities: dict[str, KindStyle]
+    blend: QColor  # what a growing entry's fill is mixed with (the panel's usual background)
+    text: QColor
+    meta: QColor
+
+
 KIND_STYLES: dict[str, KindStyle] = {
     "user": KindStyle(QColor("#dbeafe"), QColor("#1d4ed8"), "◉", "right"),
     "assistant": KindStyle(QColor("#dcfce7"), QColor("#15803d"), "◆", "left"),
     "span": KindStyle(QColor("#fef3c7"), QColor("#b45309"), "⤵", "wide"),
     "tool": KindStyle(QColor("#ede9fe"), QColor("#6d28d9"), "⚙", "indented"),
     "notice": KindStyle(QColor("#f1f5f9"), QColor("#475569"), "⚑", "center"),
+    "thinking": KindStyle(QColor("#ecfeff"), QColor("#0e7490"), "◌", "indented"),
 }
 NOTICE_SEVERITY_STYLES: dict[str, KindStyle] = {
     "warning": KindStyle(QColor("#ffedd5"), QColor("#c2410c"), "⚠", "center"),
     "error": KindStyle(QColor("#fee2e2"), QColor("#b91c1c"), "⚠", "center"),
 }
-PANEL_BACKGROUND = QColor("#ffffff")
-TEXT_COLOR = QColor("#111827")
-META_COLOR = QColor("#4b5563")
+LIGHT = TranscriptTheme(KIND_STYLES, NOTICE_SEVERITY_STYLES, QColor("#ffffff"),
+                        QColor("#111827"), QColor("#4b5563"))
+DARK = TranscriptTheme(
+    {
+        "user": KindStyle(QColor("#1e3a5f"), QColor("#93c5fd"), "◉", "right"),
+        "assistant": KindStyle(QColor("#173d29"), QColor("#86efac"), "◆", "left"),
+        "span": KindStyle(QColor("#45320f"), QColor("#fbbf24"), "⤵", "wide"),
+        "tool": KindStyle(QColor("#2e2452"), QColor("#c4b5fd"), "⚙", "indented"),
+        "notice": KindStyle(QColor("#273142"), QColor("#cbd5e1"), "⚑", "center"),
+        "thinking": KindStyle(QColor("#123840"), QColor("#67e8f9"), "◌", "indented"),
+    },
+    {
+        "warning": KindStyle(QColor("#4a2a12"), QColor("#fdba74"), "⚠", "center"),
+        "error": KindStyle(QColor("#4c1717"), QColor("#fca5a5"), "⚠", "center"),
+    },
+    QColor("#1e1e1e"), QColor("#e5e7eb"), QColor("#9ca3af"),
+)
 
 
-def style_for(entry: TranscriptEntry) -> KindStyle:
+def theme_for(palette: QPalette) -> TranscriptTheme:
+    return DARK if is_dark(palette) else LIGHT
+
+
+def style_for(entry: TranscriptEntry, theme: TranscriptTheme = LIGHT) -> KindStyle:
     """The style of an entry: its kind's, or its severity's for warnings and errors."""
     if entry.kind == "notice":
-        severity = NOTICE_SEVERITY_STYLES.get(entry.detail.strip().lower())
+        severity = theme.severities.get(entry.detail.strip().lower())
         if severity is not None:
             return severity
-    return KIND_STYLES.get(entry.kind, KIND_STYLES["notice"])
+    return theme.kinds.get(entry.kind, theme.kinds["notice"])
 
 
-def displayed_background(entry: TranscriptEntry) -> QColor:
+def displayed_background(entry: TranscriptEntry, theme: TranscriptTheme = LIGHT) -> QColor:
     """The bubble's fill: a growing (non-final) entry is paler, so it reads as provisional."""
-    base = style_for(entry).background
+    base = style_for(entry, theme).background
     if entry.final:
         return QColor(base)
-    white = QColor("#ffffff")
+    blend = theme.blend
     return QColor(
-        (base.red() + white.red()) // 2,
-        (base.green() + white.green()) // 2,
-        (base.blue() + white.blue()) // 2,
+        (base.red() + blend.red()) // 2,
+        (base.green() + blend.green()) // 2,
+        (base.blue() + blend.blue()) // 2,
     )
 
 
 class TranscriptModel(QAbstractListModel):
-    """The entries in arrival order, with an index by entry_id so an update finds its row in
-    O(1) and announces just that row."""
+    """The entries in arrival order, with an index by key so an update finds its row in O(1)
+    and announces just that row."""
 
     EntryRole = Qt.ItemDataRole.UserRole + 1
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._entries: list[TranscriptEntry] = []
-        self._rows: dict[int, int] = {}
+        self._rows: dict[tuple[str, int], int] = {}
 
     def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
         return 0 if parent.isValid() else len(self._entries)
@@ -150,12 +187,12 @@ class TranscriptModel(QAbstractListModel):
     def entries(self) -> list[TranscriptEntry]:
         return list(self._entries)
 
-    def row_of(self, entry_id: int) -> int | None:
-        return self._rows.get(entry_id)
+    def row_of(self, key: tuple[str, int]) -> int | None:
+        return self._rows.get(key)
 
     def upsert(self, entry: TranscriptEntry) -> int:
-        """Replace the entry with the same id in place, or append it; returns its row."""
-        row = self._rows.get(entry.entry_id)
+        """Replace the entry with the same key in place, or append it; returns its row."""
+        row = self._rows.get(entry.key)
         if row is not None:
             self._entries[row] = entry
             index = self.index(row)
@@ -164,7 +201,7 @@ class TranscriptModel(QAbstractListModel):
         row = len(self._entries)
         self.beginInsertRows(QModelIndex(), row, row)
         self._entries.append(entry)
-        self._rows[entry.entry_id] = row
+        self._rows[entry.key] = row
         self.endInsertRows()
         return row
 
@@ -172,21 +209,21 @@ class TranscriptModel(QAbstractListModel):
         """Many entries at once (loading a saved conversation): one insert notification for the
         new ones, so the view lays out once."""
         fresh: list[TranscriptEntry] = []
-        pending: dict[int, int] = {}
+        pending: dict[tuple[str, int], int] = {}
         for entry in entries:
-            if entry.entry_id in self._rows:
+            if entry.key in self._rows:
                 self.upsert(entry)
-            elif entry.entry_id in pending:
-                fresh[pending[entry.entry_id]] = entry
+            elif entry.key in pending:
+                fresh[pending[entry.key]] = entry
             else:
-                pending[entry.entry_id] = len(fresh)
+                pending[entry.key] = len(fresh)
                 fresh.append(entry)
         if not fresh:
             return
         first = len(self._entries)
         self.beginInsertRows(QModelIndex(), first, first + len(fresh) - 1)
         for offset, entry in enumerate(fresh):
-            self._rows[entry.entry_id] = first + offset
+            self._rows[entry.key] = first + offset
         self._entries.extend(fresh)
         self.endInsertRows()
 
@@ -195,6 +232,14 @@ class TranscriptModel(QAbstractListModel):
         self._entries.clear()
         self._rows.clear()
         self.endResetModel()
+
+    def close_open(self, reason: str = STOPPED) -> list[TranscriptEntry]:
+        """Entries still open when their conversation ended become final (see `closed`);
+        returns those that changed."""
+        changed = [closed(e, reason) for e in self._entries if not e.final]
+        for entry in changed:
+            self.upsert(entry)
+        return changed
 
 
 @dataclass(frozen=True)
@@ -206,7 +251,8 @@ class RowLayout:
     header: QRect
     meta: QRect  # spans: provenance line; empty for other kinds
     body: QRect
-    detail: QRect  # tools: arguments and result size; empty otherwise
+    detail: QRect  # tools and spans: what happened to them; empty otherwise
+    button: QRect  # a pending LLM request: its Cancel button; empty otherwise
 
 
 _OUTER_X = 10
@@ -216,26 +262,50 @@ _GAP = 3
 _ACCENT_BAR = 4
 _TEXT_FLAGS = int(Qt.TextFlag.TextWordWrap)
 _UNBOUNDED = 1_000_000
+CANCEL_TEXT = "Cancel (Esc)"
+ZOOM_STEP = 0.1  # of the base font size, per Ctrl++ / Ctrl+-
+ZOOM_LIMITS = (-5, 10)
 
 
 class TranscriptDelegate(QStyledItemDelegate):
     """Paints one entry as a bubble and measures it, caching the measurement per entry object
     and width (entries are immutable, so an unchanged object needs no new measurement)."""
 
+    cancel_clicked = Signal(object)  # the pending request's TranscriptEntry
+
     def __init__(self, model: TranscriptModel, view: QTreeView) -> None:
         super().__init__(view)
         self._model = model
         self._view = view
-        self._cache: dict[int, tuple[TranscriptEntry, int, RowLayout]] = {}
+        self._cache: dict[tuple[str, int], tuple[TranscriptEntry, int, RowLayout]] = {}
         self.layouts_computed = 0  # how many measurements were not cached (tests, benchmarks)
-        base = QFont(view.font())
+        self._base_point_size = QFont(view.font()).pointSizeF()
+        self.zoom = 0
+        self._make_fonts()
+
+    def _make_fonts(self) -> None:
+        base = QFont(self._view.font())
+        base.setPointSizeF(max(5.0, self._base_point_size * (1 + ZOOM_STEP * self.zoom)))
         self._body_font = base
         self._mono_font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self._mono_font.setPointSizeF(base.pointSizeF())
         self._small_font = QFont(base)
-        self._small_font.setPointSizeF(max(6.0, base.pointSizeF() * 0.85))
+        self._small_font.setPointSizeF(max(5.0, base.pointSizeF() * 0.85))
         self._label_font = QFont(self._small_font)
         self._label_font.setBold(True)
+
+    def set_zoom(self, zoom: int) -> None:
+        """Text size in steps of 10% of the desktop's font (0: the desktop's)."""
+        self.zoom = max(ZOOM_LIMITS[0], min(ZOOM_LIMITS[1], zoom))
+        self._make_fonts()
+        self.clear_cache()
+
+    @property
+    def body_point_size(self) -> float:
+        return self._body_font.pointSizeF()
+
+    def theme(self) -> TranscriptTheme:
+        return theme_for(self._view.palette())
 
     # --- texts -------------------------------------------------------------------------
     @staticmethod
@@ -246,6 +316,15 @@ class TranscriptDelegate(QStyledItemDelegate):
             label = f"{label} · {entry.detail}"
         suffix = " …" if not entry.final else ""
         return f"{style_for(entry).prefix} {label}{suffix}"
+
+    @staticmethod
+    def detail_text(entry: TranscriptEntry) -> str:
+        """Tools: result size; spans: truncation, positions, delay after <ret>."""
+        return entry.detail if shows_detail(entry) else ""
+
+    @staticmethod
+    def has_cancel(entry: TranscriptEntry) -> bool:
+        return entry.kind == "thinking" and not entry.final
 
     @staticmethod
     def header_stamps(entry: TranscriptEntry) -> str:
@@ -270,11 +349,11 @@ class TranscriptDelegate(QStyledItemDelegate):
         self._cache.clear()
 
     def layout_for(self, entry: TranscriptEntry, width: int) -> RowLayout:
-        cached = self._cache.get(entry.entry_id)
+        cached = self._cache.get(entry.key)
         if cached is not None and cached[0] is entry and cached[1] == width:
             return cached[2]
         layout = self._compute_layout(entry, width)
-        self._cache[entry.entry_id] = (entry, width, layout)
+        self._cache[entry.key] = (entry, width, layout)
         self.layouts_computed += 1
         return layout
 
@@ -311,7 +390,7 @@ class TranscriptDelegate(QStyledItemDelegate):
         body_box = body_fm.boundingRect(
             QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, entry.text or " "
         )
-        detail = entry.detail if entry.kind == "tool" else ""
+        detail = self.detail_text(entry)
         detail_box = (
             small_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, detail)
             if detail
@@ -349,6 +428,12 @@ class TranscriptDelegate(QStyledItemDelegate):
             y += _GAP
             detail_rect = QRect(x, y, inner, detail_box.height())
             y += detail_box.height()
+        button = QRect()
+        if self.has_cancel(entry):
+            y += _GAP + 2
+            button_w = small_fm.horizontalAdvance(CANCEL_TEXT) + 20
+            button = QRect(x + inner - button_w, y, button_w, small_fm.height() + 8)
+            y += button.height()
         bubble = QRect(left, _OUTER_Y, bubble_w, y + _PAD - _OUTER_Y)
         return RowLayout(
             height=bubble.bottom() + 1 + _OUTER_Y,
@@ -357,6 +442,7 @@ class TranscriptDelegate(QStyledItemDelegate):
             meta=meta_rect,
             body=body,
             detail=detail_rect,
+            button=button,
         )
 
     def row_layout(self, index: ModelIndex) -> RowLayout:
@@ -371,7 +457,8 @@ class TranscriptDelegate(QStyledItemDelegate):
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: ModelIndex) -> None:
         entry = self._model.entry_at(index.row())
         layout = self.row_layout(index)
-        style = style_for(entry)
+        theme = self.theme()
+        style = style_for(entry, theme)
         origin = option.rect.topLeft()
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
@@ -380,7 +467,7 @@ class TranscriptDelegate(QStyledItemDelegate):
         bubble = QRectF(layout.bubble).adjusted(0.5, 0.5, -0.5, -0.5)
         path = QPainterPath()
         path.addRoundedRect(bubble, 8, 8)
-        painter.fillPath(path, QBrush(displayed_background(entry)))
+        painter.fillPath(path, QBrush(displayed_background(entry, theme)))
         if entry.kind == "span":
             bar = QPainterPath()
             bar.addRoundedRect(
@@ -401,14 +488,14 @@ class TranscriptDelegate(QStyledItemDelegate):
         alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
         painter.drawText(layout.header, int(alignment), self.header_label(entry))
         painter.setFont(self._small_font)
-        painter.setPen(META_COLOR)
+        painter.setPen(theme.meta)
         stamps_alignment = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         painter.drawText(layout.header, int(stamps_alignment), self.header_stamps(entry))
         if not layout.meta.isNull():
             painter.setPen(style.accent)
             painter.drawText(layout.meta, _TEXT_FLAGS, self.meta_text(entry))
 
-        text_color = QColor(TEXT_COLOR)
+        text_color = QColor(theme.text)
         if not entry.final:
             text_color.setAlpha(140)
         painter.setPen(text_color)
@@ -419,9 +506,39 @@ class TranscriptDelegate(QStyledItemDelegate):
         painter.drawText(layout.body, body_flags, entry.text)
         if not layout.detail.isNull():
             painter.setFont(self._small_font)
-            painter.setPen(META_COLOR)
+            painter.setPen(theme.meta)
             painter.drawText(layout.detail, _TEXT_FLAGS, entry.detail)
+        if not layout.button.isNull():
+            self._paint_button(painter, layout.button, style, option.palette)
         painter.restore()
+
+    def _paint_button(self, painter: QPainter, rect: QRect, style: KindStyle,
+                      palette: QPalette) -> None:
+        shape = QPainterPath()
+        shape.addRoundedRect(QRectF(rect).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
+        painter.fillPath(shape, QBrush(palette.color(QPalette.ColorRole.Button)))
+        painter.setPen(QPen(style.accent, 1))
+        painter.drawPath(shape)
+        painter.setFont(self._small_font)
+        painter.setPen(palette.color(QPalette.ColorRole.ButtonText))
+        painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), CANCEL_TEXT)
+
+    def button_rect(self, index: ModelIndex) -> QRect:
+        """The Cancel button of a pending request, in viewport coordinates (empty if none)."""
+        button = self.row_layout(index).button
+        if button.isNull():
+            return QRect()
+        return button.translated(0, self._view.visualRect(index).top())
+
+    def editorEvent(self, event: QEvent, model, option: QStyleOptionViewItem,  # noqa: N802
+                    index: ModelIndex) -> bool:
+        if (event.type() == QEvent.Type.MouseButtonRelease and isinstance(event, QMouseEvent)
+                and event.button() == Qt.MouseButton.LeftButton):
+            button = self.button_rect(index)
+            if not button.isNull() and button.contains(event.position().toPoint()):
+                self.cancel_clicked.emit(self._model.entry_at(index.row()))
+                return True
+        return super().editorEvent(event, model, option, index)
 
 
 class _TranscriptView(QTreeView):
@@ -444,10 +561,7 @@ class _TranscriptView(QTreeView):
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.verticalScrollBar().setSingleStep(24)
-        palette = self.palette()
-        palette.setColor(QPalette.ColorRole.Base, PANEL_BACKGROUND)
-        self.setPalette(palette)
-        self._laid_out_width = -1
+        self._laid_out_width = -1  # the background is the palette's base: light or dark
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -486,10 +600,14 @@ class TranscriptPanel(QWidget):
     Signals:
         followingChanged(bool): auto-scroll paused (False) or resumed (True).
         copied(str): text just put on the clipboard.
+        cancel_requested(TranscriptEntry): the Cancel button of a pending LLM request.
+        zoomChanged(int): the text size changed (steps of 10%).
     """
 
     followingChanged = Signal(bool)
     copied = Signal(str)
+    cancel_requested = Signal(object)
+    zoomChanged = Signal(int)
 
     BOTTOM_TOLERANCE_PX = 4
 
@@ -501,6 +619,7 @@ class TranscriptPanel(QWidget):
         self._delegate = TranscriptDelegate(self._model, self._view)
         self._view.setItemDelegate(self._delegate)
         self._model.modelReset.connect(self._delegate.clear_cache)
+        self._delegate.cancel_clicked.connect(self.cancel_requested)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -541,6 +660,57 @@ class TranscriptPanel(QWidget):
 
     def clear(self) -> None:
         self._model.clear()
+
+    def close_open(self, reason: str = STOPPED) -> list[TranscriptEntry]:
+        """The conversation ended: what was still growing or pending is closed for good."""
+        return self._model.close_open(reason)
+
+    # --- search and zoom ---------------------------------------------------------------
+    def matches(self, text: str) -> list[int]:
+        """Rows whose text (or source, or detail) holds `text`, ignoring case."""
+        needle = text.casefold().strip()
+        if not needle:
+            return []
+        return [row for row, e in enumerate(self._model.entries())
+                if needle in e.text.casefold() or needle in e.source.casefold()
+                or needle in e.detail.casefold()]
+
+    def find(self, text: str, forward: bool = True) -> tuple[int, int]:
+        """Select and show the next (or previous) entry holding `text`, after the selected
+        one, wrapping around; returns (its place among the matches from 1, how many there
+        are), or (0, 0) when none does."""
+        rows = self.matches(text)
+        if not rows:
+            return 0, 0
+        selected = [index.row() for index in self._view.selectionModel().selectedRows()]
+        here = max(selected) if forward and selected else min(selected) if selected else None
+        if here is None:
+            row = rows[0] if forward else rows[-1]
+        elif forward:
+            row = next((r for r in rows if r > here), rows[0])
+        else:
+            row = next((r for r in reversed(rows) if r < here), rows[-1])
+        self.select_rows([row])
+        self._view.scrollTo(self._model.index(row), QAbstractItemView.ScrollHint.PositionAtCenter)
+        return rows.index(row) + 1, len(rows)
+
+    @property
+    def zoom(self) -> int:
+        return self._delegate.zoom
+
+    def set_zoom(self, zoom: int) -> None:
+        before = self._delegate.zoom
+        self._delegate.set_zoom(zoom)
+        if self._delegate.zoom != before:
+            self._view.scheduleDelayedItemsLayout()
+            self._view.viewport().update()
+            self.zoomChanged.emit(self._delegate.zoom)
+
+    def zoom_in(self) -> None:
+        self.set_zoom(self.zoom + 1)
+
+    def zoom_out(self) -> None:
+        self.set_zoom(self.zoom - 1)
 
     # --- selection and clipboard -------------------------------------------------------
     def selected_entries(self) -> list[TranscriptEntry]:

@@ -18,3 +18,9 @@ def null_sink() -> Iterator[None]:
 
     with PrivatePulseAudio(timeout_s=15.0):
         yield
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path, monkeypatch) -> None:
+    """Windows opened here remember their state in a temporary folder, never the user's."""
+    monkeypatch.setenv("CONTEXTSPAN_CONFIG_DIR", str(tmp_path / "config"))

@@ -1,4 +1,5 @@
-"""A device that disappears mid-conversation pauses it with a message; Resume continues.
+"""A device that disappears mid-conversation pauses its audio with a message, text goes on
+(silence stands in for the microphone), and Resume opens the devices again.
 
 The virtual sound card's null sink is unloaded while a live session runs (real PortAudio
 streams), then loaded again."""
@@ -19,6 +20,7 @@ class Recorder:
     def __init__(self) -> None:
         self.states: list[tuple[str, str]] = []
         self.notices: list[str] = []
+        self.spans: list[str] = []  # sources of the spans that landed
         self.changed = threading.Condition()
 
     def on_state(self, state, detail):
@@ -27,10 +29,12 @@ class Recorder:
             self.changed.notify_all()
 
     def on_entry(self, entry):
-        if entry.kind == "notice":
-            with self.changed:
+        with self.changed:
+            if entry.kind == "notice":
                 self.notices.append(entry.text)
-                self.changed.notify_all()
+            elif entry.kind == "span" and entry.final:
+                self.spans.append(entry.source)
+            self.changed.notify_all()
 
     def on_status(self, status):
         pass
@@ -85,6 +89,8 @@ def test_unplugging_pauses_the_conversation_and_resume_continues(null_sink, tiny
         recorder.wait(lambda: any(state == "paused" for state, _ in recorder.states))
         assert session.running and session.paused  # paused, not dead: the context is kept
         assert any("paused" in text for text in recorder.notices)
+        session.inject_text("Read while the device is gone.", "pasted text")
+        recorder.wait(lambda: "pasted text" in recorder.spans, timeout=30)  # text goes on
         _load_null_sink()  # plugged back in
         session.resume()
         recorder.wait(lambda: recorder.states[-1] == ("running", "Listening"))

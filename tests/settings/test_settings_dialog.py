@@ -85,7 +85,7 @@ def test_dialog_shows_the_settings_and_returns_them_unchanged(qtbot) -> None:
     dialog = make_dialog(qtbot, settings, list_devices=lambda: (["USB Mic"], ["Speakers"]))
     assert dialog.model_combo.currentText() == CATALOG["tiny"].display_name
     assert dialog.device_combo.currentText() == "cpu"
-    assert dialog.quantize_check.isChecked()
+    assert not hasattr(dialog, "quantize_check")  # removed until int8 is verified on CUDA
     assert dialog.input_combo.currentText() == "USB Mic"
     assert dialog.headset_radio.isChecked()
     assert dialog.host_edit.text() == "http://127.0.0.1:8080/v1"
@@ -103,7 +103,6 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
     select_data(dialog.model_combo, "moshiko")
     dialog.device_combo.setCurrentText("cuda")
     dialog.dtype_combo.setCurrentText("float16")
-    dialog.quantize_check.setChecked(True)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/models/mine")
     qtbot.mouseClick(dialog.folder_button, Qt.MouseButton.LeftButton)
     select_data(dialog.input_combo, "Mic 2")
@@ -123,7 +122,6 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
         custom_folder="/models/mine",
         device="cuda",
         dtype="float16",
-        quantize=True,
     )
     assert got.audio == AudioSettings(
         input_device="Mic 2", output_device="Out 1", echo_mode="headset"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.ui.transcript_entries import TranscriptEntry
-from app.ui.transcript_export import (
+from app.transcript_entries import TranscriptEntry
+from app.transcript_export import (
     export_to_file,
     format_conversation_time,
     from_json,
@@ -55,7 +55,7 @@ def test_json_round_trip_is_exact() -> None:
 def test_json_is_a_versioned_envelope_with_every_field() -> None:
     payload = json.loads(to_json(sample_entries()))
     assert payload["format"] == "contextspan-transcript"
-    assert payload["version"] == 1
+    assert payload["version"] == 2
     span = payload["entries"][4]
     assert span["source"] == "llm+web_search"
     assert span["landed_frame"] == 61
@@ -93,7 +93,8 @@ def test_markdown_has_every_text_the_span_provenance_and_timestamps() -> None:
     assert "**You**" in markdown and "**Assistant**" in markdown
     # spans are blockquotes naming their source and landing frame
     span_block = [line for line in markdown.splitlines() if line.startswith(">")]
-    assert any("llm+web_search" in line and "landed before frame 61" in line for line in span_block)
+    assert any("LLM via web_search" in line and "landed before frame 61" in line
+               for line in span_block)
     assert "> Wind: light, from the north." in span_block
     assert any("notes.txt" in line and "not landed yet" in line for line in span_block)
     assert "+0:04.8" in markdown and "+1:02:05.0" in markdown  # conversation clock

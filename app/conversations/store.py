@@ -1,0 +1,102 @@
+"""Conversations on disk: one JSON transcript per conversation in `data_dir()/conversations`,
+written by the same exporter as File → Export (0600, atomically), listed newest first.
+
+A file that cannot be read is left alone and skipped (with a log line): one damaged file
+never hides the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.paths import data_dir
+from app.transcript_entries import TranscriptEntry
+from app.transcript_export import TranscriptHeader, export_to_file, read_transcript
+
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,80}$")
+TITLE_CHARS = 60
+_SAID = ("user", "assistant", "span", "tool")
+
+
+def conversations_dir() -> Path:
+    return data_dir() / "conversations"
+
+
+def new_conversation_id(now: float | None = None) -> str:
+    """Sortable by time, unique by its random tail: `20261129-101203-3fa9c2`."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def worth_keeping(entries: Sequence[TranscriptEntry]) -> bool:
+    """Something was said, read or looked up: notices alone (the welcome) are not kept."""
+    return any(entry.kind in _SAID for entry in entries)
+
+
+def title_for(entries: Sequence[TranscriptEntry]) -> str:
+    """The first thing the user said (or typed), shortened; else the first span's text."""
+    for kinds in (("user",), ("span", "assistant")):
+        for entry in entries:
+            if entry.kind in kinds and entry.text.strip():
+                text = " ".join(entry.text.split())
+                return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+    return "Conversation"
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    conversation_id: str
+    title: str
+    started: float | None
+    entries: int
+    path: Path
+
+
+class ConversationStore:
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else conversations_dir()
+
+    def path_of(self, conversation_id: str) -> Path:
+        if not _ID.match(conversation_id):
+            raise ValueError(f"not a conversation id: {conversation_id!r}")
+        return self.folder / f"{conversation_id}.json"
+
+    def save(self, header: TranscriptHeader, entries: Sequence[TranscriptEntry]) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return export_to_file(entries, self.path_of(header.conversation_id), header)
+
+    def load(self, conversation_id: str) -> tuple[TranscriptHeader, list[TranscriptEntry]]:
+        """Raises OSError (gone, unreadable) or ValueError (not a transcript)."""
+        text = self.path_of(conversation_id).read_text(encoding="utf-8")
+        return read_transcript(text)
+
+    def delete(self, conversation_id: str) -> None:
+        self.path_of(conversation_id).unlink(missing_ok=True)
+
+    def list(self) -> list[ConversationSummary]:
+        """Every readable conversation, newest first."""
+        found: list[ConversationSummary] = []
+        try:
+            paths = sorted(self.folder.glob("*.json"))
+        except OSError:
+            return []
+        for path in paths:
+            try:
+                header, entries = read_transcript(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError) as exc:
+                log.warning("skipping conversation file %s: %s", path, exc)
+                continue
+            found.append(ConversationSummary(
+                conversation_id=header.conversation_id or path.stem,
+                title=header.title or title_for(entries), started=header.started,
+                entries=len(entries), path=path))
+        found.sort(key=lambda s: (s.started or 0.0, s.conversation_id), reverse=True)
+        return found

@@ -1,0 +1,344 @@
+"""Turning transcript entries into text: plain text (clipboard), Markdown and JSON (files).
+
+Pure functions with no Qt, so the panel, the main window, the conversation store and a
+headless export share one wording of timestamps, labels and span provenance, and the tests
+need no widgets. JSON is the lossless format (`from_json(to_json(x)) == x`, times to the
+microsecond); Markdown is for people.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, get_args
+
+from app.transcript_entries import EntryKind, SpanContext, TranscriptEntry
+
+JSON_FORMAT = "contextspan-transcript"
+JSON_VERSION = 2  # 1: epoch-float times and no header (still read)
+FILE_MODE = 0o600  # a transcript is private: what the user said, what was read to the model
+
+KIND_LABELS: dict[str, str] = {
+    "user": "You",
+    "assistant": "Assistant",
+    "span": "Injected span",
+    "tool": "Tool call",
+    "notice": "Notice",
+    "thinking": "Asking the LLM",
+}
+_KINDS: frozenset[str] = frozenset(get_args(EntryKind))
+
+
+@dataclass(frozen=True)
+class TranscriptHeader:
+    """What a saved transcript says about itself: which conversation, when it started, and
+    what it ran on (empty strings where unknown)."""
+
+    conversation_id: str = ""
+    title: str = ""
+    started: float | None = None  # time.time() the conversation started
+    model: str = ""  # the speech model, as the status bar names it
+    device: str = ""
+    llm: str = ""  # e.g. "qwen3:4b on Ollama at http://127.0.0.1:11434", or "off"
+    tools: tuple[str, ...] = ()
+
+
+def format_clock(wall_time: float) -> str:
+    """Local wall-clock time of day; the date is left to the export header to keep rows short."""
+    return time.strftime("%H:%M:%S", time.localtime(wall_time))
+
+
+def format_conversation_time(seconds: float | None) -> str:
+    """`+m:ss.s` (or `+h:mm:ss.s`) into the conversation: the frame clock, not the wall clock,
+    which is what lines an entry up with the audio."""
+    if seconds is None:
+        return ""
+    sign = "-" if seconds < 0 else "+"
+    tenths = round(abs(seconds) * 10)
+    minutes, tenth_seconds = divmod(tenths, 600)
+    hours, minutes = divmod(minutes, 60)
+    sec = f"{tenth_seconds // 10:02d}.{tenth_seconds % 10}"
+    if hours:
+        return f"{sign}{hours}:{minutes:02d}:{sec}"
+    return f"{sign}{minutes}:{sec}"
+
+
+def format_timestamps(entry: TranscriptEntry) -> str:
+    """Both clocks of an entry, e.g. `12:03:04 · +1:23.4`."""
+    conversation = format_conversation_time(entry.conversation_s)
+    clock = format_clock(entry.wall_time)
+    return f"{clock} · {conversation}" if conversation else clock
+
+
+def iso_time(wall_time: float) -> str:
+    """ISO 8601 local time with its UTC offset, to the microsecond."""
+    return datetime.fromtimestamp(wall_time).astimezone().isoformat(timespec="microseconds")
+
+
+def parse_iso_time(text: str) -> float:
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # naive: local time
+    return moment.timestamp()
+
+
+def describe_source(source: str) -> str:
+    """Where a span came from, worded for a reader. The builder names the LLM when it knows
+    it ("qwen3:4b on Ollama via web_search"); a bare "llm+tool" is worded here."""
+    if not source:
+        return "unknown source"
+    if source == "typed":
+        return "text you typed"
+    if source == "llm":
+        return "LLM"
+    if source.startswith("llm+"):
+        return f"LLM via {', '.join(source[4:].split('+'))}"
+    return source
+
+
+def describe_landing(entry: TranscriptEntry) -> str:
+    """The span's landing point in frames, which is what ties it to what the voice said next."""
+    if entry.landed_frame is None:
+        return "not landed yet"
+    return f"landed before frame {entry.landed_frame}"
+
+
+def entry_heading(entry: TranscriptEntry) -> str:
+    """The label line of an entry without timestamps, shared by every text form."""
+    label = KIND_LABELS.get(entry.kind, entry.kind)
+    if entry.kind == "span":
+        return f"{label} from {describe_source(entry.source)}, {describe_landing(entry)}"
+    if entry.kind == "notice" and entry.detail:
+        return f"{label} ({entry.detail})"
+    return label
+
+
+def shows_detail(entry: TranscriptEntry) -> bool:
+    """Tools and spans carry what happened to them in `detail` (result size, truncation,
+    positions); a notice's detail is its severity, shown in its label."""
+    return entry.kind in ("tool", "span") and bool(entry.detail)
+
+
+def entry_to_plain_text(entry: TranscriptEntry) -> str:
+    """One entry as clipboard text: `[time] Label: text`, a tool's or span's detail on the
+    next line."""
+    partial = " (partial)" if not entry.final else ""
+    text = f"[{format_timestamps(entry)}] {entry_heading(entry)}{partial}: {entry.text}"
+    if shows_detail(entry):
+        text += f"\n    {entry.detail}"
+    return text
+
+
+def to_plain_text(entries: Iterable[TranscriptEntry]) -> str:
+    """Entries as plain text, one paragraph each, for the clipboard."""
+    return "\n".join(entry_to_plain_text(entry) for entry in entries)
+
+
+def _blockquote(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines() or [""])
+
+
+def _markdown_entry(entry: TranscriptEntry) -> str:
+    stamps = format_timestamps(entry)
+    partial = " _(partial)_" if not entry.final else ""
+    label = KIND_LABELS.get(entry.kind, entry.kind)
+    if entry.kind == "span":
+        head = (f"> **{label}** from {describe_source(entry.source)}"
+                f" · {describe_landing(entry)} · {stamps}{partial}")
+        if entry.detail:
+            head += f"\n> _{entry.detail}_"
+        return f"{head}\n>\n{_blockquote(entry.text)}"
+    if entry.kind == "tool":
+        body = f"**{label}** · {stamps}{partial}\n\n`{entry.text}`"
+        if entry.detail:
+            body += f"\n\n{entry.detail}"
+        return body
+    if entry.kind in ("notice", "thinking"):
+        severity = f" ({entry.detail})" if entry.kind == "notice" and entry.detail else ""
+        return f"_{label}{severity} · {stamps}: {entry.text}_"
+    return f"**{label}** · {stamps}{partial}\n\n{entry.text}"
+
+
+def _started(entries: Sequence[TranscriptEntry], header: TranscriptHeader | None) -> float | None:
+    if header is not None and header.started is not None:
+        return header.started
+    said = [e.wall_time for e in entries if e.kind != "notice"]
+    return said[0] if said else (entries[0].wall_time if entries else None)
+
+
+def header_lines(header: TranscriptHeader) -> list[str]:
+    """What the conversation ran on, one `- name: value` line each (Markdown)."""
+    rows = [("Speech model", header.model), ("Device", header.device), ("LLM", header.llm),
+            ("Tools", ", ".join(header.tools) if header.tools else "none")]
+    return [f"- {name}: {value}" for name, value in rows if value]
+
+
+def to_markdown(entries: Sequence[TranscriptEntry], title: str | None = None,
+                header: TranscriptHeader | None = None) -> str:
+    """A readable Markdown document: bold speaker labels with both clocks, spans as blockquotes
+    carrying their source, landing frame and truncation, so a reader sees what the voice was
+    told and when. "Started" is the conversation's start (the header's), not the first
+    notice's."""
+    title = title or (header.title if header is not None and header.title else
+                      "Conversation transcript")
+    lines = [f"# {title}", ""]
+    started = _started(entries, header)
+    if started is not None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        lines += [f"_Started {stamp} (local time) · {len(entries)} entries_", ""]
+    if header is not None and header_lines(header):
+        lines += [*header_lines(header), ""]
+    for entry in entries:
+        lines += [_markdown_entry(entry), ""]
+    return "\n".join(lines)
+
+
+def _entry_to_dict(entry: TranscriptEntry) -> dict[str, Any]:
+    raw = asdict(entry)
+    raw["time"] = iso_time(raw.pop("wall_time"))
+    return raw
+
+
+def _header_to_dict(header: TranscriptHeader) -> dict[str, Any]:
+    raw = asdict(header)
+    raw["started"] = iso_time(header.started) if header.started is not None else None
+    raw["tools"] = list(header.tools)
+    return raw
+
+
+def to_json(entries: Iterable[TranscriptEntry], header: TranscriptHeader | None = None) -> str:
+    """Lossless JSON: every field of every entry (times as ISO 8601 with the offset), in a
+    versioned envelope whose header names the conversation and what it ran on."""
+    payload = {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "header": _header_to_dict(header or TranscriptHeader()),
+        "entries": [_entry_to_dict(entry) for entry in entries],
+    }
+    return json.dumps(payload, ensure_ascii=False, indent=1)
+
+
+def _time_value(values: dict[str, Any], position: int) -> float:
+    if "time" in values:
+        raw = values.pop("time")
+        if not isinstance(raw, str):
+            raise ValueError(f"entry {position} has a non-text time")
+        try:
+            return parse_iso_time(raw)
+        except ValueError as exc:
+            raise ValueError(f"entry {position} has a bad time: {exc}") from exc
+    raw = values.get("wall_time")
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        raise ValueError(f"entry {position} has a non-numeric wall_time")
+    return float(raw)
+
+
+def _entry_from_dict(raw: object, position: int) -> TranscriptEntry:
+    if not isinstance(raw, dict):
+        raise ValueError(f"entry {position} is not an object")
+    known = {f.name for f in fields(TranscriptEntry)} | {"time"}
+    values = {key: value for key, value in raw.items() if key in known}  # newer fields: ignored
+    missing = {"entry_id", "kind", "text"} - values.keys()
+    if missing or not values.keys() & {"time", "wall_time"}:
+        raise ValueError(f"entry {position} lacks {sorted(missing) or ['time']}")
+    if values["kind"] not in _KINDS:
+        raise ValueError(f"entry {position} has unknown kind {values['kind']!r}")
+    if not isinstance(values["entry_id"], int) or isinstance(values["entry_id"], bool):
+        raise ValueError(f"entry {position} has a non-integer entry_id")
+    if not isinstance(values["text"], str):
+        raise ValueError(f"entry {position} has non-text text")
+    values["wall_time"] = _time_value(values, position)
+    if isinstance(values.get("conversation_s"), int):
+        values["conversation_s"] = float(values["conversation_s"])
+    context = values.get("context")
+    if context is not None:
+        try:
+            values["context"] = SpanContext(**context)
+        except TypeError as exc:
+            raise ValueError(f"entry {position} has a bad context: {exc}") from exc
+    return TranscriptEntry(**values)
+
+
+def _header_from_dict(raw: object) -> TranscriptHeader:
+    if not isinstance(raw, dict):
+        return TranscriptHeader()
+    started = raw.get("started")
+    tools = raw.get("tools")
+    return TranscriptHeader(
+        conversation_id=str(raw.get("conversation_id") or ""),
+        title=str(raw.get("title") or ""),
+        started=parse_iso_time(started) if isinstance(started, str) else None,
+        model=str(raw.get("model") or ""),
+        device=str(raw.get("device") or ""),
+        llm=str(raw.get("llm") or ""),
+        tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
+    )
+
+
+def read_transcript(text: str) -> tuple[TranscriptHeader, list[TranscriptEntry]]:
+    """Header and entries back from `to_json` output (version 1 files too); a malformed file
+    raises ValueError, never half-loads."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != JSON_FORMAT:
+        raise ValueError("not a ContextSpan transcript")
+    if payload.get("version") not in (1, JSON_VERSION):
+        raise ValueError(f"unsupported transcript version {payload.get('version')!r}")
+    raw_entries = payload.get("entries")
+    if not isinstance(raw_entries, list):
+        raise ValueError("transcript has no entry list")
+    try:
+        header = _header_from_dict(payload.get("header"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad header: {exc}") from exc
+    return header, [_entry_from_dict(raw, position) for position, raw in enumerate(raw_entries)]
+
+
+def from_json(text: str) -> list[TranscriptEntry]:
+    """Entries back from `to_json` output; a malformed file raises ValueError."""
+    return read_transcript(text)[1]
+
+
+def write_private(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to `path`, readable by its owner only (0600).
+
+    The file is written beside its target and renamed over it, so a crash or a full disk
+    never leaves a half-written transcript where a good one was.
+    """
+    target = Path(path)
+    handle, temp_name = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+    )
+    try:
+        os.chmod(temp_name, FILE_MODE)  # mkstemp's mode already; said here, not assumed
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def export_to_file(entries: Sequence[TranscriptEntry], path: str | os.PathLike[str],
+                   header: TranscriptHeader | None = None) -> Path:
+    """Write Markdown (.md, .markdown) or JSON (.json), chosen by suffix, mode 0600."""
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix in (".md", ".markdown"):
+        text = to_markdown(entries, header=header)
+    elif suffix == ".json":
+        text = to_json(entries, header)
+    else:
+        raise ValueError(f"cannot export to {suffix or 'a file without suffix'}: use .md or .json")
+    return write_private(target, text)

@@ -1,0 +1,261 @@
+"""The conversation shown in the window, kept on disk as it goes.
+
+A conversation is what the transcript panel holds between two "New conversation"s: it may
+span several Start/Stop sessions. It is autosaved (a few seconds after it changes, off the
+GUI thread) through the conversation store. "New conversation" saves it and starts an empty
+one; entries that arrive late from the old one's session (the close of its last utterance,
+a request cancelled by the stop) are told apart by their origin and go to the saved file,
+never into the new transcript.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from app.conversations.store import (
+    ConversationStore,
+    new_conversation_id,
+    title_for,
+    worth_keeping,
+)
+from app.session import SessionStatus
+from app.settings.schema import AppSettings
+from app.transcript_builder import llm_label
+from app.transcript_entries import STOPPED, TranscriptEntry, closed
+from app.transcript_export import TranscriptHeader
+from app.ui.transcript_panel import TranscriptPanel
+
+log = logging.getLogger(__name__)
+
+AUTOSAVE_MS = 3000
+FLUSH_TIMEOUT_S = 5.0
+
+
+def describe_llm(settings: AppSettings) -> tuple[str, tuple[str, ...]]:
+    """The LLM and its tools as a transcript header names them."""
+    llm = settings.llm
+    if llm.backend == "none":
+        return "off", ()
+    tools = tuple(llm.tools) if llm.tools_enabled else ()
+    return f"{llm_label(llm.backend, llm.model)} at {llm.host}", tools
+
+
+@dataclass
+class _Archived:
+    """A conversation put away this run, kept so late entries from its session land in it."""
+
+    header: TranscriptHeader
+    entries: list[TranscriptEntry] = field(default_factory=list)
+
+    def upsert(self, entry: TranscriptEntry) -> None:
+        for row, old in enumerate(self.entries):
+            if old.key == entry.key:
+                self.entries[row] = entry
+                return
+        self.entries.append(entry)
+
+
+class ConversationKeeper(QObject):
+    listChanged = Signal()  # a conversation was saved for the first time, started, deleted
+    saveFailed = Signal(str)
+    _done = Signal(str, int, str)  # from the writer's thread: (id, changes, error or "")
+
+    def __init__(self, panel: TranscriptPanel, store: ConversationStore,
+                 settings: Callable[[], AppSettings], parent: QObject | None = None,
+                 autosave_ms: int = AUTOSAVE_MS) -> None:
+        super().__init__(parent)
+        self.panel = panel
+        self.store = store
+        self._settings = settings
+        self.conversation_id = new_conversation_id()
+        self.started: float | None = None
+        self._origins: set[str] = set()  # the sessions that wrote into this conversation
+        self._local_origin = f"app-{uuid.uuid4().hex[:8]}"
+        self._archived: dict[str, _Archived] = {}  # conversation id -> its entries
+        self._archived_origins: dict[str, str | None] = {}  # origin -> id (None: deleted)
+        self._model = ""
+        self._device = ""
+        self._changes = 0  # changes to the current conversation, ever
+        self._saved_changes = 0  # how many of them are on disk
+        self._listed = False  # the current conversation has a file (it is in the list)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")
+        self._pending: Future | None = None
+        self._pending_current: tuple[Future, int] | None = None
+        self._error: str | None = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(autosave_ms)
+        self._timer.timeout.connect(self.save)
+        self._done.connect(self._written)
+
+    # ---- what arrives -------------------------------------------------------------------
+
+    @Slot(object)
+    def on_entry(self, entry: TranscriptEntry) -> None:
+        """Every entry from the controller: into the panel, or into the conversation its
+        session belongs to when that one was put away."""
+        if not entry.origin:  # the window's own notices: numbered apart from any session
+            entry = replace(entry, origin=self._local_origin)
+        elif entry.origin in self._archived_origins:
+            conversation_id = self._archived_origins[entry.origin]
+            if conversation_id is not None:
+                archived = self._archived[conversation_id]
+                archived.upsert(entry)
+                self._write(archived.header, list(archived.entries))
+            return
+        self.panel.upsert(entry)
+        if entry.origin != self._local_origin:
+            self._origins.add(entry.origin)
+        self._changed()
+
+    def note_status(self, status: SessionStatus) -> None:
+        if status.model:
+            self._model = f"{status.model} ({status.dtype})" if status.dtype else status.model
+            self._device = status.device
+
+    def note_started(self) -> None:
+        """A session started in this conversation: the first one dates it."""
+        if self.started is None:
+            self.started = time.time()
+            self._changed()
+
+    def close_open(self, reason: str = STOPPED) -> None:
+        """A session ended: what it left open is closed, here and in put-away conversations."""
+        if self.panel.close_open(reason):
+            self._changed()
+        for archived in self._archived.values():
+            if any(not e.final for e in archived.entries):
+                archived.entries = [closed(e, reason) for e in archived.entries]
+                self._write(archived.header, list(archived.entries))
+
+    # ---- saving -----------------------------------------------------------------------------
+
+    def header(self) -> TranscriptHeader:
+        entries = self.panel.entries()
+        llm, tools = describe_llm(self._settings())
+        started = self.started
+        if started is None:
+            said = [e.wall_time for e in entries if e.kind != "notice"]
+            started = said[0] if said else None
+        return TranscriptHeader(conversation_id=self.conversation_id,
+                                title=title_for(entries), started=started, model=self._model,
+                                device=self._device, llm=llm, tools=tools)
+
+    def _changed(self) -> None:
+        self._changes += 1
+        if not self._timer.isActive():  # at most one write per interval while it grows
+            self._timer.start()
+
+    @Slot()
+    def save(self) -> None:
+        """Write the current conversation (off the GUI thread), if it holds anything worth
+        keeping."""
+        self._timer.stop()
+        entries = self.panel.entries()
+        if not worth_keeping(entries):
+            self._saved_changes = self._changes
+            return
+        self._write(self.header(), entries, self._changes)
+
+    def _write(self, header: TranscriptHeader, entries: list[TranscriptEntry],
+               changes: int = -1) -> None:
+        """`changes`: how many changes of the current conversation this write holds (-1: it
+        is a put-away conversation's)."""
+        future = self._writer.submit(self.store.save, header, entries)
+        self._pending = future  # writes run in order: waiting for the last waits for all
+        if changes >= 0:
+            self._pending_current = (future, changes)
+        conversation_id = header.conversation_id
+        future.add_done_callback(lambda f: self._done.emit(
+            conversation_id, changes, "" if f.exception() is None else str(f.exception())))
+
+    @Slot(str, int, str)
+    def _written(self, conversation_id: str, changes: int, error: str) -> None:
+        if error:
+            self._error = error
+            log.warning("could not save the conversation: %s", error)
+            self.saveFailed.emit(error)
+            return
+        self._error = None
+        if changes >= 0 and conversation_id == self.conversation_id:
+            self._saved_changes = max(self._saved_changes, changes)
+            if not self._listed:
+                self._listed = True
+                self.listChanged.emit()
+
+    def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
+        """Save now and wait (bounded) for the write."""
+        if self._changes != self._saved_changes:
+            self.save()
+        if self._pending is not None:
+            try:
+                self._pending.result(timeout)
+            except FutureTimeout:
+                log.warning("saving the conversation takes longer than %.0f s", timeout)
+                return
+            except Exception as exc:  # noqa: BLE001 - said by _written too, later
+                self._error = str(exc)
+        if self._pending_current is not None:
+            future, changes = self._pending_current
+            if future.done() and future.exception() is None:
+                self._saved_changes = max(self._saved_changes, changes)
+
+    def has_unsaved(self) -> bool:
+        """Whether closing now would lose something: it saves what is pending first, so this
+        is True only when the conversation could not be written (or the write hangs)."""
+        self.flush()
+        return self._changes != self._saved_changes
+
+    @property
+    def save_error(self) -> str | None:
+        return self._error
+
+    # ---- conversations ----------------------------------------------------------------------
+
+    def new_conversation(self) -> None:
+        """Put the current conversation away (saved) and start an empty one."""
+        self.flush()
+        entries = self.panel.entries()
+        if worth_keeping(entries):
+            self._archived[self.conversation_id] = _Archived(self.header(), entries)
+            for origin in self._origins:
+                self._archived_origins[origin] = self.conversation_id
+        else:  # nothing to keep: its session's late entries are dropped with it
+            for origin in self._origins:
+                self._archived_origins[origin] = None
+        self.panel.clear()
+        self._pending_current = None
+        self.conversation_id = new_conversation_id()
+        self.started = None
+        self._origins = set()
+        self._listed = False
+        self._changes = self._saved_changes = 0
+        self.listChanged.emit()
+
+    def delete(self, conversation_id: str) -> None:
+        """Delete a saved conversation (never the current one)."""
+        if conversation_id == self.conversation_id:
+            raise ValueError("the current conversation cannot be deleted; start a new one first")
+        if self._pending is not None:  # a late write must not bring it back
+            with contextlib.suppress(Exception):
+                self._pending.result(FLUSH_TIMEOUT_S)
+        if conversation_id in self._archived:
+            del self._archived[conversation_id]
+            for origin, owner in self._archived_origins.items():
+                if owner == conversation_id:
+                    self._archived_origins[origin] = None
+        self.store.delete(conversation_id)
+        self.listChanged.emit()
+
+    def shutdown(self) -> None:
+        self.flush()
+        self._writer.shutdown(wait=True)

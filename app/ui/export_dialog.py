@@ -1,0 +1,41 @@
+"""File → Export: the save dialog opens in Documents (then in the last export's folder) and
+writes Markdown or JSON by the chosen name."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
+
+from app.transcript_entries import TranscriptEntry
+from app.transcript_export import TranscriptHeader, export_to_file
+from app.ui.ui_state import UiState
+
+FILTERS = "Markdown (*.md);;JSON (*.json)"
+
+
+def suggested_name(header: TranscriptHeader) -> str:
+    started = header.started if header.started is not None else time.time()
+    return time.strftime("conversation-%Y-%m-%d-%H%M.md", time.localtime(started))
+
+
+def export_with_dialog(parent: QWidget, entries: Sequence[TranscriptEntry],
+                       header: TranscriptHeader, state: UiState) -> Path | None:
+    """Ask where, write, remember the folder; a failure is a message, never a crash."""
+    start = state.export_dir / suggested_name(header)
+    chosen, selected_filter = QFileDialog.getSaveFileName(
+        parent, "Export the conversation", str(start), FILTERS)
+    if not chosen:
+        return None
+    target = Path(chosen)
+    if not target.suffix:
+        target = target.with_suffix(".json" if "json" in selected_filter.lower() else ".md")
+    try:
+        export_to_file(entries, target, header)
+    except (OSError, ValueError) as exc:
+        QMessageBox.warning(parent, "Export failed", f"Could not write {target}: {exc}")
+        return None
+    state.export_dir = target.parent
+    return target

@@ -1,0 +1,369 @@
+"""The app around its window (issue 10): the first-run choice is saved, a missing speech model
+or speech recognition goes to the download dialog, settings changed during a conversation
+apply at once or are offered as a restart that keeps the transcript, Esc cancels a pending
+LLM request. Real widgets, the tiny model through the real loader, the stand-in Ollama."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import json  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
+
+from app.audio.file_source import FileAudioSource  # noqa: E402
+from app.checkpoints.catalog import get_manifest  # noqa: E402
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
+from app.settings.settings_dialog import SettingsDialog  # noqa: E402
+from app.settings.store import SettingsStore  # noqa: E402
+from app.ui.app import DesktopApp  # noqa: E402
+from app.ui.conversation_controller import ConversationController  # noqa: E402
+from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog  # noqa: E402
+from app.ui.main_window import MainWindow  # noqa: E402
+
+TINY_NAME = get_manifest("tiny").display_name
+_LAUNCHED: list[ConversationController] = []
+
+
+@pytest.fixture(autouse=True)
+def _conversations_end_with_the_test():
+    """A failing test must not leave a conversation running into the next one."""
+    yield
+    while _LAUNCHED:
+        controller = _LAUNCHED.pop()
+        controller.begin_shutdown()
+        assert controller.wait_shutdown(15.0)
+
+
+class Dialogs:
+    """The real download dialog (no hub size check: no network here), answered by a script
+    once it runs: "tiny", "none" or "close"."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.shown: list[ModelMissingDialog] = []
+
+    def __call__(self, manifest, **kwargs) -> ModelMissingDialog:
+        dialog = ModelMissingDialog(manifest, check_size=False, **kwargs)
+        self.shown.append(dialog)
+        answer = self.answers.pop(0) if self.answers else "close"
+        click = {"tiny": lambda: dialog.tiny_button.click(),
+                 "none": lambda: dialog.none_button.click(),
+                 "close": dialog.reject}[answer]
+        QTimer.singleShot(0, click)  # runs inside the dialog's exec()
+        return dialog
+
+
+def launch(qtbot, store: SettingsStore, dialogs: Dialogs, audio=None):
+    """What run_app does, minus app.exec(): load the settings, build the window, first run."""
+    settings, notice = store.load()
+    sources: list[FileAudioSource] = []
+
+    def audio_factory(_settings):
+        sources.append(FileAudioSource(np.zeros(4800, np.float32)))
+        return sources[-1]
+
+    controller = ConversationController(audio or audio_factory)
+    _LAUNCHED.append(controller)
+    window = MainWindow(controller, settings)
+    qtbot.addWidget(window)
+    desktop = DesktopApp(window, controller, store, model_dialog=dialogs)
+    window.show()
+    desktop.first_run(notice)
+    return window, controller, desktop
+
+
+def notices(window) -> list[str]:
+    return [e.text for e in window.transcript.entries() if e.kind == "notice"]
+
+
+def spans(window) -> list:
+    return [e for e in window.transcript.entries() if e.kind == "span" and e.final]
+
+
+def saved(store: SettingsStore) -> dict:
+    return json.loads(store.path.read_text(encoding="utf-8"))
+
+
+def stop(controller, qtbot) -> None:
+    controller.begin_shutdown()
+    assert controller.wait_shutdown(15.0)
+
+
+# ---- item 7: the first run's tiny choice is saved, and the welcome names it ---------------------
+
+
+def test_the_tiny_demo_choice_is_saved_and_not_asked_again(qtbot, tiny_folder, data_dir,
+                                                          tmp_path):
+    store = SettingsStore(tmp_path / "settings.json")  # no file: the default (moshika) is absent
+    dialogs = Dialogs("tiny")
+    window, _, _ = launch(qtbot, store, dialogs)
+    assert len(dialogs.shown) == 1
+    assert window.settings.speech.model_id == "tiny"
+    assert saved(store)["speech"]["model_id"] == "tiny"  # on disk, for the next launch
+    welcome = [t for t in notices(window) if t.startswith("Press Start")]
+    assert len(welcome) == 1 and TINY_NAME in welcome[0] and "moshika" not in welcome[0]
+
+    window2, _, _ = launch(qtbot, SettingsStore(tmp_path / "settings.json"), dialogs)
+    assert len(dialogs.shown) == 1  # the second launch does not ask again
+    assert window2.settings.speech.model_id == "tiny"
+    assert any(TINY_NAME in t for t in notices(window2) if t.startswith("Press Start"))
+
+
+# ---- item 9: a missing speech model goes to the download dialog --------------------------------
+
+
+def test_starting_with_a_missing_model_shows_the_download_dialog(qtbot, tiny_folder, data_dir,
+                                                                tmp_path, capfd):
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="moshika", device="cpu"),
+                           llm=LlmSettings(backend="none")))
+    dialogs = Dialogs("close", "close", "tiny")  # first run, then two presses of Start
+    window, controller, _ = launch(qtbot, store, dialogs)
+    assert len(dialogs.shown) == 1
+    window.start_action.trigger()  # Start: the model is still missing
+    assert len(dialogs.shown) == 2 and dialogs.shown[-1].manifest.id == "moshika"
+    assert controller.state == "idle"  # nothing started, nothing failed
+    assert "press Start again to download it" in window.banner.text()
+    window.start_action.trigger()  # "start again to download it" does offer it again
+    assert len(dialogs.shown) == 3
+    qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+    assert window.settings.speech.model_id == "tiny"
+    stop(controller, qtbot)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "CheckpointMissingError" not in err
+
+
+def test_a_model_missing_at_load_time_also_goes_to_the_dialog(qtbot, tiny_folder, data_dir,
+                                                              tmp_path, caplog):
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="moshika", device="cpu"),
+                           llm=LlmSettings(backend="none")))
+    dialogs = Dialogs("close", "tiny")
+    window, controller, _ = launch(qtbot, store, dialogs)
+    controller.preflight = None  # as if the files vanished after the check
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: len(dialogs.shown) == 2, timeout=60_000)
+    qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+    stop(controller, qtbot)
+    assert not any("CheckpointMissingError" in t for t in notices(window))
+    assert not window.banner.isVisible() or "CheckpointMissingError" not in window.banner.text()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+# ---- item 8: speech recognition that is not on disk -----------------------------------------
+
+
+def test_missing_speech_recognition_offers_the_download_or_typed_only(qtbot, tiny_folder,
+                                                                      data_dir, tmp_path):
+    with OllamaStandIn() as standin:
+        store = SettingsStore(tmp_path / "settings.json")
+        store.save(AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=standin.url, model="standin:latest",
+                            tools_enabled=False, stt_model="kyutai-stt-1b-en_fr")))
+        dialogs = Dialogs("none")
+        window, controller, _ = launch(qtbot, store, dialogs)
+        assert not dialogs.shown  # the speech model is there: no first-run dialog
+        window.start_action.trigger()
+        assert len(dialogs.shown) == 1
+        dialog = dialogs.shown[0]
+        assert dialog.is_stt and dialog.manifest.id == "kyutai-stt-1b-en_fr"
+        assert dialog.download_button.isEnabled()  # the same download as the speech model's
+        assert dialog.none_button.text() == NO_STT_LABEL
+        assert not dialog.folder_button.isVisibleTo(dialog)
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        assert window.settings.llm.stt_model == "none"
+        assert saved(store)["llm"]["stt_model"] == "none"
+        stop(controller, qtbot)
+
+
+def test_the_settings_dialog_offers_no_speech_recognition(qtbot):
+    dialog = SettingsDialog(AppSettings(), stt_models={"tiny-stt": "Tiny STT"})
+    qtbot.addWidget(dialog)
+    index = dialog.stt_combo.findData("none")
+    assert index >= 0 and dialog.stt_combo.itemText(index) == NO_STT_LABEL
+    dialog.stt_combo.setCurrentIndex(index)
+    assert dialog.settings().llm.stt_model == "none"
+
+
+# ---- item 3: settings changed during a conversation ----------------------------------------------
+
+
+def test_the_settings_dialog_says_what_applies_after_a_restart(qtbot):
+    idle = SettingsDialog(AppSettings(), stt_models={})
+    running = SettingsDialog(AppSettings(), stt_models={}, conversation_running=True)
+    for dialog in (idle, running):
+        qtbot.addWidget(dialog)
+        dialog.show()
+    assert not idle.restart_note.isVisible()
+    assert running.restart_note.isVisible() and "after a restart" in running.restart_note.text()
+    running.tabs.setCurrentIndex(0)
+    assert any("after a restart" in label.text() and label.isVisible()
+               for label in running.tabs.widget(0).findChildren(type(running.restart_note)))
+
+
+def test_live_settings_reach_the_next_request_and_a_restart_keeps_the_transcript(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    with OllamaStandIn(script=[ScriptedReply(content="From A.")], models=("a:1",)) as first, \
+            OllamaStandIn(script=[ScriptedReply(content="From B.")], models=("b:2",)) as second:
+        store = SettingsStore(tmp_path / "settings.json")
+        store.save(AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=first.url, model="a:1",
+                            tools_enabled=False, stt_model="none")))
+        window, controller, desktop = launch(qtbot, store, Dialogs())
+        window.start_action.trigger()
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        controller.send_text("first question?")
+        qtbot.waitUntil(lambda: any(e.text == "From A." for e in spans(window)), timeout=30_000)
+
+        # What a user does in the dialog: another server, model and tools, and their name.
+        new = replace(window.settings,
+                      llm=replace(window.settings.llm, host=second.url, model="b:2",
+                                  tools_enabled=True, tools=("calculator",)),
+                      speech=replace(window.settings.speech, user_name="Ana"))
+        desktop.settings_accepted(new)
+        assert saved(store)["llm"]["model"] == "b:2"
+        assert window.restart_banner.isVisible()
+        assert "Your name" in window.restart_banner.label.text()
+        controller.send_text("second question?")
+        qtbot.waitUntil(lambda: any(e.text == "From B." for e in spans(window)), timeout=30_000)
+        assert second.requests and second.requests[0]["model"] == "b:2"
+        assert [t["function"]["name"] for t in second.requests[0]["tools"]] == ["calculator"]
+        assert len(first.requests) == 1
+
+        before = [(e.kind, e.text) for e in window.transcript.entries() if e.final]
+        qtbot.mouseClick(window.restart_banner.restart_button, Qt.MouseButton.LeftButton)
+        assert not window.restart_banner.isVisible()
+        qtbot.waitUntil(lambda: controller.state == "stopping", timeout=5_000)
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        assert controller.settings.speech.user_name == "Ana"  # the restart took the new ones
+        controller.send_text("third question?")
+        qtbot.waitUntil(lambda: [e.text for e in spans(window)].count("From B.") == 2,
+                        timeout=30_000)
+        after = [(e.kind, e.text) for e in window.transcript.entries()]
+        stop(controller, qtbot)
+    for kept in [("user", "first question?"), ("span", "From A."), ("user", "second question?")]:
+        assert kept in before and kept in after, kept  # the transcript stayed
+    assert after.index(("user", "first question?")) < after.index(("user", "third question?"))
+
+
+# ---- the request side of "a visible LLM state": Esc cancels a pending request ----------------
+
+
+def test_esc_cancels_a_pending_llm_request(qtbot, tiny_folder, data_dir, tmp_path):
+    hang = ScriptedReply(content="too late", first_token_delay_s=60.0)
+    with OllamaStandIn(script=[hang]) as standin:
+        store = SettingsStore(tmp_path / "settings.json")
+        store.save(AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=standin.url, model="standin:latest",
+                            tools_enabled=False, stt_model="none")))
+        window, controller, _ = launch(qtbot, store, Dialogs())
+        window.start_action.trigger()
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        controller.send_text("anyone there?")
+        qtbot.waitUntil(lambda: bool(standin.requests), timeout=30_000)
+        window.activateWindow()
+        pressed = time.monotonic()
+        QTest.keyClick(window, Qt.Key.Key_Escape)
+        qtbot.waitUntil(lambda: bool(standin.hangups), timeout=5_000)
+        hung_up = standin.hangups[0] - pressed
+        controller.send_text("still there?")  # the conversation goes on
+        qtbot.waitUntil(lambda: len(standin.requests) == 2, timeout=30_000)
+        stop(controller, qtbot)
+    print(f"\nEsc: the stand-in saw the request abandoned {hung_up * 1000:.0f} ms later")
+    assert hung_up < 2.0
+
+
+def test_test_connection_keeps_the_focus(qtbot):
+    with OllamaStandIn(models=("qwen3:4b",)) as server:
+        dialog = SettingsDialog(AppSettings(llm=LlmSettings(host=server.url, model="")),
+                                stt_models={})
+        qtbot.addWidget(dialog)
+        dialog.show()
+        dialog.tabs.setCurrentIndex(2)
+        dialog.activateWindow()
+        dialog.test_button.setFocus()
+        qtbot.waitUntil(dialog.test_button.hasFocus, timeout=5_000)
+        dialog.test_button.click()
+        qtbot.waitUntil(lambda: dialog.llm_model_combo.count() == 1, timeout=10_000)
+    assert dialog.test_button.hasFocus(), dialog.focusWidget()
+    assert not dialog.timeout_spin.hasFocus()
+
+
+def test_the_quantize_setting_is_kept_but_not_offered(qtbot):
+    from PySide6.QtWidgets import QCheckBox
+
+    settings = AppSettings(speech=SpeechModelSettings(quantize=True))
+    dialog = SettingsDialog(settings, stt_models={})
+    qtbot.addWidget(dialog)
+    boxes = [box.text() for box in dialog.findChildren(QCheckBox)]
+    assert boxes and not any("8-bit" in text for text in boxes)
+    assert dialog.settings().speech.quantize is True  # an old file's value is not rewritten
+
+
+# ---- item 5: the process-level deadline after closing ------------------------------------------
+
+
+def test_past_the_deadline_the_app_exits_anyway_and_says_what_still_ran(
+        qtbot, tiny_folder, data_dir, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from app.ui import app as app_module
+
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none")))
+    window, controller, desktop = launch(qtbot, store, Dialogs())
+    _LAUNCHED.remove(controller)  # no conversation runs; its wait_shutdown is faked below
+    waited: list[float] = []
+    exits: list[int] = []
+    monkeypatch.setattr(controller, "wait_shutdown", lambda t: waited.append(t) or False)
+    monkeypatch.setattr(controller, "live_threads", lambda: ["llm-turn-3", "conversation"])
+    monkeypatch.setattr(app_module.os, "_exit", exits.append)
+    monkeypatch.setattr(app_module.logging, "shutdown", lambda: None)
+    window.close()
+    with caplog.at_level(logging.WARNING, logger="app.ui.app"):
+        desktop.finish(0)
+    assert exits == [0]
+    assert len(waited) == 1 and 1.0 < waited[0] < 2.0  # what is left of the 2 s
+    assert "llm-turn-3, conversation" in caplog.text and "exiting anyway" in caplog.text
+
+
+class SlowToStop(FileAudioSource):
+    """An audio driver that takes 2 s to close its streams (it happens)."""
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        super().stop(timeout)
+        import threading
+
+        threading.Event().wait(2.0)
+        return True
+
+
+def test_closing_the_window_does_not_wait_for_the_conversation(qtbot, tiny_folder, data_dir,
+                                                               tmp_path):
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none")))
+    window, controller, _ = launch(qtbot, store, Dialogs(),
+                                   audio=lambda _s: SlowToStop(np.zeros(4800, np.float32)))
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+    began = time.monotonic()
+    window.close()
+    took = time.monotonic() - began
+    assert not window.isVisible()
+    assert controller.wait_shutdown(15.0)  # it does finish, in the background
+    print(f"\nwindow.close() returned in {took * 1000:.0f} ms (the audio takes 2 s to stop)")
+    assert took < 1.0
