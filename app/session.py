@@ -37,8 +37,8 @@ from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.orchestrator import events as oe
 from app.pipeline import ConversationPipeline
 from app.settings.schema import AppSettings, LlmSettings
-from app.transcript_builder import TranscriptBuilder
-from app.ui.transcript_entries import TranscriptEntry
+from app.transcript_builder import TranscriptBuilder, llm_label
+from app.transcript_entries import TranscriptEntry
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,9 @@ class ConversationSession:
         self._audio_factory = audio_factory
         self._cache = cache or CheckpointCache()
         self._status_interval_s = status_interval_s
-        self._builder = TranscriptBuilder()
+        self._builder = TranscriptBuilder(
+            llm=llm_label(settings.llm.backend, settings.llm.model)
+            if settings.llm.backend != "none" else "")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
@@ -543,6 +545,7 @@ class ConversationSession:
             self._notice("The assistant (LLM) is off now.", "info")
             return
         backend, tools = _make_backend(llm), _make_tools(llm, self._notice)
+        self._builder.set_llm(llm_label(llm.backend, llm.model))
         orchestrator = pipeline.orchestrator
         if orchestrator is None:
             engine = self._engine

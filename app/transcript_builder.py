@@ -11,8 +11,10 @@ so entries of different sessions never share an identity (`TranscriptEntry.key`)
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,10 +36,23 @@ def llm_label(backend: str, model: str = "") -> str:
     return f"{model} on {name}" if model else name
 
 
+def _locked(method):
+    """The session thread turns events into entries while the GUI thread adds typed ones:
+    one builder, one lock (reentrant: public methods call each other)."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class TranscriptBuilder:
     def __init__(self, clock: Callable[[], float] = time.time, origin: str | None = None,
                  llm: str = "") -> None:
         """`llm`: how spans from the LLM name it (see `llm_label`); "" words them "LLM"."""
+        self._lock = threading.RLock()
         self._clock = clock
         self.origin = origin if origin is not None else uuid.uuid4().hex[:12]
         self._llm = llm
@@ -56,10 +71,12 @@ class TranscriptBuilder:
         self._chunks: dict[int, list[tuple[int, int]]] = {}  # span id -> (first, length)
         self._in_window: dict[int, TranscriptEntry] = {}  # landed spans still (partly) inside
 
+    @_locked
     def set_llm(self, label: str) -> None:
         """The LLM changed during the conversation: spans from now on name the new one."""
         self._llm = label
 
+    @_locked
     def remember_span(self, span_id: int, text: str, source: str) -> None:
         """Spans the UI queued itself (typed, dropped): their text and source for display."""
         self._span_text[span_id] = (text, source)
@@ -75,6 +92,7 @@ class TranscriptBuilder:
         """Something was added to the transcript after `entry` (the model spoke on)."""
         return self._last_id > entry.entry_id
 
+    @_locked
     def entries_for(self, event: object) -> list[TranscriptEntry]:
         now = self._clock()
         if isinstance(event, ev.TextPiece):
@@ -328,9 +346,11 @@ class TranscriptBuilder:
 
     # ---- the user's and the model's words ---------------------------------------------------
 
+    @_locked
     def notice(self, message: str, severity: str = "info") -> TranscriptEntry:
         return self._notice(message, self._clock(), severity)
 
+    @_locked
     def typed(self, text: str) -> list[TranscriptEntry]:
         closed = self._close_assistant()
         return [*closed, self._new("user", text, self._clock(), detail="typed")]

@@ -53,12 +53,17 @@ class MainWindow(QMainWindow):
         self.addToolBar(toolbar)
         self.start_action = QAction("&Start", self)
         self.start_action.setShortcut(QKeySequence("Ctrl+Return"))
+        # While paused (a device problem) the main button resumes: this one still stops.
+        self.stop_action = QAction("En&d the conversation", self)
+        self.stop_action.setShortcut(QKeySequence("Ctrl+Shift+Return"))
+        self.stop_action.setToolTip("Stop the conversation (Ctrl+Shift+Enter)")
+        self.stop_action.setVisible(False)
         self.mute_action = QAction("Mute mic", self)
         self.mute_action.setCheckable(True)
         self.settings_action = QAction("Settings…", self)
         self.export_action = QAction("Export…", self)
         self.copy_action = QAction("Copy transcript", self)
-        for action in (self.start_action, self.mute_action):
+        for action in (self.start_action, self.stop_action, self.mute_action):
             toolbar.addAction(action)
         self.mic_meter = LevelMeter("mic", self)
         self.speaker_meter = LevelMeter("speaker", self)
@@ -87,6 +92,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status_line)
 
         self.start_action.triggered.connect(self._toggle)
+        self.stop_action.triggered.connect(controller.stop)
         self.mute_action.toggled.connect(controller.set_muted)
         self.settings_action.triggered.connect(self.settings_requested)
         self.export_action.triggered.connect(self._export)
@@ -118,6 +124,7 @@ class MainWindow(QMainWindow):
         self.start_action.setText("&Stop" if running else "&Resume" if state == "paused"
                                   else "&Start")
         self.start_action.setEnabled(state != "stopping")
+        self.stop_action.setVisible(state == "paused")
         if state == "error":
             self.show_error(f"The conversation stopped: {detail}")
         elif state in ("loading", "running"):

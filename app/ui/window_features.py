@@ -151,7 +151,7 @@ class WindowFeatures(QObject):
         w = self.window
         bar = w.menuBar()
         conversation = QMenu("&Conversation", w)
-        for item in (w.start_action, w.cancel_request_action, self.new_action, None,
+        for item in (w.start_action, w.stop_action, w.cancel_request_action, self.new_action, None,
                      w.mute_action,
                      self.push_to_talk_action, None, self.list_action, w.export_action,
                      w.copy_action, None, w.settings_action, None, self.quit_action):

@@ -210,3 +210,19 @@ def test_the_export_names_the_llm_the_conversations_start_and_what_it_ran_on(
     assert all(isinstance(e["time"], str) and "T" in e["time"] for e in payload["entries"])
     _header, entries = read_transcript((tmp_path / "talk.json").read_text(encoding="utf-8"))
     assert [e.text for e in entries] == [e.text for e in window.transcript.entries()]
+
+
+def test_a_paused_conversation_can_still_be_stopped(bare_window, monkeypatch):
+    """Paused (no audio device, or unplugged): the main button resumes, a second one stops."""
+    stopped = []
+    monkeypatch.setattr(bare_window.controller, "stop", lambda: stopped.append(True))
+    assert not bare_window.stop_action.isVisible()
+    bare_window.controller.state_changed.emit("paused", "Paused: no microphone")
+    settle()
+    assert bare_window.start_action.text() == "&Resume"
+    assert bare_window.stop_action.isVisible()
+    bare_window.stop_action.trigger()
+    assert stopped == [True]
+    bare_window.controller.state_changed.emit("running", "Listening")
+    settle()
+    assert not bare_window.stop_action.isVisible()
