@@ -69,7 +69,7 @@ def test_a_session_runs_reads_typed_and_dropped_text_and_stops_cleanly(tiny_fold
     assert recorder.states[-1][0] == "stopped"
     spans = {e.source: e for e in recorder.of("span")}
     assert spans["dropped file: notes.txt"].text == "Notes: the meeting is at noon."
-    assert spans["llm"].text == "Canberra is the capital."
+    assert spans["standin:latest on Ollama"].text == "Canberra is the capital."  # named
     assert all(e.landed_frame is not None for e in spans.values())
     assert recorder.of("user")[0].text == "What is the capital of Australia?"
     assert len(source.played) > 0  # the model's audio reached the speaker side
@@ -176,7 +176,7 @@ def test_typed_questions_are_answered_without_any_audio_device(tiny_folder, data
             session.send_text("What is the capital of Australia?")
             session.inject_text("The meeting is at noon.", "pasted text")
             recorder.wait(lambda: {e.source for e in recorder.of("span") if e.final}
-                          >= {"llm", "pasted text"}, timeout=30)
+                          >= {"standin:latest on Ollama", "pasted text"}, timeout=30)
             recorder.wait(lambda: recorder.of("assistant"), timeout=30)  # words still shown
         finally:
             assert session.stop()
@@ -202,7 +202,7 @@ def test_settings_changed_live_reach_the_next_llm_request(tiny_folder, data_dir)
         try:
             recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
             session.send_text("first?")
-            recorder.wait(lambda: any(e.source == "llm" and e.final
+            recorder.wait(lambda: any(e.source == "a:1 on Ollama" and e.final
                                       for e in recorder.of("span")), timeout=30)
             after = replace(before, llm=replace(before.llm, host=second.url, model="b:2",
                                                 tools_enabled=True, tools=("calculator",)),
@@ -213,6 +213,8 @@ def test_settings_changed_live_reach_the_next_llm_request(tiny_folder, data_dir)
             session.send_text("second?")
             recorder.wait(lambda: any(e.text == "From B." for e in recorder.of("span")),
                           timeout=30)
+            assert [e.source for e in recorder.of("span") if e.text == "From B."] == [
+                "b:2 on Ollama"]  # the span names the LLM the live change picked
         finally:
             assert session.stop()
     assert len(first.requests) == 1 and len(second.requests) == 1
