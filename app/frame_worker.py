@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -50,9 +51,23 @@ class FrameWorker:
         """What goes into the queue for a frame (a subclass may keep the timeout too)."""
         return frame
 
-    def finish_input(self, timeout: float = 10.0) -> None:
-        """No more frames will come: the thread drains the queue, then ends."""
-        self._input.put(END_OF_INPUT, timeout=timeout)
+    def finish_input(self, timeout: float | None = 10.0) -> None:
+        """No more frames will come: the thread drains the queue, then ends.
+
+        Waits for room while the thread lives (a slow start-up can keep a file's queue
+        full for a while); `timeout` None waits as long as that. Raises queue.Full only
+        when the timeout passes with the thread still alive and the queue full."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                self._input.put(END_OF_INPUT, timeout=0.2)
+                return
+            except queue.Full:
+                if self._stop.is_set() or (self._thread is not None
+                                           and not self._thread.is_alive()):
+                    return  # nobody will read it
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop now (queued frames are dropped) and wait. True when the thread has ended."""

@@ -321,7 +321,7 @@ def run_headless(
                 while not pipeline.push_frame(frame, 1.0):
                     if not engine.running or stop_feeding.is_set():
                         return
-            pipeline.finish_input()
+            pipeline.finish_input(None if not realtime else 10.0)
         except Exception as exc:  # reported through `failure`, never a silent stop
             failure.append(f"feeding the engine failed: {exc}")
 
@@ -348,8 +348,8 @@ def run_headless(
             try:
                 event = pipeline.events.get(timeout=min(remaining, 1.0))
             except queue.Empty:
-                if not engine.running and not feeder.is_alive() and failure:
-                    break
+                if failure and not feeder.is_alive():
+                    break  # the input cannot go on: stop rather than wait for the deadline
                 continue
             if isinstance(event, ev.EngineReady):
                 _write(out, {

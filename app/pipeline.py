@@ -102,16 +102,17 @@ class ConversationPipeline:
             self.asr.push_frame(pcm, timeout)
         return accepted
 
-    def _finish_stages(self) -> None:
+    def _finish_stages(self, timeout: float | None = 10.0) -> None:
         if self.asr is not None:
-            self.asr.finish_input()
-        self.engine.finish_input()
+            self.asr.finish_input(timeout)
+        self.engine.finish_input(timeout)
 
-    def finish_input(self) -> None:
+    def finish_input(self, timeout: float | None = 10.0) -> None:
+        """No more frames. A file passes timeout None: it waits as long as the stages live."""
         if self.leveller is not None:
-            self.leveller.finish_input()
+            self.leveller.finish_input(timeout)
         else:
-            self._finish_stages()
+            self._finish_stages(timeout)
 
     def stop(self, timeout: float = 10.0) -> bool:
         ok = True

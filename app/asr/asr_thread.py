@@ -53,7 +53,7 @@ class StreamingAsr(FrameWorker):
 
     # ---- any thread -------------------------------------------------------------------
 
-    def finish_input(self, timeout: float = 10.0) -> None:
+    def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames: the thread drains the queue, flushes the last words, and ends.
 
         The end of input is not an end of turn: an utterance still open gets its words,
