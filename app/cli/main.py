@@ -1,18 +1,58 @@
 """The command line: `python main.py [command]`.
 
-With no command it launches the desktop app. Errors are one line on stderr and a non-zero
-exit, never a traceback.
+With no command it launches the desktop app. Errors are one line on stderr that names the
+log, and a non-zero exit; the traceback goes to the log (app/log_setup.py), not the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import logging
+import os
+import queue
+import re
+import shutil
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from app.log_setup import configure_logging, log_path
+from app.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from app.asr.stt_catalog import SttManifest
+    from app.checkpoints.catalog import Manifest
+    from app.checkpoints.downloader import CheckpointDownloader, DownloadResult
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl+C
+CANCEL_GRACE_S = 2.0  # after Ctrl+C, how long a download may take to stop at a chunk's end
+# Qt platforms that need no display server; anything else needs DISPLAY or WAYLAND_DISPLAY.
+HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "minimalegl", "eglfs", "linuxfb", "vnc",
+                         "vkkhrdisplay")
+
+log = logging.getLogger(__name__)
+
+
+def contextspan_version() -> str:
+    """The installed package's version, else pyproject.toml's (a source checkout)."""
+    try:
+        return importlib.metadata.version("contextspan")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    found = re.search(r'^\[project\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.M | re.S)
+    return found.group(1) if found else "unknown"
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -29,8 +69,16 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="python main.py",
-        description="ContextSpan: a full-duplex voice assistant with Context Spanning injection.",
+        description="ContextSpan: a full-duplex voice assistant with Context Spanning "
+                    "injection. Without a command it opens the desktop app; none of the "
+                    "commands below opens it (they run headless).",
+        epilog=f"The log is written to {log_path()}.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"ContextSpan {contextspan_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="print debug logging on the terminal too (anywhere on the "
+                             "command line)")
     parser.add_argument("--screenshot", type=Path, default=None, metavar="FILE.png",
                         help="render the app on the tiny demo model with a short scripted "
                              "conversation to FILE.png, then exit")
@@ -39,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the model catalog")
     commands.add_parser("train", help="fine-tune a checkpoint on span-injected conversations "
                                       "(python main.py train --help)")
+
+    download = commands.add_parser(
+        "download", help="download a model (or a speech recognition model) from Hugging "
+                         "Face, for machines without a display")
+    download.add_argument("model", help="catalog id: python main.py models, or an STT id "
+                                        "such as kyutai-stt-1b-en_fr")
+    download.add_argument("--folder", type=Path, default=None,
+                          help="where to put it (default: the data dir, where the app and "
+                               "`run` look)")
 
     build = commands.add_parser(
         "build", help="build a random-weight checkpoint (tiny, tiny-cs, moshi-7b-random, tiny-stt)"
@@ -137,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--allow-cpu", action="store_true",
                      help="run on a CPU too (for testing the command's paths)")
     gpu.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.set_defaults(bench_kinds=tuple(bench_kinds.choices))
     return parser
 
 
@@ -251,9 +309,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                allow_cpu=args.allow_cpu)
         print(json.dumps(result) if args.json else describe(result))
         return 0
-    if args.bench != "injection":
-        raise ValueError("choose a benchmark: injection, pipeline, gpu, audio-latency, echo "
-                         "or soak")
     from app.bench.injection_bench import run_injection_bench
 
     ks = tuple(args.k) if args.k else (16, 64, 256)
@@ -274,35 +329,277 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- download ----------------------------------------------------------------------------
+
+
+def _downloadable_manifest(model_id: str) -> Manifest | SttManifest:
+    """A speech model's or an STT's catalog entry, if it comes from Hugging Face."""
+    from app.asr.stt_catalog import load_stt_catalog
+    from app.checkpoints.catalog import CatalogError, load_catalog
+
+    entries = {**load_stt_catalog(), **load_catalog()}
+    manifest = entries.get(model_id)
+    if manifest is None:
+        known = ", ".join(sorted(k for k, m in entries.items() if m.hf_repo))
+        raise CatalogError(f"unknown model {model_id!r} (downloadable: {known})")
+    if not manifest.hf_repo:
+        how = ("it is built on this machine (python main.py build --help)"
+               if manifest.builder else f"it is read from {manifest.default_folder()}")
+        raise CatalogError(f"{model_id!r} is not on Hugging Face: {how}")
+    return manifest
+
+
+@dataclass(frozen=True)
+class _Planned:
+    total: int
+    on_disk: int
+    files: int
+
+
+@dataclass(frozen=True)
+class _Progress:
+    done: int
+    total: int
+    name: str
+
+
+@dataclass(frozen=True)
+class _Finished:
+    result: DownloadResult | None
+    error: Exception | None
+
+
+_DownloadEvent = _Planned | _Progress | _Finished
+
+
+class _ProgressLine:
+    """Download progress: one line redrawn in place on a terminal, a line per 10 % when
+    stderr is a file or a pipe."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.redraw = stream.isatty()
+        self.done = 0
+        self.total = 0
+        self._started: float | None = None
+        self._start_done = 0
+        self._last_step = -1
+        self._last_draw = 0.0
+        self._drawn = 0  # characters on the line being redrawn
+
+    def update(self, done: int, total: int, name: str) -> None:
+        from app.checkpoints.downloader import format_bytes
+
+        now = time.monotonic()
+        if self._started is None:
+            self._started, self._start_done = now, done
+        self.done, self.total = done, total
+        percent = 100 * done // total if total else 100
+        elapsed = now - self._started
+        rate = f"  {format_bytes((done - self._start_done) / elapsed)}/s" if elapsed > 0 else ""
+        text = f"{percent:3d}%  {format_bytes(done)} of {format_bytes(total)}{rate}  {name}"
+        if self.redraw:
+            if now - self._last_draw < 0.1 and done < total:
+                return
+            self._last_draw = now
+            text = text[: shutil.get_terminal_size().columns - 1]  # a wrapped line stays
+            self.stream.write("\r" + text.ljust(self._drawn))
+            self._drawn = len(text)
+        elif percent // 10 > self._last_step:
+            self._last_step = percent // 10
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """Replace the redrawn line with a word (nothing when lines are not redrawn)."""
+        if self.redraw:
+            self.stream.write("\r" + text.ljust(self._drawn))
+            self.stream.flush()
+            self._drawn = max(self._drawn, len(text))
+
+    def end_line(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = 0
+
+
+def _fetch(downloader: CheckpointDownloader, cancel: threading.Event, events: queue.Queue) -> None:
+    """The download thread: plan, fetch, verify; every outcome goes to `events`."""
+    try:
+        plan = downloader.plan()
+        events.put(_Planned(plan.total_bytes, plan.bytes_on_disk, len(plan.files)))
+        result = downloader.download(
+            plan, cancel=cancel, on_progress=lambda d, t, n: events.put(_Progress(d, t, n)))
+        events.put(_Finished(result, None))
+    except Exception as exc:  # the main thread reports it
+        events.put(_Finished(None, exc))
+
+
+def _follow(events: queue.Queue, worker: threading.Thread, progress: _ProgressLine,
+            folder: Path, deadline: float | None = None) -> _Finished | None:
+    """Draw what the download thread reports until it finishes (None: the deadline came)."""
+    from app.checkpoints.downloader import format_bytes
+
+    while True:
+        wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+        if wait <= 0:
+            return None
+        try:
+            event: _DownloadEvent = events.get(timeout=wait)
+        except queue.Empty:
+            if not worker.is_alive() and events.empty():
+                return _Finished(None, RuntimeError("the download thread ended unexpectedly"))
+            continue
+        if isinstance(event, _Finished):
+            return event
+        if isinstance(event, _Planned):
+            here = f"; {format_bytes(event.on_disk)} already here" if event.on_disk else ""
+            print(f"{format_bytes(event.total)} in {event.files} file(s) into {folder}{here}",
+                  file=sys.stderr)
+        else:
+            progress.update(event.done, event.total, event.name)
+
+
+def _cmd_download(args: argparse.Namespace) -> int:
+    from huggingface_hub.utils import disable_progress_bars
+
+    from app.checkpoints.downloader import CheckpointDownloader, format_bytes
+
+    manifest = _downloadable_manifest(args.model)
+    downloader = CheckpointDownloader.for_manifest(
+        manifest, args.folder, endpoint=os.environ.get("HF_ENDPOINT") or None)
+    disable_progress_bars()  # huggingface_hub's own bars: ours is drawn instead
+    print(f"{manifest.id}: asking {downloader.hub_url} for {manifest.hf_repo}",
+          file=sys.stderr)
+    cancel, events = threading.Event(), queue.Queue()
+    # A daemon: a transfer stalled on the network must not keep a cancelled process alive.
+    worker = threading.Thread(target=_fetch, args=(downloader, cancel, events),
+                              name="download", daemon=True)
+    worker.start()
+    progress = _ProgressLine(sys.stderr)
+    try:
+        finished = _follow(events, worker, progress, downloader.folder)
+    except KeyboardInterrupt:
+        cancel.set()  # the thread stops at the end of the chunk in flight
+        finished = _wait_for_cancel(events, worker, progress, downloader.folder)
+        if finished is None or finished.result is None:
+            return EXIT_INTERRUPTED
+    progress.end_line()
+    if finished.error is not None:
+        raise finished.error
+    result = finished.result
+    assert result is not None
+    skipped = (f"; not on the hub, skipped: {', '.join(result.skipped)}"
+               if result.skipped else "")
+    print(f"{manifest.id} is ready in {result.folder}: {len(result.verified)} file(s) "
+          f"verified, {format_bytes(result.fetched_bytes)} fetched{skipped}")
+    return 0
+
+
+def _wait_for_cancel(events: queue.Queue, worker: threading.Thread, progress: _ProgressLine,
+                     folder: Path) -> _Finished | None:
+    """After Ctrl+C: give the download a moment to stop cleanly, then say what is kept.
+    Returns the outcome when the download finished after all (it was at its last chunk)."""
+    from app.checkpoints.downloader import DownloadCancelled, format_bytes
+
+    progress.note("cancelling…")
+    try:
+        finished = _follow(events, worker, progress, folder,
+                           deadline=time.monotonic() + CANCEL_GRACE_S)
+    except KeyboardInterrupt:  # a second Ctrl+C: wait no longer
+        finished = None
+    if finished is not None and finished.result is not None:
+        return finished
+    progress.end_line()
+    if finished is not None and isinstance(finished.error, DownloadCancelled):
+        message = str(finished.error)  # the downloader's own count of what is kept
+    else:  # still in flight (a stalled read), or it failed meanwhile
+        if finished is not None:
+            log.info("after the cancel the download ended with %r", finished.error)
+        message = (f"Download cancelled. {format_bytes(progress.done)} of "
+                   f"{format_bytes(progress.total)} is kept in {folder}; the next download "
+                   "resumes from there.")
+    log.info("%s", message)
+    print(message, file=sys.stderr)
+    return finished
+
+
+# ---- entry --------------------------------------------------------------------------------
+
+
+def _take_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
+    """`--debug` may stand anywhere before a `--`; it is taken out before parsing, so that
+    logging is set up before anything else runs (and `train`'s own parser never sees it)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    return debug, [a for a in argv[:end] if a != "--debug"] + argv[end:]
+
+
+def _no_display_reason() -> str | None:
+    """Why Qt would abort on this machine (Linux without a display server), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    platforms = os.environ.get("QT_QPA_PLATFORM", "").replace(";", ":").lower().split(":")
+    if any(p.strip() in HEADLESS_QT_PLATFORMS for p in platforms):
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display: DISPLAY and WAYLAND_DISPLAY are not set, so the desktop app cannot "
+            "open. Start it from a desktop session, or under a virtual display with "
+            "`xvfb-run python main.py`; the headless commands need none: run, bench, "
+            "download (python main.py --help)")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _guarded(action: Callable[[], int], what: str, log_file: Path) -> int:
+    """Run a command: a failure is one line on stderr naming the log, its traceback in it."""
+    try:
+        return action()
+    except KeyboardInterrupt:
+        log.info("%s: interrupted", what)
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        log.exception("%s failed", what)
+        print(f"error: {_one_line(exc)} (details: {log_file})", file=sys.stderr)
+        return EXIT_FAILURE
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    debug, argv = _take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    log_file = configure_logging(debug)
+    log.info("python main.py %s (ContextSpan %s)", argv[0] if argv else "(the app)",
+             contextspan_version())
     if argv and argv[0] == "train":  # its own parser: python main.py train --help
         from app.training.cli import main_train
 
-        try:
-            return main_train(argv[1:])
-        except Exception as exc:  # one line, like every other command
-            print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}",
-                  file=sys.stderr)
-            return EXIT_FAILURE
+        return _guarded(lambda: main_train(argv[1:]), "train", log_file)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        from app.ui.app import run_app
-
-        try:
-            return run_app(screenshot=args.screenshot)
-        except Exception as exc:  # e.g. no display: one line, not a traceback
-            print(f"error: the desktop app could not start: {exc}", file=sys.stderr)
+        if args.screenshot is None and (reason := _no_display_reason()):
+            log.error("%s", reason)
+            print(f"error: {reason}", file=sys.stderr)
             return EXIT_FAILURE
+        try:
+            from app.ui.app import run_app
+
+            return run_app(screenshot=args.screenshot)
+        except Exception as exc:  # one line, not a traceback
+            log.exception("the desktop app could not start")
+            print(f"error: the desktop app could not start: {_one_line(exc)} "
+                  f"(details: {log_file})", file=sys.stderr)
+            return EXIT_FAILURE
+    if args.command == "bench" and args.bench is None:
+        print(f"error: choose a benchmark: {', '.join(args.bench_kinds)} "
+              "(see python main.py bench --help)", file=sys.stderr)
+        return EXIT_USAGE
     handlers = {"models": lambda: _cmd_models(), "build": lambda: _cmd_build(args),
-                "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args)}
-    try:
-        return handlers[args.command]()
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # one line for the user; the details are not theirs to debug
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {message}", file=sys.stderr)
-        return EXIT_FAILURE
+                "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args),
+                "download": lambda: _cmd_download(args)}
+    return _guarded(handlers[args.command], args.command, log_file)

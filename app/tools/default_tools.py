@@ -77,5 +77,6 @@ def build_tools(settings: ToolSettings) -> ToolRegistry:
             index_dir = settings.local_index_dir or default_index_dir()
             tools.append(LocalFolderSearchTool(settings.local_folders, index_dir=index_dir))
         elif settings.enabled is not None:
-            log.warning("local_search left out: no local folders are chosen")
+            # The default settings list every tool and no folder: expected, not a warning.
+            log.info("local_search left out: no local folders are chosen")
     return ToolRegistry(tools, output_limit=settings.output_limit)
