@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,6 +164,11 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
     partial = list(folder.glob(".cache/huggingface/download/*.incomplete"))
     assert [p.stat().st_size for p in partial] == [CHUNK]
 
+    # The hub records a request when its handler ends: let the stalled one end first.
+    deadline = time.monotonic() + 30
+    while not hub.gets("/blobs/kyutai/moshiko-pytorch-bf16/model.safetensors"):
+        assert time.monotonic() < deadline, "the stalled request never ended"
+        time.sleep(0.05)
     hub.seen.clear()
     resumed = download("moshiko", env=env)
     assert resumed.returncode == 0, resumed.stderr
