@@ -28,6 +28,9 @@ def about_text(model: str, device: str, llm: str = "") -> str:
     if llm:
         lines.append(f"LLM: {llm}")
     lines.append(f"Python {platform.python_version()} · PySide6 {pyside_version}")
+    from app.log_setup import log_path
+
+    lines.append(f"Log: {log_path()}")
     return "\n".join(lines)
 
 

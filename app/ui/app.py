@@ -33,14 +33,20 @@ def _install_error_hooks(window) -> None:
         window._pending_error = message
         QMetaObject.invokeMethod(window, "_flush_error", Qt.ConnectionType.QueuedConnection)
 
+    from app.log_setup import log_path
+
+    log = logging.getLogger("app.ui")
+
     def excepthook(kind, value, tb):
-        sys.__excepthook__(kind, value, tb)
-        show(f"Unexpected error: {kind.__name__}: {value}")
+        log.error("uncaught exception", exc_info=(kind, value, tb))  # the traceback: the log
+        show(f"Unexpected error: {kind.__name__}: {value} (details: {log_path()})")
 
     def thread_hook(args):
-        sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)
         name = args.thread.name if args.thread else "a thread"
-        show(f"Unexpected error in {name}: {args.exc_type.__name__}: {args.exc_value}")
+        log.error("uncaught exception in %s", name,
+                  exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+        show(f"Unexpected error in {name}: {args.exc_type.__name__}: {args.exc_value} "
+             f"(details: {log_path()})")
 
     sys.excepthook = excepthook
     threading.excepthook = thread_hook
@@ -62,6 +68,9 @@ def run_app(screenshot: Path | None = None,
 
     if screenshot is not None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.log_setup import install_qt_message_handler
+
+    install_qt_message_handler()  # Qt's warnings (size hints...) go to the log, not the terminal
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ContextSpan")
     if screenshot is not None:

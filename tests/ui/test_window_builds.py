@@ -246,4 +246,7 @@ def test_about_names_the_version_the_model_and_the_device(bare_window):
     text = box.text()
     assert importlib.metadata.version("contextspan") in text
     assert "Tiny demo model" in text and "Device: cpu" in text
+    from app.log_setup import log_path
+
+    assert f"Log: {log_path()}" in text  # where the details of any error are
     box.close()
