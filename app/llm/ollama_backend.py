@@ -28,6 +28,7 @@ from app.llm.backend import (
     ToolSpec,
 )
 from app.llm.http_abort import abortable, client_options
+from app.llm.ndjson_safe_transport import LineSeparatorSafeTransport
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 DEFAULT_MODEL = "qwen3:4b"  # small, local, and trained for tool calls
@@ -57,10 +58,16 @@ class OllamaBackend(LLMBackend):
 
     def __init__(self, settings: OllamaSettings | None = None) -> None:
         self.settings = settings or OllamaSettings()
+        options = client_options()  # a cancel closes the request's connection at once
+        # Lines split at "\n" only, as Ollama writes them (ndjson_safe_transport.py); the
+        # transport is given its own copy of the connection limits, which httpx would
+        # otherwise apply to its default transport.
+        transport = LineSeparatorSafeTransport(httpx.HTTPTransport(limits=options.pop("limits")))
         self._client = ollama.Client(
             host=self.settings.host,
             timeout=httpx.Timeout(self.settings.timeout_s, connect=self.settings.connect_timeout_s),
-            **client_options(),  # a cancel closes the request's connection at once
+            transport=transport,
+            **options,
         )
 
     def close(self) -> None:

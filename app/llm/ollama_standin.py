@@ -245,7 +245,10 @@ def _line(model: str, message: dict[str, Any], *, done: bool = False) -> dict[st
 
 
 def _ndjson(obj: Any) -> bytes:
-    return json.dumps(obj).encode() + b"\n"
+    """One line as Ollama (Go's encoding/json) writes it: non-ASCII text raw, U+0085 among
+    it, but U+2028 and U+2029 escaped."""
+    text = json.dumps(obj, ensure_ascii=False)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode() + b"\n"
 
 
 def _wire_tool_calls(calls: Sequence[dict]) -> list[dict[str, Any]]:
