@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from app.audio.resampler import StreamingResampler
+
 VAD_RATE = 16000
 VAD_CHUNK = 512  # samples Silero takes at 16 kHz
 CHUNK_S = VAD_CHUNK / VAD_RATE  # 0.032
@@ -63,29 +65,6 @@ def load_silero_model() -> torch.nn.Module:
         torch.set_num_threads(threads)
 
 
-class Resampler24to16:
-    """Streaming 24 kHz -> 16 kHz: zero-stuff by 2, windowed-sinc low-pass, keep 1 in 3."""
-
-    def __init__(self, taps_per_phase: int = 16) -> None:
-        n = 2 * 3 * taps_per_phase + 1  # odd length, at the 48 kHz intermediate rate
-        t = np.arange(n) - (n - 1) / 2
-        cutoff = 7600.0 / 48000.0  # a little under the 8 kHz Nyquist of the output
-        taps = 2 * cutoff * np.sinc(2 * cutoff * t) * np.kaiser(n, 8.0)
-        self._taps = (2.0 * taps / taps.sum()).astype(np.float32)  # x2: zero-stuffing gain
-        self._history = np.zeros(n - 1, dtype=np.float32)  # at 48 kHz
-        self._phase = 0  # index of the next 48 kHz sample to keep, relative to the block
-
-    def __call__(self, pcm: np.ndarray) -> np.ndarray:
-        up = np.zeros(2 * len(pcm), dtype=np.float32)  # [2 * N] at 48 kHz
-        up[::2] = pcm
-        block = np.concatenate([self._history, up])
-        filtered = np.convolve(block, self._taps, mode="valid")  # [2 * N]
-        out = filtered[self._phase :: 3]
-        self._phase = (self._phase - len(filtered)) % 3
-        self._history = block[len(block) - len(self._history) :]
-        return out.astype(np.float32)
-
-
 class SileroTurnDetector:
     """Feed 24 kHz frames; get speech start / end events. One thread only."""
 
@@ -93,7 +72,7 @@ class SileroTurnDetector:
         self.options = options or VadOptions()
         self.model = model if model is not None else load_silero_model()
         self.model.reset_states()
-        self._resample = Resampler24to16()
+        self._resample = StreamingResampler(24000, 16000)  # the VAD listens at 16 kHz
         self._pending = np.zeros(0, dtype=np.float32)  # 16 kHz samples not yet in a chunk
         self._chunks = 0  # chunks scored so far
         self._in_speech = False

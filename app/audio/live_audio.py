@@ -16,9 +16,9 @@ Threads and why:
   conversation and shows the message; `start()` may be called again later.
 
 Sample rate: the streams open at 24 kHz mono when the device accepts it (PulseAudio and most
-USB headsets do), else at the device's default rate with `StreamingResampler`, a small
-polyphase FIR resampler written here because `sphn.resample` works on whole signals, not on
-a stream cut into callbacks (it would click at every block edge).
+USB headsets do), else at the device's default rate with `StreamingResampler` (LiveKit's
+streaming resampler, which keeps its filter state across callbacks; `sphn.resample` works on
+whole signals only and would click at every block edge).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import sounddevice as sd
 
 from app.audio.devices import ResolvedDevice, resolve_device
 from app.audio.jitter_buffer import JitterBuffer
+from app.audio.resampler import StreamingResampler
 from app.settings.schema import EchoMode
 
 SAMPLE_RATE = 24000
@@ -53,53 +54,6 @@ def rms_dbfs(samples: np.ndarray) -> float:
     if mean_square <= 1e-10:
         return LEVEL_FLOOR_DB
     return max(LEVEL_FLOOR_DB, 10.0 * math.log10(mean_square))
-
-
-class StreamingResampler:
-    """Rational-ratio polyphase FIR resampler that keeps its state across blocks.
-
-    Output n sits at input position n * M / L; it is the dot product of `taps` input samples
-    with one of L phases of a Kaiser-windowed sinc low-pass cut at 0.45 x the lower rate.
-    """
-
-    def __init__(self, rate_in: int, rate_out: int, taps: int = 24) -> None:
-        g = math.gcd(rate_in, rate_out)
-        self.up, self.down = rate_out // g, rate_in // g  # L, M
-        self.taps = taps
-        length = self.up * taps
-        cutoff = 0.45 * min(rate_in, rate_out) / (rate_in * self.up)  # cycles per upsampled step
-        centre = (length - 1) / 2.0
-        j = np.arange(length) - centre
-        proto = 2 * cutoff * np.sinc(2 * cutoff * j) * np.kaiser(length, 8.0) * self.up
-        # phases[p, k] = proto[p + k * L]: the taps applied to x[i - k] for phase p.
-        self._phases = proto.reshape(taps, self.up).T.astype(np.float32).copy()  # [L, taps]
-        self._history = np.zeros(taps - 1, dtype=np.float32)  # [taps - 1]
-        self._buf = np.zeros(taps - 1 + 4096, dtype=np.float32)
-        self._in_count = 0  # input samples consumed so far
-        self._out_count = 0  # output samples produced so far
-        self._k = np.arange(taps)  # [taps]
-
-    def process(self, x: np.ndarray) -> np.ndarray:
-        """Resample one block ([n] float32); returns the outputs it makes available."""
-        n = x.shape[0]
-        hist = self.taps - 1
-        if self._buf.shape[0] < hist + n:
-            self._buf = np.zeros(hist + n, dtype=np.float32)
-        buf = self._buf[: hist + n]  # [taps - 1 + n]: history then this block
-        buf[:hist] = self._history
-        buf[hist:] = x
-        last = self._in_count + n - 1  # absolute index of the newest input
-        end = (last * self.up + self.up - 1) // self.down + 1
-        ns = np.arange(self._out_count, end, dtype=np.int64)  # [n_out]
-        positions = ns * self.down
-        base = positions // self.up - (self._in_count - hist)  # index into buf
-        idx = base[:, None] - self._k[None, :]  # [n_out, taps]
-        coeffs = self._phases[positions % self.up]  # [n_out, taps]
-        out = np.einsum("ij,ij->i", coeffs, buf[idx]).astype(np.float32)  # [n_out]
-        self._history[:] = buf[n:]
-        self._in_count += n
-        self._out_count = end
-        return out
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from typing import Protocol
 
 import numpy as np
 
-from app.audio.live_audio import FRAME_SAMPLES, SAMPLE_RATE, LiveAudio, StreamingResampler
+from app.audio.live_audio import FRAME_SAMPLES, SAMPLE_RATE, LiveAudio
+from app.audio.resampler import StreamingResampler
 
 NULL_SINK = "vsink"
 
@@ -299,7 +300,8 @@ def espeak(text: str, voice: str = "en-us", words_per_minute: int = 160) -> np.n
             pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
     voice_pcm = pcm.astype(np.float32) / 32768.0
     if rate != SAMPLE_RATE:
-        voice_pcm = StreamingResampler(rate, SAMPLE_RATE).process(voice_pcm)
+        resampler = StreamingResampler(rate, SAMPLE_RATE)
+        voice_pcm = np.concatenate([resampler.process(voice_pcm), resampler.flush()])
     loud = np.flatnonzero(np.abs(voice_pcm) > 0.01 * float(np.max(np.abs(voice_pcm))))
     if loud.size == 0:
         return None

@@ -10,7 +10,6 @@ import pytest
 from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrError, AsrFinal
 from app.asr.vad import (
-    Resampler24to16,
     SileroTurnDetector,
     SpeechEnded,
     SpeechStarted,
@@ -95,16 +94,25 @@ def test_short_bursts_are_not_speech(silero, placed_speech):
 
 
 def test_resampler_streams_like_one_shot():
+    from app.audio.resampler import StreamingResampler
+
     t = np.arange(RATE) / RATE
     tone = (0.5 * np.sin(2 * np.pi * 1000.0 * t)).astype(np.float32)
-    resample = Resampler24to16()
-    streamed = np.concatenate([resample(frame) for frame in _frames(tone)])
-    assert len(streamed) == 16000 * len(_frames(tone)) * 1920 // RATE
-    whole = Resampler24to16()(tone)
-    np.testing.assert_allclose(streamed[: len(whole)], whole, atol=1e-5)
+    resample = StreamingResampler(24000, 16000)
+    streamed = np.concatenate([resample(frame) for frame in _frames(tone)] + [resample.flush()])
+    one_shot = StreamingResampler(24000, 16000)
+    padded = np.concatenate(_frames(tone))
+    whole = np.concatenate([one_shot(padded), one_shot.flush()])
+    assert len(streamed) == len(whole) == 16000 * len(_frames(tone)) * 1920 // RATE
+    np.testing.assert_allclose(streamed, whole, atol=1e-4)
     spectrum = np.abs(np.fft.rfft(streamed[1000:13000]))
     peak_hz = np.argmax(spectrum) * 16000 / 12000
     assert abs(peak_hz - 1000.0) < 5.0
+    impulse = np.zeros(RATE, np.float32)
+    impulse[12000] = 0.9
+    out = StreamingResampler(24000, 16000)
+    moved = np.concatenate([out(f) for f in _frames(impulse)] + [out.flush()])
+    assert int(np.argmax(np.abs(moved))) == 8000  # positions are not shifted
 
 
 def test_the_thread_ends_the_turn_by_vad(tiny_stt, placed_speech):
