@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import io
 import re
 import shutil
 import subprocess
 import threading
+import wave
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -209,9 +211,14 @@ class EspeakSynthesizer:
             ["espeak-ng", "-v", voice, "-s", str(self.wpm), "--stdout", text],
             capture_output=True, check=True, timeout=60,
         )
-        data = result.stdout  # a 16-bit mono WAV with espeak-ng's 44-byte header
-        rate = int.from_bytes(data[24:28], "little")
-        raw = np.frombuffer(data[44:], dtype="<i2").astype(np.float32) / 32768
+        # A 16-bit mono WAV; written to a pipe, its header claims a huge length, which the
+        # standard library's reader tolerates (it reads what is there).
+        with wave.open(io.BytesIO(result.stdout)) as wav:
+            if wav.getsampwidth() != 2 or wav.getnchannels() != 1:
+                raise RuntimeError("espeak-ng wrote audio that is not 16-bit mono")
+            rate = wav.getframerate()
+            frames = wav.readframes(wav.getnframes())
+        raw = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768
         pcm = _resample_aligned(raw, rate) if rate != SAMPLE_RATE else raw
         return Utterance(pcm.astype(np.float32), spread_words(text, pcm), "spread")
 
