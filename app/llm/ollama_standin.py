@@ -5,6 +5,10 @@ the pipeline benchmark run the real `ollama` client against this server instead.
 `notes/ollama-wire.md`: NDJSON streaming on /api/chat, /api/tags, /api/show, and
 `{"error": ...}` bodies for failures. Each /api/chat reply is a `ScriptedReply`: what to say,
 which tools to call, how slowly, and which fault to inject.
+
+It ships in the package (not under tests/) because the product runs it too: `python main.py
+--screenshot` (whose answer is this server's scripted text, and says so) and the `bench
+pipeline` / `bench soak` commands, which must run where no Ollama is installed.
 """
 
 from __future__ import annotations

@@ -173,6 +173,8 @@ class DesktopApp(QObject):
         from app.checkpoints.catalog import get_manifest
         from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
 
+        if self.window.settings.engine.mode == "server":
+            return True  # the server's model talks; nothing of it is needed here
         speech = self.window.settings.speech
         try:
             manifest = get_manifest(speech.model_id)
@@ -277,13 +279,15 @@ def _screenshot(app, path: Path) -> int:
     from app.ui.conversation_controller import ConversationController
     from app.ui.main_window import MainWindow
 
+    # No LLM runs here: the answer is the stand-in server's scripted text, and the model
+    # name the transcript shows says so.
     answer = ("Canberra is the capital of Australia. It was chosen in 1908 as a compromise "
               "between Sydney and Melbourne.")
-    with OllamaStandIn(script=[ScriptedReply(content=answer)],
-                       models=("qwen3:4b",)) as standin:
+    scripted = "scripted-answer"
+    with OllamaStandIn(script=[ScriptedReply(content=answer)], models=(scripted,)) as standin:
         settings = AppSettings(
             speech=SpeechModelSettings(model_id="tiny", device="cpu"),
-            llm=LlmSettings(backend="ollama", host=standin.url, model="qwen3:4b",
+            llm=LlmSettings(backend="ollama", host=standin.url, model=scripted,
                             tools_enabled=False, stt_model="none"),
         )
         controller = ConversationController(lambda _s: FileAudioSource(_demo_question()))
