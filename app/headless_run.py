@@ -3,6 +3,11 @@
 Writes the reply audio (the input's duration) and a JSONL transcript: the model's text
 pieces with their frame index, and each span with its source and the frame before which
 each of its chunks landed, with K.
+
+Pace: without an LLM side the frames go in as fast as the engine takes them. With one, the
+run replays the LLM's latency in frames (the pipeline in lock-step, see app/pipeline.py): the
+answer lands at the frame it would have reached in real time, so the transcript is the same
+on a slow laptop and a fast GPU. `realtime` feeds at a microphone's pace instead.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -21,15 +26,19 @@ import numpy as np
 
 from app.audio_file import read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import ensure_built, load_checkpoint
+from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE, DuplexEngine, EngineOptions
-from app.pipeline import ConversationPipeline
+from app.pipeline import ConversationPipeline, PipelineStalled
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 
 FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # 12.5 Hz
+PACE_FAST = "as fast as it goes"
+PACE_REALTIME = "real time"
+PACE_REPLAY = "replay (LLM latency in frames)"
+REPLAY_MARGIN_S = 30.0  # a replay frame may wait this much longer than the LLM's timeout
 
 
 class HeadlessRunError(RuntimeError):
@@ -55,8 +64,11 @@ class ConversationConfig:
     llm_timeout_s: float = 30.0
     tools: tuple[str, ...] | None = None  # None: every configured tool
     folders: tuple[str, ...] = ()  # local folders the local_search tool may read
-    realtime: bool = False  # feed frames at 80 ms, like a microphone
+    realtime: bool = False  # feed frames at 80 ms, like a microphone (else: replay)
     level_voice: bool = False  # level the input to -24 LUFS before the model and the ASR
+    # The <ret> deadline in seconds (None: the checkpoint's, 2.5 s); the reference's QA
+    # benchmark allows 10 s.
+    ret_deadline_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,8 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
             raise HeadlessRunError(f"cannot write into {folder}")
 
 
-def _build_backend(config: ConversationConfig):
+def build_llm_backend(config: ConversationConfig):
+    """The LLM backend `config` names (Ollama or OpenAI-compatible)."""
     if config.llm == "ollama":
         from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 
@@ -113,45 +126,61 @@ def _build_backend(config: ConversationConfig):
             raise HeadlessRunError("--llm openai needs --llm-host (the server's base URL)")
         return OpenAICompatBackend(OpenAICompatSettings(
             base_url=config.llm_host, model=config.llm_model or "",
+            api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
             timeout_s=config.llm_timeout_s))
     raise HeadlessRunError(f"unknown LLM backend {config.llm!r} (choose ollama or openai)")
 
 
-def _build_asr(config: ConversationConfig, device):
-    from app.asr.asr_thread import AsrOptions, StreamingAsr
+def load_asr_model(config: ConversationConfig, device):
+    """The STT of `config` (built first if it is a tiny one), to share across runs."""
     from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
 
     manifest = get_stt_manifest(config.asr_model or "")
-    folder = ensure_stt_built(manifest)
-    stt = load_stt(manifest, folder, device)
-    return StreamingAsr(stt, AsrOptions(force_vad=config.force_vad))
+    return load_stt(manifest, ensure_stt_built(manifest), device)
 
 
-def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, device
-                   ) -> ConversationPipeline:
+def _build_asr(config: ConversationConfig, device, stt=None):
+    from app.asr.asr_thread import AsrOptions, StreamingAsr
+
+    return StreamingAsr(stt if stt is not None else load_asr_model(config, device),
+                        AsrOptions(force_vad=config.force_vad))
+
+
+def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, device,
+                   replay: bool = False, stt=None, backend=None) -> ConversationPipeline:
+    """`replay`: fed in lock-step, the LLM's latency replayed as frames. `stt`: an STT
+    already loaded (LoadedStt); `backend`: an LLM backend to ask instead of `config.llm`'s."""
     if config is None:
         return ConversationPipeline(engine)
-    asr = _build_asr(config, device) if config.asr_model else None
+    asr = _build_asr(config, device, stt) if config.asr_model else None
     leveller = True if config.level_voice else None
     orchestrator = None
-    if config.llm:
+    if config.llm or backend is not None:
         from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
         from app.orchestrator.retrieval import user_profile
         from app.tools.default_tools import ToolSettings, build_tools
 
         tools = build_tools(ToolSettings(enabled=config.tools, local_folders=config.folders))
         # About three characters a token: keep answers inside the injector's span budget.
+        retrieval = engine.checkpoint.manifest.retrieval
+        if retrieval is not None and config.ret_deadline_s is not None:
+            retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
         options = OrchestratorOptions(
             max_span_chars=engine.span_tokenizer.max_tokens * 3,
-            retrieval=engine.checkpoint.manifest.retrieval,
-            profile=user_profile(engine.options.user_name, engine.options.user_city))
-        orchestrator = Orchestrator(_build_backend(config), tools, engine, options)
-    return ConversationPipeline(engine, asr, orchestrator, leveller)
+            retrieval=retrieval,
+            profile=user_profile(engine.options.user_name, engine.options.user_city),
+            replay_llm_latency=replay)
+        if backend is None:
+            backend = build_llm_backend(config)
+        orchestrator = Orchestrator(backend, tools, engine, options)
+    return ConversationPipeline(engine, asr, orchestrator, leveller,
+                                replay=replay and orchestrator is not None)
 
 
-def _record(event: object, spans: dict[int, dict]) -> dict | None:
+def _record(event: object, frame: int) -> dict | None:
     """The transcript line for an event of the LLM side (or a retrieval event of the
-    engine), or None."""
+    engine), or None. `frame`: the newest frame out (the conversation's clock; in a replay,
+    the frame a turn was asked at)."""
     from app.asr.events import AsrError, AsrFinal
     from app.orchestrator import events as oe
 
@@ -163,7 +192,7 @@ def _record(event: object, spans: dict[int, dict]) -> dict | None:
         return {"type": "notice", "message": f"speech recognition: {event.message}"}
     if isinstance(event, oe.TurnStarted):
         return {"type": "turn", "turn_id": event.turn_id, "question": event.question,
-                "trigger": event.trigger}
+                "trigger": event.trigger, "frame": frame}
     if isinstance(event, oe.ToolCalled):
         return {"type": "tool_call", "turn_id": event.turn_id, "tool": event.tool,
                 "arguments": dict(event.arguments), "ok": event.ok, "error": event.error,
@@ -236,6 +265,13 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
         os.replace(partial, final)
 
 
+def _check_llm_timeout(conversation: ConversationConfig | None) -> None:
+    if conversation is not None:
+        low, high = field_range(LlmSettings, "timeout_s")
+        if not low <= conversation.llm_timeout_s <= high:  # NaN fails too
+            raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
+
+
 def run_headless(
     model_id: str,
     input_path: Path,
@@ -261,13 +297,9 @@ def run_headless(
 
     manifest = get_manifest(model_id)
     check_output_paths(input_path, [output_path, transcript_path])
-    if conversation is not None:
-        low, high = field_range(LlmSettings, "timeout_s")
-        if not low <= conversation.llm_timeout_s <= high:  # NaN fails too
-            raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
+    _check_llm_timeout(conversation)
     pcm = read_mono_24k(input_path)
     duration = len(pcm) / SAMPLE_RATE
-    frames = -(-len(pcm) // FRAME_SAMPLES)
     for injection in injections:
         if not 0 <= injection.at_seconds <= duration:
             raise HeadlessRunError(
@@ -282,145 +314,222 @@ def run_headless(
         manifest, ensure_built(manifest, folder), torch_device,
         parse_dtype(dtype) if dtype else None,
     )
-    engine = DuplexEngine(
-        checkpoint, EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role,
-                                  user_name=user_name, user_city=user_city,
-                                  forced_ret_frames=frozenset(int(s * FRAME_RATE)
-                                                              for s in ret_at))
-    )
+    options = EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role,
+                            user_name=user_name, user_city=user_city,
+                            forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at))
+    return run_conversation(checkpoint, pcm, output_path, transcript_path, options,
+                            injections=injections, conversation=conversation,
+                            timeout_s=timeout_s, engine_hook=engine_hook,
+                            input_name=str(input_path))
+
+
+def run_conversation(
+    checkpoint: LoadedCheckpoint,
+    pcm: np.ndarray,
+    output_path: Path,
+    transcript_path: Path,
+    options: EngineOptions,
+    *,
+    injections: Sequence[Injection] = (),
+    conversation: ConversationConfig | None = None,
+    timeout_s: float = 3600.0,
+    engine_hook: Callable[[DuplexEngine], None] | None = None,
+    input_name: str = "",
+    stt=None,
+    backend=None,
+) -> RunSummary:
+    """One conversation on an already loaded checkpoint: `pcm` (24 kHz mono) in, the reply
+    audio and the JSONL transcript out. `stt` (a loaded STT) lets a series of runs share
+    what is slow to load; `backend`: an LLM backend to ask instead of `conversation.llm`'s
+    (the conversation closes it when it ends)."""
+    _check_llm_timeout(conversation)
+    engine = DuplexEngine(checkpoint, options)
     if engine_hook is not None:
         engine_hook(engine)
-    pipeline = build_pipeline(engine, conversation, torch_device)
+    realtime = bool(conversation and conversation.realtime)
+    has_llm = bool(conversation and (conversation.llm or backend is not None))
+    pace = PACE_REALTIME if realtime else PACE_REPLAY if has_llm else PACE_FAST
+    pipeline = build_pipeline(engine, conversation, checkpoint.device,
+                              replay=pace == PACE_REPLAY, stt=stt, backend=backend)
     for injection in injections:
-        at_frame = int(injection.at_seconds * FRAME_RATE)
-        engine.inject(injection.text, injection.source, at_frame=at_frame)
-
+        engine.inject(injection.text, injection.source,
+                      at_frame=int(injection.at_seconds * FRAME_RATE))
+    frames = -(-len(pcm) // FRAME_SAMPLES)
     padded = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     padded[: len(pcm)] = pcm
-    failure: list[str] = []
-    # A model that asks with <ret> gets its answers within a deadline in conversation time:
-    # the LLM's (wall-clock) latency only means the same thing when frames come in real time.
-    model_asks = bool(pipeline.orchestrator is not None
-                      and pipeline.orchestrator.model_triggered)
-    realtime = bool(conversation and conversation.realtime) or model_asks
-    stop_feeding = threading.Event()
+    llm_timeout = conversation.llm_timeout_s if conversation else 0.0
+    feeder = _Feeder(pipeline, padded, pace, timeout_s, llm_timeout + REPLAY_MARGIN_S)
+    header = {"input": input_name, "frames": frames, "paced": pace,
+              "trigger": (checkpoint.manifest.retrieval.trigger if pipeline.orchestrator
+                          else None)}
+    start = time.perf_counter()
+    pipeline.start()
+    feeder.start()
+    follower = _Follower(engine, pipeline, frames, header)
+    follower.follow(transcript_path, feeder, timeout_s)
+    elapsed = time.perf_counter() - start
+    if follower.failure:
+        raise HeadlessRunError(follower.failure[0])
+    write_wav_24k(output_path, follower.out_pcm[: len(pcm)])
+    return RunSummary(frames, len(pcm) / SAMPLE_RATE, elapsed, follower.landed,
+                      "".join(follower.text_parts))
 
-    def feed() -> None:
+
+class _Feeder:
+    """The input's frames into the pipeline, on a thread, at the run's pace. A failure (a
+    late engine in real time, a stalled stage in a replay) goes to `failure`."""
+
+    def __init__(self, pipeline: ConversationPipeline, padded: np.ndarray, pace: str,
+                 first_frame_timeout_s: float, frame_timeout_s: float) -> None:
+        self.pipeline = pipeline
+        self.padded = padded
+        self.pace = pace
+        self.first_frame_timeout_s = first_frame_timeout_s  # the engine's start included
+        self.frame_timeout_s = frame_timeout_s
+        self.failure: list[str] = []
+        self.stopping = threading.Event()
+        self._thread = threading.Thread(target=self._feed, name="file-feeder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> None:
+        self.stopping.set()
+        self._thread.join(timeout)
+
+    def _feed(self) -> None:
+        pipeline = self.pipeline
+        frames = len(self.padded) // FRAME_SAMPLES
         try:
             next_at = time.monotonic()
             for i in range(frames):
-                frame = padded[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]
-                if realtime:  # a microphone's pace: a late engine drops frames, as live
+                frame = self.padded[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]
+                if self.pace == PACE_REALTIME:  # a microphone's: a late engine drops frames
                     next_at += FRAME_SAMPLES / SAMPLE_RATE
-                    if stop_feeding.wait(max(0.0, next_at - time.monotonic())):
+                    if self.stopping.wait(max(0.0, next_at - time.monotonic())):
                         return
                     if not pipeline.push_frame(frame, 0.0):
-                        failure.append(f"the engine fell behind real time at frame {i}")
+                        self.failure.append(f"the engine fell behind real time at frame {i}")
                         return
                     continue
+                if self.pace == PACE_REPLAY:  # lock-step: never ahead of what is handled
+                    pipeline.wait_for_frame(i, self.first_frame_timeout_s if i == 1
+                                            else self.frame_timeout_s)
                 while not pipeline.push_frame(frame, 1.0):
-                    if not engine.running or stop_feeding.is_set():
+                    if not pipeline.engine.running or self.stopping.is_set():
                         return
-            pipeline.finish_input(None if not realtime else 10.0)
+            pipeline.finish_input(10.0 if self.pace == PACE_REALTIME else None)
+        except PipelineStalled as exc:
+            if not self.stopping.is_set():
+                self.failure.append(f"the replay stalled: {exc}")
         except Exception as exc:  # reported through `failure`, never a silent stop
-            failure.append(f"feeding the engine failed: {exc}")
+            self.failure.append(f"feeding the engine failed: {exc}")
 
-    out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
-    start = time.perf_counter()
-    pipeline.start()
-    feeder = threading.Thread(target=feed, name="file-feeder", daemon=True)
-    feeder.start()
-    spans: dict[int, dict] = {}
-    text_parts: list[str] = []
-    done = 0
-    landed = 0
-    # The transcript is written beside its final name and renamed at the end: a run that
-    # fails keeps what it wrote, closed by an "error" line, never an "end" line.
-    partial = transcript_path.with_name(f".{transcript_path.name}.partial")
-    stopped: ev.EngineStopped | None = None
-    out = partial.open("w", encoding="utf-8", errors="backslashreplace")
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
-            try:
-                event = pipeline.events.get(timeout=min(remaining, 1.0))
-            except queue.Empty:
-                if failure and not feeder.is_alive():
-                    break  # the input cannot go on: stop rather than wait for the deadline
-                continue
-            if isinstance(event, ev.EngineReady):
+
+class _Follower:
+    """The pipeline's events into the transcript and the reply audio."""
+
+    def __init__(self, engine: DuplexEngine, pipeline: ConversationPipeline, frames: int,
+                 header: dict) -> None:
+        self.engine = engine
+        self.pipeline = pipeline
+        self.frames = frames
+        self.header = header
+        self.out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
+        self.failure: list[str] = []
+        self.spans: dict[int, dict] = {}
+        self.text_parts: list[str] = []
+        self.done = 0
+        self.landed = 0
+        self.last_frame = -1
+        self.stopped: ev.EngineStopped | None = None
+
+    def follow(self, transcript_path: Path, feeder: _Feeder, timeout_s: float) -> None:
+        """Until the engine stops (or the feeder fails, or `timeout_s`). The transcript is
+        written beside its final name and renamed at the end: a run that fails keeps what it
+        wrote, closed by an "error" line, never an "end" line."""
+        partial = transcript_path.with_name(f".{transcript_path.name}.partial")
+        out = partial.open("w", encoding="utf-8", errors="backslashreplace")
+        try:
+            deadline = time.monotonic() + timeout_s
+            while self.stopped is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
+                try:
+                    event = self.pipeline.events.get(timeout=min(remaining, 1.0))
+                except queue.Empty:
+                    if feeder.failure and not feeder.is_alive():
+                        break  # the input cannot go on: stop rather than wait for the deadline
+                    continue
+                self._on_event(event, out)
+        except BaseException as exc:
+            self.failure.insert(0, str(exc) or type(exc).__name__)
+            raise
+        finally:
+            feeder.stopping.set()
+            self.pipeline.stop(10.0)
+            feeder.stop(10.0)
+            self.failure.extend(feeder.failure)
+            _close_transcript(out, partial, transcript_path, self.spans, self.engine,
+                              self.stopped, self.failure, self.done, self.frames)
+
+    def _on_event(self, event: object, out: TextIO) -> None:
+        if isinstance(event, ev.EngineReady):
+            _write(out, {
+                "type": "run", "model": event.model_id, "device": event.device,
+                "dtype": event.dtype, "input": self.header["input"],
+                "frames": self.frames, "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
+                "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
+                "context_window": event.context_window, "prompt_frames": event.prompt_frames,
+                "paced": self.header["paced"], "trigger": self.header["trigger"],
+            })
+        elif isinstance(event, ev.AudioOut):
+            first = event.frame_index * FRAME_SAMPLES
+            self.out_pcm[first : first + FRAME_SAMPLES] = event.pcm
+            self.done += 1
+            self.last_frame = event.frame_index
+        elif isinstance(event, ev.TextPiece):
+            self.text_parts.append(event.text)
+            _write(out, {"type": "text", "frame": event.frame_index,
+                         "time": round(event.frame_index / FRAME_RATE, 3), "text": event.text})
+        elif isinstance(event, ev.SpanAccepted):
+            self.spans[event.span_id] = {
+                "type": "span", "span_id": event.span_id, "source": event.source,
+                "text": event.text, "positions": event.tokens, "chunks": [],
+                "truncated": event.truncated,
+            }
+            if event.truncated:
                 _write(out, {
-                    "type": "run", "model": event.model_id, "device": event.device,
-                    "dtype": event.dtype, "input": str(input_path), "frames": frames,
-                    "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
-                    "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
-                    "context_window": event.context_window,
-                    "prompt_frames": event.prompt_frames,
-                    "paced": "real time" if realtime else "as fast as it goes",
-                    "trigger": manifest.retrieval.trigger if pipeline.orchestrator
-                    else None,
+                    "type": "notice", "span_id": event.span_id,
+                    "message": f"span {event.span_id} from {event.source} was "
+                               f"truncated: {event.kept_content_tokens} of "
+                               f"{event.original_content_tokens} tokens kept",
                 })
-            elif isinstance(event, ev.AudioOut):
-                first = event.frame_index * FRAME_SAMPLES
-                out_pcm[first : first + FRAME_SAMPLES] = event.pcm
-                done += 1
-            elif isinstance(event, ev.TextPiece):
-                text_parts.append(event.text)
-                _write(out, {"type": "text", "frame": event.frame_index,
-                             "time": round(event.frame_index / FRAME_RATE, 3),
-                             "text": event.text})
-            elif isinstance(event, ev.SpanAccepted):
-                spans[event.span_id] = {
-                    "type": "span", "span_id": event.span_id, "source": event.source,
-                    "text": event.text, "positions": event.tokens, "chunks": [],
-                    "truncated": event.truncated,
-                }
-                if event.truncated:
-                    _write(out, {
-                        "type": "notice", "span_id": event.span_id,
-                        "message": f"span {event.span_id} from {event.source} was "
-                                   f"truncated: {event.kept_content_tokens} of "
-                                   f"{event.original_content_tokens} tokens kept",
-                    })
-            elif isinstance(event, ev.SpanChunkInjected):
-                spans[event.span_id]["chunks"].append(
-                    {"before_frame": event.before_frame, "k": event.k,
-                     "prefill_ms": round(event.prefill_ms, 3)})
-            elif isinstance(event, ev.SpanInjected):
-                record = spans.pop(event.span_id)
-                if event.origin_frame is not None:
-                    record["ret_frame"] = event.origin_frame
-                    record["latency_from_ret_s"] = round(
-                        (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
-                landed += 1
+        elif isinstance(event, ev.SpanChunkInjected):
+            self.spans[event.span_id]["chunks"].append(
+                {"before_frame": event.before_frame, "k": event.k,
+                 "prefill_ms": round(event.prefill_ms, 3)})
+        elif isinstance(event, ev.SpanInjected):
+            record = self.spans.pop(event.span_id)
+            if event.origin_frame is not None:
+                record["ret_frame"] = event.origin_frame
+                record["latency_from_ret_s"] = round(
+                    (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
+            self.landed += 1
+            _write(out, record)
+        elif isinstance(event, ev.SpanRejected):
+            _write(out, {"type": "notice", "span_id": event.span_id,
+                         "message": f"span {event.span_id} from {event.source} was "
+                                    f"not injected: {event.reason}"})
+        elif isinstance(event, ev.EngineError):
+            self.failure.append(event.message)
+        elif isinstance(event, ev.EngineStopped):
+            self.stopped = event
+        else:
+            record = _record(event, self.last_frame)
+            if record is not None:
                 _write(out, record)
-            elif isinstance(event, ev.SpanRejected):
-                _write(out, {"type": "notice", "span_id": event.span_id,
-                             "message": f"span {event.span_id} from {event.source} was "
-                                        f"not injected: {event.reason}"})
-            elif isinstance(event, ev.EngineError):
-                failure.append(event.message)
-            elif isinstance(event, ev.EngineStopped):
-                stopped = event
-                break
-            else:
-                record = _record(event, spans)
-                if record is not None:
-                    _write(out, record)
-    except BaseException as exc:
-        failure.insert(0, str(exc) or type(exc).__name__)
-        raise
-    finally:
-        stop_feeding.set()
-        pipeline.stop(10.0)
-        feeder.join(10.0)
-        _close_transcript(out, partial, transcript_path, spans, engine, stopped, failure,
-                          done, frames)
-    elapsed = time.perf_counter() - start
-    if failure:
-        raise HeadlessRunError(failure[0])
-    write_wav_24k(output_path, out_pcm[: len(pcm)])
-    return RunSummary(frames, duration, elapsed, landed, "".join(text_parts))

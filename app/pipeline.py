@@ -5,12 +5,21 @@ there is one (both then hear the same levelled voice, as the reference serves it
 stages emit into one queue; a router thread forwards what the orchestrator needs (the
 user's words, the model's words and its <ret>, span landings, audio frames) and passes every
 event on to `events` for the UI or a transcript.
+
+A file fed faster than real time with an LLM side (`replay`) goes in lock-step:
+`wait_for_frame(i)` returns once every stage has handled frame i - 1 and every event it gave,
+and no LLM request in flight holds the conversation's clock before frame i. The recogniser's
+events of a frame reach the orchestrator after the engine's (they are held until the
+barrier), so a trigger is seen at the same frame, in the same order, however fast the feeder
+and the engine run.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -18,6 +27,7 @@ import numpy as np
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.audio.levelling_stage import LevellingStage
 from app.engine.duplex_engine import DuplexEngine
+from app.engine.events import AudioOut, EngineStopped
 from app.orchestrator.orchestrator import Orchestrator
 
 _ASR_EVENTS = (AsrWord, AsrPartial, AsrFinal, AsrError)
@@ -30,15 +40,32 @@ class AsrStage(Protocol):
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool: ...
     def finish_input(self, timeout: float = 10.0) -> None: ...
     def stop(self, timeout: float = 10.0) -> bool: ...
+    def wait_frames(self, count: int, timeout: float) -> bool: ...
+
+
+class PipelineStalled(RuntimeError):
+    """A stage did not get through a frame in time (replay feeding)."""
+
+
+@dataclass(frozen=True)
+class _Fence:
+    """Put into the merged queue: set once the router, then the orchestrator, reached it."""
+
+    passed: threading.Event
+
+
+_END_OF_LOCK_STEP = object()
 
 
 class ConversationPipeline:
     def __init__(self, engine: DuplexEngine, asr: AsrStage | None = None,
                  orchestrator: Orchestrator | None = None,
-                 leveller: bool | None = None) -> None:
+                 leveller: bool | None = None, replay: bool = False) -> None:
         """`leveller`: None, no levelling stage; True or False, a stage that levels (or
-        passes frames through; `set_level_voice` switches it while running)."""
+        passes frames through; `set_level_voice` switches it while running). `replay`: fed
+        in lock-step through `wait_for_frame` (see the module's docstring)."""
         self.engine = engine
+        self.replay = replay
         self.asr = asr
         self.orchestrator = orchestrator
         self.leveller: LevellingStage | None = None
@@ -53,6 +80,11 @@ class ConversationPipeline:
             orchestrator.events = self._merged
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._progress = threading.Condition()  # the router's: frames routed, engine stopped
+        self._frames_routed = 0
+        self._engine_stopped = False
+        self._held: list[object] = []  # replay: recogniser events until the next barrier
+        self._holding = replay
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
     def _consumers(self) -> list:
@@ -109,6 +141,8 @@ class ConversationPipeline:
 
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames. A file passes timeout None: it waits as long as the stages live."""
+        if self.replay:  # the recogniser's last events go on as they come
+            self._merged.put(_END_OF_LOCK_STEP)
         if self.leveller is not None:
             self.leveller.finish_input(timeout)
         else:
@@ -124,8 +158,47 @@ class ConversationPipeline:
         if self.orchestrator is not None:
             ok = self.orchestrator.stop(timeout) and ok
         self._stop.set()
+        with self._progress:
+            self._progress.notify_all()
         self._router.join(timeout)
         return ok and not self._router.is_alive()
+
+    def wait_for_frame(self, index: int, timeout: float) -> None:
+        """Replay's barrier before feeding frame `index`: the engine has output frame
+        index - 1 and the router passed it on; the ASR has processed `index` frames; the
+        orchestrator has handled every event up to then; and no LLM request in flight holds
+        the clock before `index`. Raises PipelineStalled when a stage takes longer than
+        `timeout` (in all) or has stopped."""
+        if index <= 0:
+            return
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        with self._progress:
+            self._progress.wait_for(lambda: self._frames_routed >= index or self._engine_stopped
+                                    or self._stop.is_set(), left())
+            routed, stopped = self._frames_routed, self._engine_stopped
+        if routed < index:
+            why = "has stopped" if stopped or self._stop.is_set() else (
+                f"did not give frame {index - 1} within {timeout:g} s")
+            raise PipelineStalled(f"the engine {why}")
+        if self.asr is not None and not self.asr.wait_frames(index, left()):
+            raise PipelineStalled(f"the speech recognition did not get through frame "
+                                  f"{index - 1} within {timeout:g} s (or has stopped)")
+        orchestrator = self.orchestrator
+        if orchestrator is None:
+            return
+        fence = _Fence(threading.Event())
+        self._merged.put(fence)
+        while not fence.passed.wait(min(0.1, left())):  # woken each 0.1 s to see a stop
+            if self._stop.is_set() or left() <= 0:
+                raise PipelineStalled(f"the orchestrator did not handle frame {index - 1} "
+                                      f"within {timeout:g} s (or has stopped)")
+        if not orchestrator.wait_until_feedable(index, left()):
+            raise PipelineStalled(f"an LLM request held the conversation before frame {index} "
+                                  f"for more than {timeout:g} s")
 
     def _route(self) -> None:
         while not self._stop.is_set():
@@ -133,10 +206,35 @@ class ConversationPipeline:
                 event = self._merged.get(timeout=0.1)
             except queue.Empty:
                 continue
-            orchestrator = self.orchestrator
-            if orchestrator is not None:
-                if isinstance(event, _ASR_EVENTS):
-                    orchestrator.on_asr_event(event)
+            if isinstance(event, _Fence) or event is _END_OF_LOCK_STEP:
+                held, self._held = self._held, []
+                for asr_event in held:
+                    self._deliver(asr_event)
+                self._holding = self._holding and event is not _END_OF_LOCK_STEP
+                if isinstance(event, _Fence):  # everything before it is routed
+                    orchestrator = self.orchestrator
+                    if orchestrator is not None:
+                        orchestrator.after_pending(event.passed.set)
+                    else:
+                        event.passed.set()
+                continue
+            if self._holding and isinstance(event, _ASR_EVENTS):
+                self._held.append(event)
+                continue
+            self._deliver(event)
+
+    def _deliver(self, event: object) -> None:
+        orchestrator = self.orchestrator
+        if orchestrator is not None:
+            if isinstance(event, _ASR_EVENTS):
+                orchestrator.on_asr_event(event)
+            else:
+                orchestrator.on_engine_event(event)
+        self.events.put(event)
+        if isinstance(event, (AudioOut, EngineStopped)):
+            with self._progress:
+                if isinstance(event, AudioOut):
+                    self._frames_routed = event.frame_index + 1
                 else:
-                    orchestrator.on_engine_event(event)
-            self.events.put(event)
+                    self._engine_stopped = True
+                self._progress.notify_all()

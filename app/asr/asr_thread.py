@@ -47,7 +47,10 @@ class StreamingAsr(FrameWorker):
         self.end_of_turn_by = "stt" if use_stt else "vad"
         self.events: queue.SimpleQueue[AsrEvent] = queue.SimpleQueue()
         self.ready = threading.Event()
+        # Frames fully processed: their words, partials and finals are already in `events`.
         self.frames_done = 0
+        self._progress = threading.Condition()
+        self._ended = False
         self._words: list[AsrWord] = []  # the utterance so far
         self._above = 0  # consecutive frames with the end-of-speech head above threshold
 
@@ -60,6 +63,14 @@ class StreamingAsr(FrameWorker):
         but no AsrFinal (pad a file with silence to have its last turn ended).
         """
         super().finish_input(timeout)
+
+    def wait_frames(self, count: int, timeout: float) -> bool:
+        """Block until `count` frames are processed, with every event they gave already in
+        `events` (the replay feeder's barrier). False on timeout or if the thread ended."""
+        with self._progress:
+            return self._progress.wait_for(
+                lambda: self.frames_done >= count or self._ended, timeout
+            ) and self.frames_done >= count
 
     # ---- ASR thread -------------------------------------------------------------------
 
@@ -80,6 +91,9 @@ class StreamingAsr(FrameWorker):
         finally:
             if stt is not None:
                 stt.close()
+            with self._progress:  # a waiter learns that no more frames will be counted
+                self._ended = True
+                self._progress.notify_all()
 
     def _loop(self, stt: KyutaiStreamingStt, vad: SileroTurnDetector | None) -> None:
         eos = self.stt.end_of_speech or EndOfSpeechHeads()
@@ -95,7 +109,6 @@ class StreamingAsr(FrameWorker):
                 return
             pcm: np.ndarray = item  # type: ignore[assignment]
             step = stt.step(pcm)
-            self.frames_done += 1
             self._add_words(step.words)
             if vad is not None:
                 for event in vad.push(pcm):
@@ -107,6 +120,9 @@ class StreamingAsr(FrameWorker):
                 self._above = self._above + 1 if above else 0
                 if self._above >= hold:
                     self._end_turn(stt, "stt", step.frame_end_s, None)
+            with self._progress:  # counted once its events are out
+                self.frames_done += 1
+                self._progress.notify_all()
 
     def _add_words(self, words: tuple[AsrWord, ...]) -> None:
         for word in words:

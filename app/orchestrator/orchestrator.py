@@ -9,17 +9,25 @@ What starts a turn is the checkpoint's (its manifest's `retrieval`): the user's 
 for models never trained to ask, or the model's own <ret> token (retrieval.py) for the
 Context Spanning checkpoint, whose answers carry a deadline in conversation time. Typed
 questions start a turn either way.
+
+Replay (`replay_llm_latency`, for runs fed from a file faster than real time, in lock-step
+with the pipeline's barrier): each LLM request holds the conversation's clock where it was
+asked and lets it advance one frame per 80 ms of the request's wall time (`frame_limit`,
+read by the feeder). Its answer is handled when the conversation reaches the frame it would
+have reached in real time (after that frame's other events), and lands before it. A slow
+laptop and a fast GPU then give the same conversation for the same LLM latency.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from app.asr.events import AsrFinal, AsrPartial, AsrWord
@@ -80,6 +88,10 @@ class OrchestratorOptions:
     # What starts a turn (the checkpoint's manifest); None: the user's end of turn.
     retrieval: Retrieval | None = None
     profile: str = ""  # the user's name and city, for the retrieval router
+    # Conversation time from frames, the LLM's wall-clock latency replayed as frames (see
+    # the module's docstring): only with a pipeline fed in lock-step (its `replay`); off:
+    # frames come in real time, like a microphone's.
+    replay_llm_latency: bool = False
 
 
 @dataclass
@@ -120,12 +132,23 @@ class _TurnAnswer:
     tools: tuple[str, ...]
     first_token: float | None
     no_information: bool = False
+    arrival_frame: int | None = None  # replay: the frame it would have reached in real time
 
 
 @dataclass(frozen=True)
 class _TurnError:
     turn_id: int
     error: LLMError
+    arrival_frame: int | None = None
+
+
+@dataclass
+class _Hold:
+    """Replay: an LLM request in flight holds the conversation's clock."""
+
+    asked_frame: int  # the newest frame the engine had produced when it was asked
+    started: float  # clock time it was asked
+    frozen: int | None = None  # the answer is back: the last frame before it lands
 
 
 _STOP = object()
@@ -159,6 +182,10 @@ class Orchestrator:
         self._tracker = UtteranceTracker(retrieval.window_s if retrieval else 12.0)
         self._retrieval: _PendingRetrieval | None = None
         self._frame = -1  # the newest frame the engine produced: the conversation's clock
+        self._holds: dict[int, _Hold] = {}  # replay: turn id -> its request's hold
+        self._holds_changed = threading.Condition()
+        self._due: list[tuple[float, _TurnAnswer | _TurnError]] = []  # replay: not yet reached
+        self._fenced = 0  # replay: every event of the frames before this one is handled
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -181,6 +208,11 @@ class Orchestrator:
     def on_typed_text(self, text: str) -> None:
         self._inbox.put((self._clock(), ("typed", text)))
 
+    def after_pending(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on the control thread once everything queued before it has been
+        handled (the replay feeder's barrier)."""
+        self._inbox.put((self._clock(), ("fence", callback)))
+
     def cancel_pending(self, reason: str = "cancelled by the user") -> None:
         """Drop the LLM request in flight (Esc, the Cancel button): its connection is closed
         at once and a TurnCancelled says so. Nothing happens when no request is pending."""
@@ -196,6 +228,9 @@ class Orchestrator:
         joins share one deadline."""
         deadline = time.monotonic() + timeout
         self._inbox.put((self._clock(), _STOP))
+        with self._holds_changed:  # a feeder waiting on the clock is let go
+            self._holds.clear()
+            self._holds_changed.notify_all()
         if self._current is not None:
             self._current.cancel.set()
         pending = self._retrieval
@@ -210,6 +245,48 @@ class Orchestrator:
             ok = ok and not worker.is_alive()
         return ok
 
+    def frame_limit(self) -> int | None:
+        """Replay: the last frame the feeder may feed while LLM requests are in flight
+        (asked frame + one frame per 80 ms of wall time, or the frame before the answer
+        lands once it is back); None when nothing holds the clock."""
+        with self._holds_changed:
+            return self._limit_locked()
+
+    def wait_until_feedable(self, frame: int, timeout: float) -> bool:
+        """Replay: block until `frame` may be fed (False when `timeout` passed first)."""
+        deadline = time.monotonic() + timeout
+        with self._holds_changed:
+            while True:
+                limit = self._limit_locked()
+                if limit is None or frame <= limit:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                # A running request's limit grows with time: wake when it may reach
+                # `frame`; a frozen one changes only when its answer is handled (notify).
+                self._holds_changed.wait(min(remaining, self._until_reached(frame)))
+
+    def _limit_locked(self) -> int | None:
+        if not self._holds:
+            return None
+        now = self._clock()
+        return min(h.frozen if h.frozen is not None
+                   else h.asked_frame + int(max(0.0, now - h.started) / FRAME_S)
+                   for h in self._holds.values())
+
+    def _until_reached(self, frame: int) -> float:
+        """Seconds until every hold allows `frame` (a frozen one: until its release)."""
+        now = self._clock()
+        wait = 0.001
+        for hold in self._holds.values():
+            if hold.frozen is not None:
+                if hold.frozen < frame:
+                    return 1.0  # its release notifies; checked again each second anyway
+            else:
+                wait = max(wait, hold.started + (frame - hold.asked_frame) * FRAME_S - now)
+        return wait
+
     def idle(self) -> bool:
         """No turn in flight and nothing waiting in the inbox (for tests and benchmarks)."""
         return (self._inbox.empty() and self._current is None and self._retrieval is None
@@ -219,6 +296,19 @@ class Orchestrator:
 
     def _emit(self, event: OrchestratorEvent) -> None:
         self.events.put(event)
+
+    def _hold(self, turn: _Turn) -> None:
+        """Replay: `turn`'s request (about to start) holds the clock from the newest frame
+        (a <ret>'s own frame: its token comes before that frame's audio)."""
+        if self.options.replay_llm_latency:
+            asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
+            with self._holds_changed:
+                self._holds[turn.turn_id] = _Hold(asked, self._clock())
+
+    def _release(self, turn_id: int) -> None:
+        with self._holds_changed:
+            if self._holds.pop(turn_id, None) is not None:
+                self._holds_changed.notify_all()
 
     def _run(self) -> None:
         while True:
@@ -271,10 +361,31 @@ class Orchestrator:
                 self._retrieval = None
         elif isinstance(item, AudioOut):
             self._on_audio(item)
-        elif isinstance(item, _TurnAnswer):
-            self._on_answer(received, item)
-        elif isinstance(item, _TurnError):
-            self._on_error(item)
+        elif isinstance(item, (_TurnAnswer, _TurnError)):
+            if item.arrival_frame is None or item.arrival_frame <= self._fenced:
+                self._settle(received, item)
+            else:  # replay: handled at the barrier before its arrival frame
+                self._due.append((received, item))
+        elif isinstance(item, tuple) and item and item[0] == "fence":
+            try:
+                self._fenced = self._frame + 1
+                due, self._due = self._due, []
+                for received_at, result in due:
+                    if (result.arrival_frame or 0) <= self._fenced:
+                        self._settle(received_at, result)
+                    else:
+                        self._due.append((received_at, result))
+            finally:
+                item[1]()
+
+    def _settle(self, received: float, result: _TurnAnswer | _TurnError) -> None:
+        try:
+            if isinstance(result, _TurnAnswer):
+                self._on_answer(received, result)
+            else:
+                self._on_error(result)
+        finally:  # replay: the clock goes on only once the span is queued (or is not)
+            self._release(result.turn_id)
 
     def _on_partial(self, received: float, partial: AsrPartial) -> None:
         current = self._current
@@ -307,6 +418,7 @@ class Orchestrator:
         if self._current is None:
             return
         self._current.cancel.set()
+        self._release(self._current.turn_id)
         self._emit(TurnCancelled(self._current.turn_id, reason))
         self._current = None
 
@@ -317,6 +429,7 @@ class Orchestrator:
         pending = self._retrieval
         if pending is not None and pending.turn is not None and pending.span_id is None:
             pending.turn.cancel.set()
+            self._release(pending.turn.turn_id)
             self._emit(TurnCancelled(pending.turn.turn_id, reason))
             self._retrieval = None
             cancelled = True
@@ -335,6 +448,7 @@ class Orchestrator:
         messages = self._log.messages(self.options.context_chars)
         if not messages or messages[-1].role != "user" or messages[-1].content != question:
             messages.append(ChatMessage("user", question))
+        self._hold(turn)
         worker = threading.Thread(target=self._work, args=(turn, messages),
                                   name=f"llm-turn-{turn.turn_id}", daemon=True)
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
@@ -391,6 +505,7 @@ class Orchestrator:
         pending.turn = turn
         self._emit(TurnStarted(turn.turn_id, question, "ret"))
         self._emit(LlmStatus("thinking", f"asking {self.backend.name}"))
+        self._hold(turn)
         worker = threading.Thread(target=self._work_retrieval, args=(turn,),
                                   name=f"llm-retrieval-{turn.turn_id}", daemon=True)
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
@@ -410,14 +525,16 @@ class Orchestrator:
             return
         deadline = pending.ret_frame + frames_of(policy.deadline_s)
         source = "+".join(("llm",) + answer.tools)
-        if self._frame > deadline:
-            seconds = round((self._frame - pending.ret_frame) * FRAME_S, 3)
+        # Replay: the answer is in time if the frame it would have reached in real time is.
+        now = self._frame if answer.arrival_frame is None else answer.arrival_frame
+        if now > deadline:
+            seconds = round((now - pending.ret_frame) * FRAME_S, 3)
             self._emit(RetrievalLate(turn.turn_id, pending.ret_frame, turn.question, seconds,
                                      source))
             self._retrieval = None
             return
-        span_id = self.sink.inject(answer.text, source, origin_frame=pending.ret_frame,
-                                   deadline_frame=deadline)
+        span_id = self.sink.inject(answer.text, source, at_frame=answer.arrival_frame or 0,
+                                   origin_frame=pending.ret_frame, deadline_frame=deadline)
         pending.span_id = turn.span_id = span_id
         self._awaiting[span_id] = turn
         self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
@@ -442,17 +559,16 @@ class Orchestrator:
                               self.options.profile, self.options.max_span_chars, turn.cancel,
                               on_delta, on_tool)
         except LLMError as exc:
-            self._inbox.put((self._clock(), _TurnError(turn.turn_id, exc)))
+            self._post(_TurnError(turn.turn_id, exc))
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("retrieval failed")
-            error = LLMError("malformed", f"{backend.name} failed: {exc}")
-            self._inbox.put((self._clock(), _TurnError(turn.turn_id, error)))
+            self._post(_TurnError(turn.turn_id,
+                                  LLMError("malformed", f"{backend.name} failed: {exc}")))
             return
         tools = (answer.tool,) if answer.tool and answer.text else ()
-        self._inbox.put((self._clock(), _TurnAnswer(
-            turn.turn_id, answer.text, tools, first_token[0] if first_token else None,
-            answer.no_information)))
+        self._post(_TurnAnswer(turn.turn_id, answer.text, tools,
+                               first_token[0] if first_token else None, answer.no_information))
 
     def _retrieval_turn(self, turn_id: int) -> bool:
         pending = self._retrieval
@@ -475,7 +591,10 @@ class Orchestrator:
             self._emit(TurnLatency(turn.turn_id, *self._stages(turn)))
             return
         source = "+".join(("llm",) + answer.tools)
-        span_id = self.sink.inject(answer.text, source)
+        if answer.arrival_frame is None:
+            span_id = self.sink.inject(answer.text, source)
+        else:  # replay: not before the frame it would have reached in real time
+            span_id = self.sink.inject(answer.text, source, at_frame=answer.arrival_frame)
         turn.span_id = span_id
         self._awaiting[span_id] = turn
         self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
@@ -526,18 +645,31 @@ class Orchestrator:
         backend = turn.backend if turn.backend is not None else self.backend
         return backend, turn.tools if turn.tools is not None else self.tools
 
+    def _post(self, result: _TurnAnswer | _TurnError) -> None:
+        """A request's outcome to the control thread. Replay: first the clock is frozen
+        where the answer lands, asked frame + ceil(wall latency / 80 ms): the feeder feeds
+        up to the frame before, and the control thread injects at that frame."""
+        with self._holds_changed:
+            hold = self._holds.get(result.turn_id)
+            if hold is not None:
+                elapsed = max(0.0, self._clock() - hold.started)
+                arrival = hold.asked_frame + max(1, math.ceil(elapsed / FRAME_S))
+                hold.frozen = arrival - 1
+                result = replace(result, arrival_frame=arrival)
+        self._inbox.put((self._clock(), result))
+
     def _work(self, turn: _Turn, history: list[ChatMessage]) -> None:
         try:
             answer = self._tool_loop(turn, history)
         except LLMError as exc:
-            self._inbox.put((self._clock(), _TurnError(turn.turn_id, exc)))
+            self._post(_TurnError(turn.turn_id, exc))
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("LLM turn failed")
             error = LLMError("malformed", f"{self._asked_with(turn)[0].name} failed: {exc}")
-            self._inbox.put((self._clock(), _TurnError(turn.turn_id, error)))
+            self._post(_TurnError(turn.turn_id, error))
             return
-        self._inbox.put((self._clock(), answer))
+        self._post(answer)
 
     def _tool_loop(self, turn: _Turn, history: list[ChatMessage]) -> _TurnAnswer:
         backend, tools = self._asked_with(turn)

@@ -2,11 +2,17 @@
 is recognised, the model emits <ret> (forced here by biasing its text logits: the tiny model
 has random weights), the stand-in LLM answers, and the span lands within 2.5 s of <ret> —
 or, with a slow LLM, is dropped as late; "no information" injects nothing. The JSONL
-transcript shows each step."""
+transcript shows each step.
+
+The run replays the LLM's latency in frames (no real time needed): the same LLM latency
+gives the same conversation on a fast or a slow engine, and a longer one lands the span
+later by exactly the difference in frames."""
 
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import pytest
@@ -41,16 +47,33 @@ def force_ret_at(frame: int):
     return hook
 
 
-def run(tiny_cs_folder, stt_dir, question: Path, tmp_path: Path, reply: ScriptedReply
-        ) -> tuple[list[dict], list[dict]]:
-    transcript = tmp_path / "t.jsonl"
+def slowed(hook, seconds_per_frame: float):
+    """`hook`, and an engine whose every conversation frame takes `seconds_per_frame` more
+    (a slow machine)."""
+
+    def both(engine) -> None:
+        hook(engine)
+
+        def sleep(_module, _inputs, _logits):
+            if _logits.shape[1] == 1 and engine.ready.is_set():
+                time.sleep(seconds_per_frame)
+
+        engine.checkpoint.lm.text_linear.register_forward_hook(sleep)
+
+    return both
+
+
+def run(tiny_cs_folder, stt_dir, question: Path, tmp_path: Path, reply: ScriptedReply,
+        seconds_per_frame: float = 0.0) -> tuple[list[dict], list[dict]]:
+    transcript = tmp_path / f"t-{len(list(tmp_path.glob('t-*.jsonl')))}.jsonl"
     with OllamaStandIn(models=("standin:latest",), script=[reply]) as standin:
         summary = run_headless(
             "tiny-cs", question, tmp_path / "reply.wav", transcript, [], seed=3,
             conversation=ConversationConfig(asr_model="tiny-stt", force_vad=True, llm="ollama",
                                             llm_host=standin.url, llm_model="standin:latest",
                                             tools=("calculator",)),
-            user_name="Ada", user_city="Seoul", engine_hook=force_ret_at(RET_AT_FRAME))
+            user_name="Ada", user_city="Seoul",
+            engine_hook=slowed(force_ret_at(RET_AT_FRAME), seconds_per_frame))
         requests = list(standin.requests)
     records = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert summary.frames == records[0]["frames"]
@@ -74,7 +97,7 @@ def test_ret_leads_to_one_span_within_the_deadline(tiny_cs_folder, stt, spoken_q
                             ScriptedReply(content="Canberra is the capital city of Australia."))
     head = records[0]
     assert head["model"] == "tiny-cs" and head["trigger"] == "ret_token"
-    assert head["paced"] == "real time"  # the deadline is conversation time
+    assert head["paced"] == "replay (LLM latency in frames)"  # no real time needed
     rets = of("ret", records)
     assert [r["frame"] for r in rets] == [RET_AT_FRAME + 1]  # the output lags a frame
     question = of("question", records)[0]
@@ -118,3 +141,48 @@ def test_no_information_gives_no_span(tiny_cs_folder, stt, spoken_question, tmp_
     no_span = of("no_span", records)
     assert len(no_span) == 1 and no_span[0]["reason"] == "the LLM found no information"
     assert not of("span", records)
+
+
+def conversation(records: list[dict]) -> dict[str, list]:
+    """What must not depend on the machine's speed: the model's words, its <ret>, what was
+    heard and asked, and where each span landed (each kind in its own order)."""
+    keep = {
+        "text": lambda r: (r["frame"], r["text"]),
+        "ret": lambda r: r["frame"],
+        "user": lambda r: (r["text"], r["start"], r["end"]),
+        "question": lambda r: (r["ret_frame"], r["question"], r["plan"], r["waited_ms"]),
+        "span": lambda r: (r["text"], [c["before_frame"] for c in r["chunks"]], r["ret_frame"]),
+        "late": lambda r: (r["ret_frame"], r["seconds"]),
+        "no_span": lambda r: (r["ret_frame"], r["reason"]),
+    }
+    return {kind: [pick(r) for r in records if r["type"] == kind] for kind, pick in keep.items()}
+
+
+# Latencies a little past a frame boundary (a request adds a few ms of its own): the answer
+# reaches the conversation after ceil(latency / 80 ms) frames.
+FAST_LLM_S, SLOW_LLM_S = 0.41, 1.21
+
+
+def test_the_llm_latency_is_replayed_in_frames_whatever_the_engine_speed(
+        tiny_cs_folder, stt, spoken_question, tmp_path):
+    answer = "Canberra is the capital city of Australia."
+    fast, _ = run(tiny_cs_folder, stt, spoken_question, tmp_path,
+                  ScriptedReply(content=answer, first_token_delay_s=FAST_LLM_S))
+    slow_engine, _ = run(tiny_cs_folder, stt, spoken_question, tmp_path,
+                         ScriptedReply(content=answer, first_token_delay_s=FAST_LLM_S),
+                         seconds_per_frame=0.12)
+    assert conversation(slow_engine) == conversation(fast)
+    # Asked at the <ret> (or once the question settled, plan "wait"); the answer lands at the
+    # frame it would have reached in real time.
+    question = of("question", fast)[0]
+    asked = question["ret_frame"] + round(question["waited_ms"] / 80.0)
+    landed = of("span", fast)[0]["chunks"][0]["before_frame"]
+    assert landed == asked + math.ceil(FAST_LLM_S / 0.08)
+
+    slower_llm, _ = run(tiny_cs_folder, stt, spoken_question, tmp_path,
+                        ScriptedReply(content=answer, first_token_delay_s=SLOW_LLM_S))
+    later = of("span", slower_llm)[0]["chunks"][0]["before_frame"]
+    assert later - landed == math.ceil(SLOW_LLM_S / 0.08) - math.ceil(FAST_LLM_S / 0.08)
+    # Up to the first answer the two conversations are the same.
+    assert [t for t in conversation(slower_llm)["text"] if t[0] < landed] == [
+        t for t in conversation(fast)["text"] if t[0] < landed]
