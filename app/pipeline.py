@@ -35,6 +35,7 @@ _ASR_EVENTS = (AsrWord, AsrPartial, AsrFinal, AsrError)
 
 class AsrStage(Protocol):
     events: queue.SimpleQueue
+    dropped_frames: int  # frames its full queue refused
 
     def start(self) -> None: ...
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool: ...
@@ -119,10 +120,20 @@ class ConversationPipeline:
 
     @property
     def dropped_frames(self) -> int:
-        """Frames of the user's audio that some stage never got (a full queue)."""
+        """Frames of the user's audio the model never heard (a full queue on its way)."""
         dropped = self.engine.dropped_frames
+        if self.leveller is not None:  # the engine counts what the leveller could not hand on
+            dropped += self.leveller.dropped_frames
+        return dropped
+
+    @property
+    def asr_dropped_frames(self) -> int:
+        """Frames of the user's audio the speech recognizer never heard."""
+        if self.asr is None:
+            return 0
+        dropped = self.asr.dropped_frames
         if self.leveller is not None:
-            dropped += self.leveller.dropped_frames + self.leveller.dropped_downstream
+            dropped += self.leveller.dropped_frames
         return dropped
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:

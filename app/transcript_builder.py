@@ -120,7 +120,12 @@ class TranscriptBuilder:
                                          conversation_s=event.start_s,
                                          detail=f"end of turn by {event.detected_by}",
                                          origin=self.origin)
-            return [*out, self._user]
+            if not event.missed_frames:
+                return [*out, self._user]
+            lost_s = event.missed_frames * 0.08
+            return [*out, self._user, self._notice(
+                f"Speech recognition missed {lost_s:.1f} s of audio while hearing this turn "
+                f"(the computer is too busy): words may be missing from it.", now, "warning")]
         if isinstance(event, ev.SpanAccepted):
             return self._span_accepted(event, now)
         if isinstance(event, ev.SpanInjected):

@@ -3,6 +3,7 @@ its delay from <ret>, and a late answer or no span; a span block over the frame 
 
 from __future__ import annotations
 
+from app.asr.events import AsrFinal
 from app.engine import events as ev
 from app.orchestrator import events as oe
 from app.transcript_builder import TranscriptBuilder, llm_label
@@ -137,3 +138,13 @@ def test_a_span_that_lands_after_the_model_spoke_on_reads_below_those_words():
     assert pointer[0].key == asking.key and pointer[0].kind == "notice"
     span = builder.entries_for(ev.SpanAccepted(2, "llm", "Canberra.", 3, False, 1, 1))[0]
     assert span.kind == "span" and span.entry_id > words.entry_id and span.text == "Canberra."
+
+
+def test_a_turn_the_recognizer_partly_missed_says_words_may_be_missing():
+    builder = TranscriptBuilder(clock=lambda: 100.0)
+    whole = builder.entries_for(AsrFinal("what time is it", 1.0, 2.0, "vad", 2.6))
+    assert [e.kind for e in whole] == ["user"]
+    cut = builder.entries_for(AsrFinal("the capital of", 4.0, 5.0, "vad", 5.6, missed_frames=12))
+    assert [e.kind for e in cut] == ["user", "notice"]
+    assert cut[1].detail == "warning"
+    assert "missed 1.0 s" in cut[1].text and "words may be missing" in cut[1].text

@@ -53,6 +53,8 @@ class StreamingAsr(FrameWorker):
         self._ended = False
         self._words: list[AsrWord] = []  # the utterance so far
         self._above = 0  # consecutive frames with the end-of-speech head above threshold
+        self._drops_seen = 0  # `dropped_frames` as of the last frame this thread took
+        self._missed_in_turn = 0  # frames dropped since the previous turn ended
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -108,6 +110,11 @@ class StreamingAsr(FrameWorker):
                 self._add_words(stt.flush())
                 return
             pcm: np.ndarray = item  # type: ignore[assignment]
+            # Drops happen on the feeding thread (a full queue): the turn being heard now
+            # is the one that lost them.
+            dropped = self.dropped_frames
+            self._missed_in_turn += dropped - self._drops_seen
+            self._drops_seen = dropped
             step = stt.step(pcm)
             self._add_words(step.words)
             if vad is not None:
@@ -147,6 +154,8 @@ class StreamingAsr(FrameWorker):
             start, end = self._words[0].start_s, self._words[-1].end_s
         else:
             return
-        self.events.put(AsrFinal(self._text(), start, end, by, round(at_s, 4)))
+        self.events.put(AsrFinal(self._text(), start, end, by, round(at_s, 4),
+                                 missed_frames=self._missed_in_turn))
+        self._missed_in_turn = 0
         self._words = []
         self._above = 0

@@ -30,6 +30,9 @@ class AsrFinal:
     end_s: float
     detected_by: str  # "stt" (the STT's own end-of-speech head) or "vad"
     detected_at_s: float  # audio time at which the end of turn was decided
+    # Frames of the user's audio the recognizer never got (its queue was full: the computer
+    # is too busy) since the previous turn ended: words of this turn may be missing.
+    missed_frames: int = 0
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,7 @@ class Orchestrator:
     ) -> None:
         self.backend = backend
         self.tools = tools
+        self._retired: list[tuple[LLMBackend, ToolRegistry]] = []  # replaced by reconfigure
         self.sink = sink
         self.options = options or OrchestratorOptions()
         self.events: queue.SimpleQueue[OrchestratorEvent] = events or queue.SimpleQueue()
@@ -243,7 +244,20 @@ class Orchestrator:
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
             ok = ok and not worker.is_alive()
+        self._close_clients()
         return ok
+
+    def _close_clients(self) -> None:
+        """The conversation is over: the LLM clients' pooled connections and the tools'
+        files (the local-search index) are released, also those replaced mid-conversation."""
+        retired, self._retired = self._retired, []
+        for backend, tools in [*retired, (self.backend, self.tools)]:
+            for close in (getattr(backend, "close", None), getattr(tools, "close", None)):
+                if callable(close):
+                    try:
+                        close()
+                    except Exception:  # closing must not stop the rest from closing
+                        log.exception("closing %r failed", close)
 
     def frame_limit(self) -> int | None:
         """Replay: the last frame the feeder may feed while LLM requests are in flight
@@ -349,6 +363,8 @@ class Orchestrator:
         elif isinstance(item, tuple) and item and item[0] == "cancel":
             self._cancel_pending(item[1])
         elif isinstance(item, tuple) and item and item[0] == "configure":
+            # A turn in flight may still be asking the old backend: closed at stop().
+            self._retired.append((self.backend, self.tools))
             self.backend, self.tools = item[1], item[2]
         elif isinstance(item, TextPiece):
             self._log.add_assistant_piece(item.text, item.frame_index)
@@ -692,8 +708,14 @@ class Orchestrator:
                 first_token.append(started + result.first_token_s)
             if not result.tool_calls or not allow_tools:
                 text = speakable_span(result.content, self.options.max_span_chars)
-                return _TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
-                                   first_token[0] if first_token else None)
+                if text:
+                    return _TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
+                                       first_token[0] if first_token else None)
+                # Nothing to say is a failed turn the user sees, never a silent one: the
+                # last round (tools withheld) still asking for tools, or an empty answer.
+                if result.tool_calls or round_index == self.options.max_tool_rounds:
+                    break
+                raise LLMError("malformed", f"{backend.name} answered with nothing to say")
             messages.append(ChatMessage("assistant", result.content,
                                         tool_calls=result.tool_calls))
             for call in result.tool_calls[: self.options.max_calls_per_round]:
@@ -705,4 +727,5 @@ class Orchestrator:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"
                 messages.append(ChatMessage("tool", content, tool_name=call.name))
-        raise LLMError("malformed", "the LLM kept calling tools")  # unreachable in practice
+        raise LLMError("malformed", f"{backend.name} kept calling tools after "
+                                    f"{self.options.max_tool_rounds} rounds and gave no answer")

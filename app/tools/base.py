@@ -68,6 +68,13 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
+    def close(self) -> None:
+        """Release what tools hold open (the local-search index's database)."""
+        for tool in self._tools.values():
+            close = getattr(tool, "close", None)
+            if callable(close):
+                close()
+
     def specs(self) -> list[ToolSpec]:
         return [self._tools[name].spec() for name in self.names()]
 

@@ -137,6 +137,35 @@ def test_the_thread_ends_the_turn_by_vad(tiny_stt, placed_speech):
     final = finals[0]
     assert final.detected_by == "vad"
     assert abs(final.detected_at_s - (true_end + 0.6)) <= TOLERANCE_S + 0.1
+    assert final.missed_frames == 0
+
+
+def test_frames_the_recognizer_never_got_are_reported_with_the_turn(tiny_stt, placed_speech):
+    """A full queue (the computer too busy) drops frames: the turn that lost them says how
+    many, so the user can be told that words may be missing."""
+    audio, _, _ = placed_speech
+    frames = _frames(audio)
+    queued = int((LEAD_S + 0.5) * RATE) // 1920  # the lead silence and half a second of speech
+    asr = StreamingAsr(tiny_stt, AsrOptions(force_vad=True, vad=VadOptions(hang_s=0.6),
+                                            input_queue_frames=queued))
+    for frame in frames[:queued]:  # not started yet: the queue fills
+        assert asr.push_frame(frame, timeout=0)
+    for frame in frames[queued : queued + 3]:
+        assert not asr.push_frame(frame, timeout=0)  # live audio never waits: dropped
+    asr.start()
+    for frame in frames[queued + 3 :]:
+        assert asr.push_frame(frame, timeout=10)
+    asr.finish_input()
+    assert asr.join(120)
+    events = []
+    while True:
+        try:
+            events.append(asr.events.get_nowait())
+        except queue.Empty:
+            break
+    finals = [e for e in events if isinstance(e, AsrFinal)]
+    assert asr.dropped_frames == 3
+    assert [f.missed_frames for f in finals] == [3]
 
 
 def test_the_thread_on_silence_ends_no_turn(tiny_stt):

@@ -230,3 +230,62 @@ def test_every_stage_of_a_turn_is_timed_up_to_the_first_audio_frame(standin):
     assert all(s is not None for s in stages)
     assert latency.end_of_speech_to_turn_ms >= 600 - 1  # the VAD hang counts from speech end
     assert latency.end_of_speech_to_first_audio_ms >= max(stages[:-1])
+
+
+def test_a_model_that_keeps_calling_tools_fails_the_turn_visibly(standin):
+    """After the last allowed round (tools withheld) a model still asking for tools has given
+    no answer: the user sees a failed turn, not silence, and the next turn works."""
+    looping = ScriptedReply(tool_calls=[{"name": "lookup", "arguments": {"query": "again"}}])
+    standin.script = [looping] * 4 + [ScriptedReply(content="Recovered.")]
+    orch, sink = make(standin)
+    try:
+        orch.on_typed_text("what is the capital?")
+        events = collect_until(orch, lambda ev: of(oe.TurnFailed, ev))
+        orch.on_typed_text("and now?")
+        events += collect_until(orch, lambda ev: of(oe.SpanQueued, ev))
+    finally:
+        assert orch.stop()
+    failed = of(oe.TurnFailed, events)
+    assert len(failed) == 1 and failed[0].kind == "malformed"
+    assert "kept calling tools after 3 rounds" in failed[0].message
+    assert len(of(oe.ToolCalled, events)) == 3  # the last round offered no tools
+    assert "tools" not in standin.requests[3] or not standin.requests[3]["tools"]
+    assert any(s.state == "error" for s in of(oe.LlmStatus, events))
+    assert sink.spans == [("Recovered.", "llm")]
+
+
+def test_an_empty_answer_is_a_failed_turn(standin):
+    standin.script = [ScriptedReply(content="   ")]
+    orch, sink = make(standin)
+    try:
+        orch.on_typed_text("hello?")
+        events = collect_until(orch, lambda ev: of(oe.TurnFailed, ev))
+    finally:
+        assert orch.stop()
+    assert "nothing to say" in of(oe.TurnFailed, events)[0].message
+    assert sink.spans == []
+
+
+def test_stop_closes_the_llm_clients_and_the_local_search_index(standin, tmp_path):
+    """Connections and the index's database are released when the conversation ends, also
+    those of an LLM side replaced mid-conversation (a settings change)."""
+    import sqlite3
+
+    from app.tools.local_search import LocalFolderSearchTool
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "gate.txt").write_text("The gate code is 417.", encoding="utf-8")
+    search = LocalFolderSearchTool([notes], index_dir=tmp_path / "index")
+    standin.script = [ScriptedReply(content="It is 417.")]
+    orch, _sink = make(standin, search)
+    first = orch.backend
+    orch.on_typed_text("what is the gate code?")
+    collect_until(orch, lambda ev: of(oe.SpanQueued, ev))
+    second = OllamaBackend(OllamaSettings(host=standin.url, model="standin:latest"))
+    orch.reconfigure(second, ToolRegistry([FactTool()]))
+    assert not first._client._client.is_closed and not second._client._client.is_closed
+    assert orch.stop()
+    assert first._client._client.is_closed and second._client._client.is_closed
+    with pytest.raises(sqlite3.ProgrammingError):
+        search._db.execute("SELECT 1")
