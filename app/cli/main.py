@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the model catalog")
     commands.add_parser("train", help="fine-tune a checkpoint on span-injected conversations "
                                       "(python main.py train --help)")
+    commands.add_parser("eval", help="reproduce the paper's tables: spoken QA (eval qa), a "
+                                     "span-only QA set (eval make-set), Full-Duplex-Bench "
+                                     "(eval fdb) (python main.py eval --help)")
 
     download = commands.add_parser(
         "download", help="download a model (or a speech recognition model) from Hugging "
@@ -154,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="level the input to -24 LUFS (noise gate, gain, limiter) before "
                           "the model and the ASR hear it, as the app does live")
 
+    from app.server.cli import add_serve_parser  # light: the server loads only when it runs
+
+    add_serve_parser(commands)
+
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
     injection = bench_kinds.add_parser("injection", help="chunked prefill against one-by-one")
@@ -194,6 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--allow-cpu", action="store_true",
                      help="run on a CPU too (for testing the command's paths)")
     gpu.add_argument("--json", action="store_true", help="print one JSON object")
+    server = bench_kinds.add_parser(
+        "server", help="serve's network path: round trip per frame over a local engine, "
+                       "Opus bandwidth, conversations at once without late frames")
+    server.add_argument("--model", default="tiny")
+    server.add_argument("--device", default="cpu")
+    server.add_argument("--frames", type=int, default=125, help="frames per path (80 ms each)")
+    server.add_argument("--most", type=int, default=4, metavar="N",
+                        help="try up to N conversations at once (0: skip that part)")
+    server.add_argument("--threads", type=int, default=1,
+                        help="torch threads per process (default 1: a shared CPU)")
+    server.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(bench_kinds=tuple(bench_kinds.choices))
     return parser
 
@@ -281,6 +299,12 @@ def _cmd_bench_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.cli import run_serve
+
+    return run_serve(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "pipeline":
         return _cmd_bench_pipeline(args)
@@ -300,6 +324,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("--minutes must be positive")
         result = run_soak_bench(args.minutes)
         print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        return 0
+    if args.bench == "server":
+        from app.server.bench import format_server_bench, run_server_bench
+
+        if args.frames < 5 or args.most < 0 or args.threads < 1:
+            raise ValueError("--frames must be at least 5, --most 0 or more, --threads 1 "
+                             "or more")
+        result = run_server_bench(args.model, args.device, args.frames, args.most,
+                                  threads=args.threads)
+        print(json.dumps(result) if args.json else format_server_bench(result))
         return 0
     if args.bench == "gpu":
         from app.bench.gpu_bench import describe, run_gpu_bench
@@ -579,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.training.cli import main_train
 
         return _guarded(lambda: main_train(argv[1:]), "train", log_file)
+    if argv and argv[0] == "eval":  # its own parser: python main.py eval --help
+        from app.eval.cli import main_eval
+
+        return _guarded(lambda: main_eval(argv[1:]), "eval", log_file)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -601,5 +639,5 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handlers = {"models": lambda: _cmd_models(), "build": lambda: _cmd_build(args),
                 "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args),
-                "download": lambda: _cmd_download(args)}
+                "download": lambda: _cmd_download(args), "serve": lambda: _cmd_serve(args)}
     return _guarded(handlers[args.command], args.command, log_file)

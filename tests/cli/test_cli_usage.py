@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_KINDS = ("injection", "pipeline", "audio-latency", "echo", "soak", "gpu")
+BENCH_KINDS = ("injection", "pipeline", "audio-latency", "echo", "soak", "gpu", "server")
 
 
 def main_py(*args: str, data_dir: Path, env: dict[str, str] | None = None,

@@ -1,0 +1,29 @@
+"""The shared token: `?token=` in the URL or an `Authorization: Bearer` header.
+
+Compared in constant time, so the answer's timing says nothing about how much of a guess
+was right. No token configured: every request is let in (the CLI refuses that on any
+address but the loopback unless asked to).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+
+def presented_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The token a request carries: the Authorization header first, else `?token=`."""
+    header = headers.get("Authorization") or headers.get("authorization") or ""
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    token = query.get("token")
+    return token if token else None
+
+
+def token_matches(presented: str | None, expected: str | None) -> bool:
+    if not expected:
+        return True
+    if presented is None:
+        return False
+    return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))

@@ -1,0 +1,185 @@
+"""`python main.py serve`: the command line of the server (and of `serve --cluster`).
+
+Light to import (app/cli/main.py builds every parser at start): the server itself is
+imported only when the command runs. `python -m app.server.cli ...` runs it on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    serve = subparsers.add_parser(
+        "serve", help="serve the engine over the network: moshi's /api/chat and the Context "
+                      "Spanning reference's /ws (python main.py serve --help)",
+        description="One engine, one conversation at a time, behind an asyncio web server: "
+                    "moshi's protocol on /api/chat (moshi's own client and web UI talk to "
+                    "it), the reference's on /ws (the app's client), spans over the wire on "
+                    "both; /health and /metrics. --cluster deploys replicas on Ray Serve.")
+    model = serve.add_argument_group("the model")
+    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
+    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
+    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
+    model.add_argument("--seed", type=int, default=None)
+    model.add_argument("--chunk-limit", type=int, default=None,
+                       help="most span positions per frame (default: measured by each "
+                            "conversation's engine at its start)")
+    model.add_argument("--voice", default=None, help="default voice (persona checkpoints)")
+    model.add_argument("--role", "--persona", dest="role", default=None,
+                       help="default persona (persona checkpoints; clients may send their own)")
+    model.add_argument("--user-name", default=None)
+    model.add_argument("--user-city", default=None)
+
+    net = serve.add_argument_group("the network")
+    net.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (0.0.0.0: every interface; needs --token)")
+    net.add_argument("--port", type=int, default=8998,
+                     help="port (default 8998, moshi's; 0: any free port)")
+    net.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                     help=f"shared secret clients send as ?token= or 'Authorization: Bearer' "
+                          f"(default ${TOKEN_ENV}; the environment keeps it out of `ps`)")
+    net.add_argument("--allow-anonymous", action="store_true",
+                     help="serve without a token on an address other than the loopback")
+    net.add_argument("--ssl-cert", type=Path, default=None, help="TLS certificate (PEM)")
+    net.add_argument("--ssl-key", type=Path, default=None, help="TLS private key (PEM)")
+    net.add_argument("--idle-timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="close a connection that sent nothing for this long (default 60)")
+    net.add_argument("--max-conversation", type=float, default=3600.0, metavar="SECONDS",
+                     help="longest a connection may hold the engine (default 3600)")
+    net.add_argument("--max-message-bytes", type=int, default=64 * 1024,
+                     help="larger client messages are refused with an error event")
+    net.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS",
+                     help="ping a client silent this long; one that does not answer within "
+                          "half of it has vanished and frees the engine (default 1)")
+
+    llm = serve.add_argument_group("the LLM side on the server (optional)")
+    llm.add_argument("--asr", default=None, metavar="STT_MODEL",
+                     help="recognise the user's speech with this STT (e.g. tiny-stt)")
+    llm.add_argument("--vad", action="store_true", help="end turns by voice activity")
+    llm.add_argument("--llm", choices=["ollama", "openai"], default=None)
+    llm.add_argument("--llm-host", default=None)
+    llm.add_argument("--llm-model", default=None)
+    llm.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
+    llm.add_argument("--tools", default=None,
+                     help="comma-separated tools (default: all configured); 'none' for none")
+    llm.add_argument("--folder-search", action="append", default=[], metavar="DIR")
+    llm.add_argument("--level-voice", action="store_true",
+                     help="level the user's voice to -24 LUFS before the model and the ASR")
+
+    cluster = serve.add_argument_group("a cluster (Ray Serve; pip install -e '.[cluster]')")
+    cluster.add_argument("--cluster", action="store_true",
+                         help="deploy engine replicas on a Ray cluster instead")
+    cluster.add_argument("--ray-address", default=None,
+                         help="the cluster to join (default $RAY_ADDRESS, else a local one)")
+    cluster.add_argument("--min-replicas", type=int, default=1)
+    cluster.add_argument("--max-replicas", type=int, default=1)
+    cluster.add_argument("--gpus-per-replica", type=float, default=None,
+                         help="GPUs each replica asks for: 1, or a fraction to share one "
+                              "(default 1, or 0 with --device cpu)")
+    cluster.add_argument("--cpus-per-replica", type=float, default=1.0)
+    cluster.add_argument("--target-conversations", type=float, default=0.8,
+                         help="conversations per replica the autoscaler aims at (below 1 "
+                              "keeps spare replicas loaded; default 0.8)")
+    return serve
+
+
+def _conversation_config(args: argparse.Namespace):
+    if not (args.asr or args.llm or args.level_voice):
+        return None
+    from app.headless_run import ConversationConfig
+
+    tools: tuple[str, ...] | None = None
+    if args.tools is not None:
+        tools = () if args.tools == "none" else tuple(
+            t.strip() for t in args.tools.split(",") if t.strip())
+    return ConversationConfig(
+        asr_model=args.asr, force_vad=args.vad, llm=args.llm, llm_host=args.llm_host,
+        llm_model=args.llm_model, llm_timeout_s=args.llm_timeout, tools=tools,
+        folders=tuple(args.folder_search), level_voice=args.level_voice)
+
+
+def _check_exposure(args: argparse.Namespace) -> None:
+    from app.server.config import LOOPBACK_HOSTS
+
+    if args.token or args.allow_anonymous or args.host in LOOPBACK_HOSTS:
+        return
+    raise ValueError(f"--host {args.host} opens the engine to the network: give --token (or "
+                     f"${TOKEN_ENV}), or --allow-anonymous if a proxy in front checks users")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from app.engine.duplex_engine import EngineOptions
+    from app.server.config import Limits
+
+    _check_exposure(args)
+    if args.chunk_limit is not None and args.chunk_limit < 1:
+        raise ValueError("--chunk-limit must be at least 1")
+    limits = Limits(idle_timeout_s=args.idle_timeout, max_conversation_s=args.max_conversation,
+                    max_message_bytes=args.max_message_bytes, heartbeat_s=args.heartbeat)
+    limits.check()
+    options = EngineOptions(seed=args.seed, chunk_limit=args.chunk_limit, voice=args.voice,
+                            role=args.role, user_name=args.user_name, user_city=args.user_city)
+    conversation = _conversation_config(args)
+    if args.cluster:
+        return _run_cluster(args, options, conversation, limits)
+    import asyncio
+
+    from app.server.config import ServerConfig
+    from app.server.engine_host import EngineHost
+    from app.server.web_app import EngineServer
+
+    config = ServerConfig(args.host, args.port, args.token or None, args.ssl_cert, args.ssl_key,
+                          limits)
+    print(f"loading {args.model}…", file=sys.stderr, flush=True)
+    host = EngineHost.load(args.model, args.device, args.dtype, args.folder, options,
+                           conversation)
+    server = EngineServer(host, config)
+
+    def announce(url: str) -> None:
+        print(f"serving {host.model_id} ({host.device}) on {url}: moshi's protocol on "
+              f"/api/chat, the reference's on /ws (Ctrl+C stops)", file=sys.stderr, flush=True)
+
+    asyncio.run(server.serve_until_signalled(announce))
+    return 0
+
+
+def _run_cluster(args, options, conversation, limits) -> int:
+    try:
+        from app.server.cluster import ClusterSettings, run_cluster
+    except ImportError as exc:
+        raise RuntimeError(f"serve --cluster needs Ray Serve ({exc.name} is missing): "
+                           "pip install -e '.[cluster]'") from None
+    gpus = args.gpus_per_replica
+    if gpus is None:
+        gpus = 0.0 if args.device == "cpu" else 1.0
+    settings = ClusterSettings(
+        model_id=args.model, device=args.device, dtype=args.dtype, folder=args.folder,
+        engine_options=options, conversation=conversation, token=args.token or None,
+        limits=limits, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+        gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
+        target_conversations=args.target_conversations, host=args.host, port=args.port,
+        ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
+    settings.check()
+    return run_cluster(settings, args.ray_address)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.server.cli")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run_serve(args)
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

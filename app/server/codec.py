@@ -1,0 +1,37 @@
+"""What a protocol does with messages: the connection logic (connection.py) is the same for
+moshi's `/api/chat` (moshi_codec.py) and the reference's `/ws` (reference_codec.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from app.server import wire_events as wire
+from app.server.wire_socket import Incoming
+
+
+@dataclass(frozen=True)
+class Frame:
+    pcm: np.ndarray  # float32 [1920] at 24 kHz, finite, within [-1, 1]
+    index: int  # among this connection's frames, from 0
+
+
+Inbound = Frame | wire.ClientMessage | wire.WireError
+
+
+class Codec(Protocol):
+    protocol: str  # a label for metrics and logs
+    controls: bool  # whether the client may send context, voice and reset
+
+    @property
+    def frames_received(self) -> int:
+        """Frames this connection has sent so far (refused ones included)."""
+
+    def decode(self, message: Incoming) -> list[Inbound]: ...
+    def skip(self, message: Incoming) -> int | None:
+        """A message refused unread (too big): the frame index it took, if it counts as one."""
+    def ready(self, event: wire.Ready) -> list[bytes | str]: ...
+    def audio(self, pcm: np.ndarray) -> list[bytes | str]: ...
+    def event(self, event: wire.ServerEvent) -> list[bytes | str]: ...

@@ -1,0 +1,64 @@
+"""One conversation on a server: a fresh DuplexEngine (with its LLM side, when the server has
+one) on the host's loaded checkpoint, its events delivered to the server's event loop.
+
+The engine thread stays as it is: frames go in without waiting (a full queue is the
+caller's to retry), events come out through the pipeline's router thread, which hands each
+one to the loop with `call_soon_threadsafe`. Nothing here blocks on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import numpy as np
+
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.pipeline import ConversationPipeline
+
+
+class LoopQueue:
+    """Stands where the pipeline puts its events: each goes to an asyncio queue on `loop`.
+
+    Once the loop is closed (the server is gone) events are dropped: the router thread must
+    never die of it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Queue) -> None:
+        self._loop = loop
+        self._target = target
+
+    def put(self, event: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(self._target.put_nowait, event)
+
+
+class Conversation:
+    def __init__(self, engine: DuplexEngine, pipeline: ConversationPipeline,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.pipeline = pipeline
+        self.events: asyncio.Queue[object] = asyncio.Queue()
+        pipeline.events = LoopQueue(loop, self.events)  # type: ignore[assignment]
+
+    @property
+    def options(self) -> EngineOptions:
+        return self.engine.options
+
+    @property
+    def running(self) -> bool:
+        return self.engine.running
+
+    def start(self) -> None:
+        self.pipeline.start()
+
+    def push_frame(self, pcm: np.ndarray) -> bool:
+        """Never waits: False when the engine's queue is full (retry later)."""
+        return self.pipeline.push_frame(pcm, 0.0)
+
+    def inject(self, text: str, source: str) -> int:
+        """A span for the next frame; raises EngineStoppedError or SpanQueueFullError."""
+        return self.engine.inject(text, source)
+
+    def stop(self, timeout: float) -> bool:
+        """Blocks until every thread ended (run it off the event loop). True when they did."""
+        return self.pipeline.stop(timeout)

@@ -1,0 +1,68 @@
+"""The Context Spanning reference's `/ws`: one binary message is one 80 ms frame of float32
+PCM (1920 little-endian samples at 24 kHz) both ways; every other message is JSON text."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.frame_worker import FRAME_SAMPLES
+from app.server import wire_events as wire
+from app.server.codec import Frame, Inbound
+from app.server.wire_socket import Incoming
+
+FRAME_BYTES = FRAME_SAMPLES * 4
+
+
+def pcm_frame(data: bytes, index: int) -> Frame:
+    """A frame from the wire, checked: the right size, float32, finite. Loud samples are
+    clipped to [-1, 1], as a sound card would; anything else is refused with WireError."""
+    if len(data) % 4:
+        raise wire.WireError("frame", f"{len(data)} bytes are not float32 samples")
+    if len(data) != FRAME_BYTES:
+        raise wire.WireError("frame", f"a frame is {FRAME_SAMPLES} float32 samples "
+                                      f"({FRAME_BYTES} bytes), not {len(data) // 4}")
+    pcm = np.frombuffer(data, dtype="<f4")
+    if not np.isfinite(pcm).all():
+        raise wire.WireError("frame", "the frame holds NaN or infinite samples")
+    return Frame(np.clip(pcm, -1.0, 1.0).astype(np.float32), index)
+
+
+class ReferenceCodec:
+    protocol = "reference"
+    controls = True
+
+    def __init__(self) -> None:
+        self._frames = 0
+
+    @property
+    def frames_received(self) -> int:
+        return self._frames
+
+    def decode(self, message: Incoming) -> list[Inbound]:
+        if message.kind == "text":
+            try:
+                return [wire.decode_request(message.data)]
+            except wire.WireError as exc:
+                return [exc]
+        assert isinstance(message.data, bytes)
+        index = self._frames
+        self._frames += 1
+        try:
+            return [pcm_frame(message.data, index)]
+        except wire.WireError as exc:
+            return [wire.WireError(exc.stage, str(exc), index)]
+
+    def skip(self, message: Incoming) -> int | None:
+        if message.kind != "binary":
+            return None
+        self._frames += 1
+        return self._frames - 1
+
+    def ready(self, event: wire.Ready) -> list[bytes | str]:
+        return [wire.encode_event(event)]
+
+    def audio(self, pcm: np.ndarray) -> list[bytes | str]:
+        return [np.asarray(pcm, dtype="<f4").tobytes()]
+
+    def event(self, event: wire.ServerEvent) -> list[bytes | str]:
+        return [wire.encode_event(event)]

@@ -1,0 +1,186 @@
+"""The aiohttp server of `python main.py serve`: one engine, one conversation at a time.
+
+Routes:
+- `GET /api/chat`: moshi's protocol (moshi_codec.py). Busy: HTTP 503 before the upgrade.
+- `GET /ws`: the reference's protocol (reference_codec.py). Busy: a `busy` event, then the
+  socket closes with 1013 (try again later), as the reference answers.
+- `GET /health`: JSON status, open to all (load balancers).
+- `GET /metrics`: Prometheus text.
+Every route but /health needs the token when one is set (401 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import ssl
+from collections.abc import Callable
+
+from aiohttp import WSCloseCode, web
+
+from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE
+from app.server import wire_events as wire
+from app.server.auth import presented_token, token_matches
+from app.server.codec import Codec
+from app.server.config import ServerConfig
+from app.server.connection import Connection
+from app.server.engine_host import EngineHost
+from app.server.metrics import ServerMetrics
+from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
+from app.server.reference_codec import ReferenceCodec
+from app.server.wire_socket import AiohttpSocket
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5
+BUSY_MESSAGE = "the engine holds another conversation: try again when it ends"
+
+
+def ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.ssl_cert is None and config.ssl_key is None:
+        return None
+    if config.ssl_cert is None or config.ssl_key is None:
+        raise ValueError("TLS needs both --ssl-cert and --ssl-key")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile=str(config.ssl_cert), keyfile=str(config.ssl_key))
+    return context
+
+
+def health(host: EngineHost, metrics: ServerMetrics) -> dict:
+    body = {"status": "error" if host.stuck else "ready", "model": host.model_id,
+            "device": host.device, "busy": host.busy, "sample_rate": SAMPLE_RATE,
+            "frame_size": FRAME_SAMPLES, "sessions_total": sum(metrics.sessions.values()),
+            "frames_total": metrics.frames, "late_frames_total": metrics.late_frames}
+    if host.stuck:
+        body["message"] = host.stuck
+    return body
+
+
+class EngineServer:
+    def __init__(self, host: EngineHost, config: ServerConfig,
+                 metrics: ServerMetrics | None = None) -> None:
+        config.limits.check()
+        self.host = host
+        self.config = config
+        self.metrics = metrics or ServerMetrics()
+        self._connections: set[Connection] = set()
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def application(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/chat", self._moshi_chat)
+        app.router.add_get("/ws", self._reference_ws)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    # ---- running ------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Listen (port 0: any free port); returns the base URL."""
+        self._runner = web.AppRunner(self.application(), handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port,
+                           ssl_context=ssl_context(self.config))
+        await site.start()
+        server = site._server  # aiohttp keeps no public accessor for the bound port
+        assert server is not None and server.sockets
+        self.port = server.sockets[0].getsockname()[1]
+        return self.url
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        return f"{self.config.scheme}://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def serve_until_signalled(self, on_ready: Callable[[str], None]) -> None:
+        """Serve until SIGINT or SIGTERM, then close every connection with a goodbye."""
+        on_ready(await self.start())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):  # Windows: Ctrl+C raises instead
+                loop.add_signal_handler(signum, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    # ---- routes -------------------------------------------------------------------------
+
+    def _authorize(self, request: web.Request) -> None:
+        if not token_matches(presented_token(request.headers, request.query), self.config.token):
+            self.metrics.unauthorized += 1
+            raise web.HTTPUnauthorized(text="a token is needed: ?token= or "
+                                            "Authorization: Bearer",
+                                       headers={"WWW-Authenticate": "Bearer"})
+
+    async def _moshi_chat(self, request: web.Request) -> web.StreamResponse:
+        self._authorize(request)
+        lease = self.host.try_lease()
+        if lease is None:
+            self.metrics.busy += 1
+            raise web.HTTPServiceUnavailable(
+                text=json.dumps({"type": "busy", "message": BUSY_MESSAGE}),
+                content_type="application/json", headers={"Retry-After": str(RETRY_AFTER_S)})
+        events = request.query.get(EVENTS_QUERY[0]) == EVENTS_QUERY[1]
+        return await self._serve(request, MoshiCodec(events), lease)
+
+    async def _reference_ws(self, request: web.Request) -> web.StreamResponse:
+        self._authorize(request)
+        lease = self.host.try_lease()
+        if lease is None:
+            self.metrics.busy += 1
+            ws = self._websocket()
+            await ws.prepare(request)
+            await ws.send_str(wire.encode_event(wire.Busy(BUSY_MESSAGE, RETRY_AFTER_S)))
+            await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"busy")
+            return ws
+        return await self._serve(request, ReferenceCodec(), lease)
+
+    def _websocket(self) -> web.WebSocketResponse:
+        limits = self.config.limits
+        return web.WebSocketResponse(max_msg_size=limits.hard_message_bytes,
+                                     heartbeat=limits.heartbeat_s, compress=False)
+
+    async def _serve(self, request: web.Request, codec: Codec, lease) -> web.StreamResponse:
+        ws = self._websocket()
+        try:
+            await ws.prepare(request)
+        except BaseException:
+            lease.release()
+            raise
+        connection = Connection(AiohttpSocket(ws, request), codec, lease, self.config.limits,
+                                self.metrics)
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+        return ws
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response(health(self.host, self.metrics))
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        return web.Response(text=self.metrics.render(self.host.busy),
+                            content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        for connection in list(self._connections):
+            connection.shutdown()
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while self._connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)

@@ -1,0 +1,312 @@
+"""The JSON messages of the wire, as named types, both ways.
+
+Server to client: the Context Spanning reference's events (`ready`, `busy`, `text`,
+`user_text`, `ret`, `question`, `span`, `no_span`, `late`, `slot`, `voice`, `error`) plus
+the span's own life for spans a client sends (`span_queued`, `span_accepted`,
+`span_rejected`). Client to server: `context`, `voice`, `reset` and `span`.
+
+On `/ws` each is one text message; on `/api/chat` one binary message of kind 0x10 followed
+by the same JSON, for clients that asked for it (moshi_codec.py). Unknown fields are
+ignored both ways, so either side can grow a field without breaking the other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+MAX_SPAN_CHARS = 16_000  # far above any span's token budget; the engine truncates anyway
+MAX_SOURCE_CHARS = 64
+MAX_PERSONA_CHARS = 2_000
+MAX_PROFILE_CHARS = 100  # the user's name or city
+_VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")  # a released voice's name, never a path
+
+
+class WireError(ValueError):
+    """A client message the server refuses; `stage` names what it was about, `frame` the
+    refused frame's index among the connection's frames."""
+
+    def __init__(self, stage: str, message: str, frame: int | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.frame = frame
+
+    def event(self) -> Error:
+        return Error(self.stage, str(self), self.frame)
+
+
+# ---- server -> client ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    TYPE: ClassVar[str] = "ready"
+    sample_rate: int = 24000
+    frame_size: int = 1920
+    persona: str | None = None
+    model: str = ""
+    device: str = ""
+    conversation: int = 1  # 1 for the first on this connection, 2 after a reset, ...
+    # Binary frames this connection sent before this conversation began: the frames from
+    # this count on are the new conversation's (a reset drops what was still queued).
+    frames_received: int = 0
+    chunk_limit: int = 0
+    context_window: int = 0
+
+
+@dataclass(frozen=True)
+class Busy:
+    TYPE: ClassVar[str] = "busy"
+    message: str = "the engine holds another conversation"
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    TYPE: ClassVar[str] = "text"
+    delta: str = ""
+
+
+@dataclass(frozen=True)
+class UserText:
+    TYPE: ClassVar[str] = "user_text"
+    utt: int = 0  # the utterance's first frame: partials and the final share it
+    final: bool = False
+    t: float = 0.0  # seconds of user audio at the utterance's end
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Ret:
+    TYPE: ClassVar[str] = "ret"
+    frame: int = 0
+
+
+@dataclass(frozen=True)
+class Question:
+    TYPE: ClassVar[str] = "question"
+    text: str = ""
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class SpanQueued:
+    """The server took a client's span: it goes to the engine between two frames."""
+
+    TYPE: ClassVar[str] = "span_queued"
+    span_id: int = 0
+    source: str = ""
+    id: str | None = None  # the client's own id for it, echoed
+
+
+@dataclass(frozen=True)
+class SpanAccepted:
+    TYPE: ClassVar[str] = "span_accepted"
+    span_id: int = 0
+    source: str = ""
+    tokens: int = 0  # positions it takes in the model's context, wrapping included
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Span:
+    """A span landed in the model's context."""
+
+    TYPE: ClassVar[str] = "span"
+    text: str = ""
+    question: str = ""
+    source: str = ""
+    frames: int = 0  # positions it took (the reference's "frames": one per token)
+    seconds: float = 0.0  # those positions in frame time
+    prefill_ms: float = 0.0  # wall clock of its forward passes, all chunks together
+    span_id: int = 0
+    chunks: int = 1
+    landed_frame: int = 0  # it was read before this frame
+    origin_frame: int | None = None  # the <ret> it answers
+
+
+@dataclass(frozen=True)
+class SpanRejected:
+    TYPE: ClassVar[str] = "span_rejected"
+    span_id: int | None = None
+    source: str = ""
+    reason: str = ""
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class NoSpan:
+    TYPE: ClassVar[str] = "no_span"
+    question: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Late:
+    TYPE: ClassVar[str] = "late"
+    question: str = ""
+    seconds: float = 0.0
+    source: str = ""
+    span_id: int | None = None
+    dropped_by: str = ""  # "engine" (reached the frame loop too late) or "orchestrator"
+
+
+@dataclass(frozen=True)
+class Slot:
+    TYPE: ClassVar[str] = "slot"
+    prefill_ms: float = 0.0
+    step_ms: float = 0.0
+    total_ms: float = 0.0
+    over_budget: bool = False
+    span_id: int = 0
+
+
+@dataclass(frozen=True)
+class Voice:
+    TYPE: ClassVar[str] = "voice"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Error:
+    """stage: frame, message, span, persona, voice, engine, asr, retrieval, idle, limit,
+    network or shutdown."""
+
+    TYPE: ClassVar[str] = "error"
+    stage: str = ""
+    message: str = ""
+    frame: int | None = None  # for a refused frame: its index among this connection's frames
+
+
+ServerEvent = (
+    Ready | Busy | Text | UserText | Ret | Question | SpanQueued | SpanAccepted | Span
+    | SpanRejected | NoSpan | Late | Slot | Voice | Error
+)
+_SERVER_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
+    Ready, Busy, Text, UserText, Ret, Question, SpanQueued, SpanAccepted, Span, SpanRejected,
+    NoSpan, Late, Slot, Voice, Error)}
+
+
+@dataclass(frozen=True)
+class UnknownEvent:
+    """A message this client does not know (a newer server): kept, never an error."""
+
+    type: str
+    data: dict[str, Any]
+
+
+def encode_event(event: ServerEvent) -> str:
+    return json.dumps({"type": event.TYPE, **asdict(event)}, ensure_ascii=False)
+
+
+def decode_event(text: str | bytes) -> ServerEvent | UnknownEvent:
+    """A server message as its type; fields it does not know are ignored."""
+    obj = json.loads(text)
+    if not isinstance(obj, dict):
+        return UnknownEvent("", {"value": obj})
+    kind = str(obj.get("type", ""))
+    cls = _SERVER_TYPES.get(kind)
+    if cls is None:
+        return UnknownEvent(kind, obj)
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in obj.items() if k in known})
+    except TypeError:
+        return UnknownEvent(kind, obj)
+
+
+# ---- client -> server ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpanRequest:
+    TYPE: ClassVar[str] = "span"
+    text: str
+    source: str = "client"
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    """Persona and the user's profile; applied only before the conversation's first frame."""
+
+    TYPE: ClassVar[str] = "context"
+    persona: str | None = None
+    name: str | None = None
+    city: str | None = None
+
+
+@dataclass(frozen=True)
+class VoiceRequest:
+    TYPE: ClassVar[str] = "voice"
+    name: str
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    TYPE: ClassVar[str] = "reset"
+
+
+ClientMessage = SpanRequest | ContextRequest | VoiceRequest | ResetRequest
+
+
+def encode_request(message: ClientMessage) -> str:
+    body = {k: v for k, v in asdict(message).items() if v is not None}
+    return json.dumps({"type": message.TYPE, **body}, ensure_ascii=False)
+
+
+def _text_field(obj: dict, key: str, limit: int, stage: str) -> str | None:
+    value = obj.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise WireError(stage, f"{key} must be a string")
+    if len(value) > limit:
+        raise WireError(stage, f"{key} is {len(value)} characters: at most {limit}")
+    return value
+
+
+def _span(obj: dict) -> SpanRequest:
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise WireError("span", "a span needs a non-empty text")
+    if len(text) > MAX_SPAN_CHARS:
+        raise WireError("span", f"the span is {len(text)} characters: at most {MAX_SPAN_CHARS}")
+    source = _text_field(obj, "source", MAX_SOURCE_CHARS, "span") or "client"
+    if not source.isprintable():
+        raise WireError("span", "the source must be printable text")
+    ident = obj.get("id")
+    if ident is not None and not isinstance(ident, (str, int)):
+        raise WireError("span", "id must be a string or a number")
+    ident_text = None if ident is None else str(ident)[:MAX_SOURCE_CHARS]
+    return SpanRequest(text, source, ident_text)
+
+
+def decode_request(text: str | bytes) -> ClientMessage:
+    """A client's JSON message, checked; WireError says what is wrong with it."""
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError("message", f"not a JSON message: {exc}") from None
+    if not isinstance(obj, dict):
+        raise WireError("message", "a message is a JSON object with a type")
+    kind = obj.get("type")
+    if kind == "span":
+        return _span(obj)
+    if kind == "context":
+        return ContextRequest(
+            persona=_text_field(obj, "persona", MAX_PERSONA_CHARS, "persona"),
+            name=_text_field(obj, "name", MAX_PROFILE_CHARS, "persona"),
+            # The reference's page calls the city "location".
+            city=(_text_field(obj, "city", MAX_PROFILE_CHARS, "persona")
+                  or _text_field(obj, "location", MAX_PROFILE_CHARS, "persona")))
+    if kind == "voice":
+        name = obj.get("name")
+        if not isinstance(name, str) or not _VOICE_NAME.fullmatch(name):
+            raise WireError("voice", "a voice is named by letters, digits, - and _")
+        return VoiceRequest(name)
+    if kind == "reset":
+        return ResetRequest()
+    raise WireError("message", f"unknown message type {str(kind)[:40]!r}")

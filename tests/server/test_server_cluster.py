@@ -1,0 +1,90 @@
+"""`serve --cluster` on a local Ray cluster: two tiny replicas behind one address hold two
+conversations at once; a third is told `busy`; when one ends, its replica takes the next.
+
+Needs the `cluster` extra (ray[serve]); skipped without it. About 40 s on a 2-core machine
+(Ray's start and the replicas' loading are most of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from app.engine.duplex_engine import EngineOptions  # noqa: E402
+from app.server import wire_events as wire  # noqa: E402
+from app.server.client import AudioFrame, EngineClient, ServerBusy, Unauthorized  # noqa: E402
+from tests.server.helpers import TOKEN, collect, of, tone  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tiny_folder):
+    import ray
+    from ray import serve
+
+    from app.server.cluster import ClusterSettings, deploy
+
+    settings = ClusterSettings(
+        model_id="tiny", device="cpu", folder=tiny_folder,
+        engine_options=EngineOptions(seed=1, chunk_limit=16), token=TOKEN,
+        min_replicas=2, max_replicas=2, gpus_per_replica=0, cpus_per_replica=0.5,
+        host="127.0.0.1", port=_free_port())
+    started = time.monotonic()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    up = time.monotonic()
+    try:
+        deploy(settings)
+        print(f"\nRay started in {up - started:.1f} s; two replicas deployed in "
+              f"{time.monotonic() - up:.1f} s")
+        yield f"http://127.0.0.1:{settings.port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_two_replicas_two_conversations_and_the_third_is_busy(cluster_url):
+    async def main():
+        first = await EngineClient.connect(cluster_url, TOKEN)
+        second = await EngineClient.connect(cluster_url, TOKEN)
+        with pytest.raises(ServerBusy) as busy:
+            await EngineClient.connect(cluster_url, TOKEN)
+        with pytest.raises(Unauthorized):
+            await EngineClient.connect(cluster_url, "wrong")
+        heard = []
+        for client in (first, second):  # both talk at once
+            await client.send_span("a fact", "notes")
+            for i in range(3):
+                await client.send_frame(tone(i))
+        for client in (first, second):
+            heard.append(await collect(client, lambda ev: len(of(AudioFrame, ev)) == 3
+                                       and of(wire.Span, ev), timeout=60))
+        await first.close()
+        deadline = time.monotonic() + 30
+        while True:  # its replica frees within moments, then takes the next conversation
+            try:
+                third = await EngineClient.connect(cluster_url, TOKEN)
+                break
+            except ServerBusy:
+                assert time.monotonic() < deadline, "the freed replica never took a new one"
+                await asyncio.sleep(0.2)
+        await third.close()
+        await second.close()
+        return busy.value.busy, heard
+
+    busy, heard = asyncio.run(main())
+    assert "all 2 replica(s) hold a conversation" in busy.message and busy.retry_after_s
+    for events in heard:
+        assert [a.index for a in of(AudioFrame, events)] == [0, 1, 2]
+        assert of(wire.Span, events)[0].source == "notes"
