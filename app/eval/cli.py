@@ -1,0 +1,265 @@
+"""`python main.py eval ...`: the evaluation commands.
+
+- `eval qa`: spoken QA sets through the whole pipeline, judged; results.json, results.md
+  (beside the paper's numbers) and results.png in --out.
+- `eval make-set`: a span-only QA set of random facts (make_set.py).
+- `eval fdb`: Full-Duplex-Bench (app/eval/fdb/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.eval.qa_runner import TAIL_S, QaRunOptions
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
+
+
+def _add_qa_parser(commands) -> None:
+    qa = commands.add_parser(
+        "qa", help="spoken QA with and without injection, judged (the paper's QA tables)",
+        description="Run each item's question audio plus --tail seconds of silence through "
+                    "the whole pipeline (engine, ASR, orchestrator, LLM and tools, injection) "
+                    "with the checkpoint's trigger (<ret> or the end of the user's turn), the "
+                    "LLM's latency replayed as frames (the same transcript on any machine). "
+                    "Then judge the answers and write results.json, results.md and "
+                    "results.png into --out. Nothing is downloaded: --data is a local folder.")
+    qa.add_argument("--data", type=Path, default=None,
+                    help="a set: a folder with meta.json + audios/<id>.wav, an OpenAudioBench "
+                         "set folder (<set>/<set>.csv + audios/), or the OpenAudioBench root "
+                         "(with --set, or every set in it)")
+    qa.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME",
+                    help="an OpenAudioBench set under --data (repeatable)")
+    qa.add_argument("--out", type=Path, required=True,
+                    help="output folder: <set>/<arm>/<item>/ per item, results.* at the top")
+    arm = qa.add_mutually_exclusive_group()
+    arm.add_argument("--inject", dest="arm", action="store_const", const="inject",
+                     help="the LLM answers each trigger and its span is injected (default)")
+    arm.add_argument("--no-inject", dest="arm", action="store_const", const="no-inject",
+                     help="nothing is injected (the same pipeline, the span withheld)")
+    arm.add_argument("--gold", dest="arm", action="store_const", const="gold",
+                     help="the item's gold passage (knowledge) is the span, where it has one")
+    qa.set_defaults(arm="inject")
+    steps = qa.add_mutually_exclusive_group()
+    steps.add_argument("--run-only", action="store_true", help="run the items, judge nothing")
+    steps.add_argument("--score-only", action="store_true",
+                       help="judge what --out holds (every set and arm), run nothing")
+    qa.add_argument("--limit", type=int, default=0, help="first N items of each set")
+    qa.add_argument("--resume", action="store_true", help="skip items already done")
+    qa.add_argument("--tail", type=float, default=TAIL_S, metavar="SECONDS",
+                    help=f"silence after the question (default {TAIL_S:g}, the reference's)")
+
+    model = qa.add_argument_group("the speech model")
+    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
+    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
+    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
+    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    model.add_argument("--seed", type=int, default=QaRunOptions.seed,
+                       help=f"one seed for every item (default {QaRunOptions.seed})")
+    model.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
+    model.add_argument("--role", "--persona", dest="role", default=None,
+                       help="persona text (persona checkpoints; default: the manifest's)")
+    model.add_argument("--user-name", default=None)
+    model.add_argument("--user-city", default=QaRunOptions.user_city,
+                       help=f"the profile's city (default {QaRunOptions.user_city}, the "
+                            "reference's)")
+    model.add_argument("--chunk-limit", type=int, default=None,
+                       help="most span positions per frame (default: measured)")
+    model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
+                       help="force the model's <ret> this long after the question ends "
+                            "(random-weight checkpoints never ask on their own)")
+
+    side = qa.add_argument_group("the LLM side")
+    side.add_argument("--asr", default=QaRunOptions.asr_model, metavar="STT_MODEL",
+                      help=f"speech recognition (default {QaRunOptions.asr_model})")
+    side.add_argument("--vad", action="store_true",
+                      help="end turns by voice activity even if the STT has its own signal")
+    side.add_argument("--llm", choices=["ollama", "openai"], default=None,
+                      help="the LLM that answers triggers (needed by --inject)")
+    side.add_argument("--llm-host", default=None,
+                      help="Ollama host or an OpenAI-compatible base URL")
+    side.add_argument("--llm-model", default=None)
+    side.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
+    side.add_argument("--ret-deadline", type=float, default=QaRunOptions.ret_deadline_s,
+                      metavar="SECONDS",
+                      help="drop a span landing later than this after its <ret> (default "
+                           f"{QaRunOptions.ret_deadline_s:g}, the reference benchmark's; 2.5 "
+                           "is the live app's)")
+    side.add_argument("--tools", default=None,
+                      help="comma-separated tools (default: all configured); 'none' for none. "
+                           "Sets made by make-set add local_search on their facts folder")
+
+    judge = qa.add_argument_group("the judge")
+    judge.add_argument("--judge", choices=["ollama", "openai"], default=None,
+                       help="the judge LLM's backend (without it nothing is judged)")
+    judge.add_argument("--judge-host", default=None,
+                       help="Ollama host or an OpenAI-compatible base URL (key: "
+                            "$OPENAI_API_KEY)")
+    judge.add_argument("--judge-model", default=None)
+    judge.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+    judge.add_argument("--judge-samples", type=int, default=1, metavar="N",
+                       help="judge each answer N times, the majority decides "
+                            "(self-consistency)")
+    judge.add_argument("--judge-temperature", type=float, default=None,
+                       help="default 0 with one sample, 1 with several")
+    judge.add_argument("--judge-prompt", default=None, metavar="KIND",
+                       help="app/eval/prompts/KIND.txt for every set (default: by set: "
+                            "short_answer, passage for HaluEval, math, span_fact)")
+
+
+def _add_make_set_parser(commands) -> None:
+    make = commands.add_parser(
+        "make-set", help="a span-only QA set of random facts, reachable only by local search",
+        description="Write a QA set (meta.json layout) of fresh random facts (invented names "
+                    "with codes, times, people) whose answers no model can know. Questions "
+                    "are spoken by espeak-ng; the facts go only into <out>/facts, which eval "
+                    "qa gives the LLM's local_search tool. Its --no-inject arm must score "
+                    "near zero.")
+    make.add_argument("--out", type=Path, required=True, help="a new (or empty) folder")
+    make.add_argument("--count", type=int, default=100)
+    make.add_argument("--seed", type=int, default=None, help="default: fresh facts each time")
+    make.add_argument("--name", default="span_facts", help="the set's name in the results")
+    make.add_argument("--voice", default="en-us", help="espeak-ng voice")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python main.py eval",
+                     description="Evaluation harnesses that reproduce the paper's tables "
+                                 "(see the README, \"Reproducing the paper\").")
+    commands = parser.add_subparsers(dest="eval_command", parser_class=_Parser)
+    _add_qa_parser(commands)
+    _add_make_set_parser(commands)
+    try:
+        from app.eval.fdb.cli import add_fdb_parser
+    except ImportError as exc:  # the Full-Duplex-Bench command is optional here
+        fdb = commands.add_parser("fdb", help=f"Full-Duplex-Bench (unavailable: {exc})")
+        fdb.set_defaults(fdb_missing=str(exc))
+    else:
+        add_fdb_parser(commands)
+    return parser
+
+
+def main_eval(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if args.eval_command == "qa":
+        return _cmd_qa(args)
+    if args.eval_command == "make-set":
+        return _cmd_make_set(args)
+    if args.eval_command == "fdb":
+        if getattr(args, "fdb_missing", None):
+            raise ValueError(f"eval fdb is not available: {args.fdb_missing}")
+        from app.eval.fdb.cli import run_fdb
+
+        return run_fdb(args)
+    print("error: choose qa, make-set or fdb (see python main.py eval --help)",
+          file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_make_set(args: argparse.Namespace) -> int:
+    from app.eval.make_set import make_span_set
+
+    out = make_span_set(args.out, args.count, args.seed, args.name, args.voice)
+    print(f"made {args.count} spoken facts in {out} (facts for local search in {out}/facts)")
+    return EXIT_OK
+
+
+def _tools(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    return () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _cmd_qa(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise ValueError("--limit must be 0 (all) or more")
+    if not 0 < args.ret_deadline <= 60:  # NaN fails too
+        raise ValueError("--ret-deadline must be above 0 and at most 60 seconds")
+    if args.judge_samples < 1:
+        raise ValueError("--judge-samples must be at least 1")
+    if args.judge_prompt is not None:
+        from app.eval.judge import load_prompt
+
+        load_prompt(args.judge_prompt)  # a typo fails before hours of running
+    failed = False
+    if not args.score_only:
+        failed = _run_sets(args)
+    if args.run_only:
+        return EXIT_FAILED if failed else EXIT_OK
+    if args.judge is None:
+        print("not judged: give --judge ollama|openai (and --judge-model) to score "
+              f"(then: python main.py eval qa --out {args.out} --score-only --judge ...)",
+              file=sys.stderr)
+        return EXIT_FAILED if failed else EXIT_OK
+    _score(args)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _run_sets(args: argparse.Namespace) -> bool:
+    """Run every set named; True if one could not run at all."""
+    from app.eval.qa_runner import run_qa_set
+    from app.eval.qa_sets import QaSetError, load_qa_set, openaudiobench_sets
+
+    if args.data is None:
+        raise ValueError("--data is needed to run (or pass --score-only)")
+    if args.data.is_dir() and not (args.data / "meta.json").is_file() and not args.sets and \
+            not (args.data / f"{args.data.name}.csv").is_file():
+        args.sets = openaudiobench_sets(args.data)
+    names = args.sets or [None]
+    options = QaRunOptions(
+        model=args.model, folder=args.folder, device=args.device, dtype=args.dtype,
+        seed=args.seed, arm=args.arm, tail_s=args.tail, asr_model=args.asr,
+        force_vad=args.vad, llm=args.llm, llm_host=args.llm_host, llm_model=args.llm_model,
+        llm_timeout_s=args.llm_timeout, tools=_tools(args.tools), user_name=args.user_name,
+        user_city=args.user_city, voice=args.voice, role=args.role,
+        chunk_limit=args.chunk_limit, limit=args.limit, resume=args.resume,
+        force_ret_after_s=args.force_ret_after, ret_deadline_s=args.ret_deadline)
+    failed = False
+    for name in names:
+        try:
+            qa_set = load_qa_set(args.data, name)
+        except QaSetError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        report = run_qa_set(qa_set, args.out, options)
+        rate = report.ran / (report.seconds / 60) if report.seconds else 0.0
+        print(f"{qa_set.name}/{args.arm}: ran {report.ran}, resumed {report.resumed}, "
+              f"left out {len(report.problems)}"
+              + (f" ({rate:.1f} items per minute)" if report.ran else ""), file=sys.stderr)
+    return failed
+
+
+def _score(args: argparse.Namespace) -> None:
+    from app.eval.judge import Judge
+    from app.eval.qa_report import write_report
+    from app.eval.qa_score import arm_folders, judge_backend, score_arm
+    from app.llm.backend import LLMError
+
+    temperature = args.judge_temperature
+    if temperature is None:
+        temperature = 0.0 if args.judge_samples == 1 else 1.0
+    backend = judge_backend(args.judge, args.judge_host, args.judge_model,
+                            args.judge_timeout, temperature)
+    try:
+        backend.list_models()
+    except LLMError as exc:
+        raise ValueError(f"the judge cannot be reached: {exc}") from exc
+    judge = Judge(backend, args.judge_samples)
+    judge_id = f"{args.judge}:{args.judge_model or 'default'}@T{temperature:g}"
+    folders = arm_folders(args.out)
+    if not folders:
+        raise ValueError(f"nothing to judge in {args.out} (no finished items)")
+    results = [score_arm(folder, judge, judge_id, args.judge_prompt)
+               for _, _, folder in folders]
+    paths = write_report(args.out, results, judge_id, args.judge_samples)
+    print(paths["markdown"].read_text(encoding="utf-8"))
+    print(f"wrote {paths['json']}, {paths['markdown']}, {paths['chart']}", file=sys.stderr)

@@ -1,0 +1,264 @@
+"""Render Full-Duplex-Bench samples: each `input.wav` through the engine, the reply written as
+`output.wav` on the input's timeline in a mirror of the data tree, ready for the benchmark's
+own scripts and for ours.
+
+A sample is done when its `output.wav` exists (it is written last, whole or not at all),
+so an interrupted run resumes where it stopped. A sample whose audio cannot be read is
+reported and skipped; so is one the engine fails on, but three engine failures before any
+success stop the run (a wrong voice or checkpoint would fail every sample the same way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.audio_file import AudioFileError, read_mono_24k, write_wav_24k
+from app.eval.fdb.layout import (
+    CLEAN_INPUT,
+    CLEAN_OUTPUT,
+    INPUT,
+    NOT_COPIED,
+    OUTPUT,
+    PROFILE_CITY,
+    REFERENCE_SEED,
+    Sample,
+    find_samples,
+    prompt_for,
+)
+from app.eval.fdb.timeline_audio import (
+    ENGINE_RATE,
+    SampleAudioError,
+    audio_info,
+    on_timeline,
+    write_wav,
+)
+
+if TYPE_CHECKING:
+    from app.headless_run import ConversationConfig
+
+RUN_LOG = "contextspan_run.jsonl"  # run_headless's transcript of the reply (text stream)
+CLEAN_RUN_LOG = "contextspan_clean_run.jsonl"
+RENDER_RECORD = "contextspan_render.json"
+RENDER_SUMMARY = "fdb_render.json"  # at the output root, beside (not inside) the task folders
+ENGINE_FAILURES_BEFORE_STOP = 3
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    model: str = "tiny"
+    seed: int | None = REFERENCE_SEED
+    voice: str | None = None  # one voice for every sample (persona checkpoints)
+    voice_pool: tuple[str, ...] = ()  # or one per sample, by a hash of its path (the reference)
+    device: str | None = None
+    dtype: str | None = None
+    folder: Path | None = None  # checkpoint folder
+    sample_rate: int = 16000
+    tasks: tuple[str, ...] = ()
+    limit: int = 0  # samples per task; 0: all
+    timeout_s: float = 3600.0
+    # The LLM side (ASR, LLM, tools), as the reference renders with its whole stack; None:
+    # the speech model alone.
+    conversation: ConversationConfig | None = None
+    user_name: str | None = None
+    user_city: str | None = PROFILE_CITY
+    # Silence appended to each input (the reference appends 2 s): the reply may run on
+    # past the user's last word. output.wav then outlasts input.wav by as much.
+    tail_s: float = 0.0
+    chunk_limit: int | None = None  # most span positions a frame; None: see chunk_limit_for
+
+    def chunk_limit_for(self) -> int | None:
+        """Without an LLM side nothing is injected and the engine's per-frame span budget is
+        never used: a fixed limit spares measuring it for every sample. With one, None (the
+        engine measures what fits)."""
+        if self.chunk_limit is not None or self.conversation is not None:
+            return self.chunk_limit
+        return 1
+
+
+@dataclass(frozen=True)
+class RenderReport:
+    samples: int
+    rendered: int
+    already_done: int
+    failed: tuple[tuple[str, str], ...]  # (sample path, reason)
+    persona: bool  # False: the checkpoint has no persona start and the prompts were unused
+    stopped: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def voice_for(sample: Sample, options: RenderOptions) -> str | None:
+    if options.voice_pool:
+        digest = hashlib.md5(str(sample.rel).encode()).hexdigest()
+        return options.voice_pool[int(digest[:8], 16) % len(options.voice_pool)]
+    return options.voice
+
+
+def is_done(sample: Sample, out_folder: Path) -> bool:
+    return (out_folder / OUTPUT).is_file() and (
+        not sample.has_clean_input or (out_folder / CLEAN_OUTPUT).is_file())
+
+
+def _limited(samples: list[Sample], limit: int) -> list[Sample]:
+    if limit <= 0:
+        return samples
+    kept: list[Sample] = []
+    per_task: dict[str, int] = {}
+    for sample in samples:
+        per_task[sample.task] = per_task.get(sample.task, 0) + 1
+        if per_task[sample.task] <= limit:
+            kept.append(sample)
+    return kept
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def render_all(data: Path, out: Path, options: RenderOptions,
+               runner: Callable | None = None,
+               report: Callable[[str], None] = _stderr) -> RenderReport:
+    """Render every sample under `data` into the same relative folder under `out`.
+
+    `runner` has `app.headless_run.run_headless`'s signature (the default)."""
+    from app.checkpoints.catalog import get_manifest
+
+    if runner is None:
+        from app.headless_run import run_headless as runner
+    manifest = get_manifest(options.model)  # an unknown model fails before any work
+    persona = manifest.conversation_start.kind == "persona_prompt"
+    samples = _limited(find_samples(data, options.tasks), options.limit)
+    out.mkdir(parents=True, exist_ok=True)
+    notes = []
+    if not persona:
+        notes.append(f"{options.model} has no persona start: the benchmark prompts (and any "
+                     "voice) are unused")
+    for note in notes:
+        report(f"[fdb] note: {note}")
+    tasks = sorted({s.task for s in samples})
+    report(f"[fdb] {len(samples)} sample(s) in {len(tasks)} task(s) under {data}")
+
+    rendered = done_before = 0
+    failed: list[tuple[str, str]] = []
+    engine_failures = 0
+    spent = 0.0
+    stopped = None
+    for index, sample in enumerate(samples, 1):
+        target = out / sample.rel
+        prefix = f"[fdb] {index}/{len(samples)} {sample.rel}"
+        if is_done(sample, target):
+            done_before += 1
+            report(f"{prefix}: already rendered, skipped")
+            continue
+        started = time.perf_counter()
+        try:
+            seconds = _render_one(sample, out, options, persona, runner)
+        except (SampleAudioError, AudioFileError) as exc:
+            failed.append((str(sample.rel), str(exc)))
+            report(f"{prefix}: SKIPPED, unreadable sample: {exc}")
+            continue
+        except Exception as exc:
+            from app.headless_run import HeadlessRunError
+
+            if not isinstance(exc, HeadlessRunError):
+                raise
+            failed.append((str(sample.rel), f"engine: {exc}"))
+            report(f"{prefix}: FAILED in the engine: {exc}")
+            engine_failures += 1
+            if rendered == 0 and engine_failures >= ENGINE_FAILURES_BEFORE_STOP:
+                stopped = (f"the first {engine_failures} samples all failed in the engine "
+                           f"(last: {exc}); check the model and voice options")
+                report(f"[fdb] stopping: {stopped}")
+                break
+            continue
+        elapsed = time.perf_counter() - started
+        rendered += 1
+        spent += elapsed
+        left = len(samples) - index
+        eta = spent / rendered * left
+        report(f"{prefix}: {seconds:.1f} s of audio in {elapsed:.1f} s "
+               f"(ETA {int(eta // 60)}:{int(eta % 60):02d})")
+
+    result = RenderReport(len(samples), rendered, done_before, tuple(failed), persona,
+                          stopped, tuple(notes))
+    summary = {"options": {k: (str(v) if isinstance(v, Path) else v)
+                           for k, v in asdict(options).items()},
+               "data": str(data), **asdict(result)}
+    (out / RENDER_SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+    report(f"[fdb] rendered {rendered}, already done {done_before}, failed {len(failed)}")
+    return result
+
+
+def _render_one(sample: Sample, out: Path, options: RenderOptions, persona: bool,
+                runner: Callable) -> float:
+    """Render one sample into `out / sample.rel`; returns the input's duration in seconds.
+
+    Everything is made in a scratch folder at the output root first (never inside a task
+    folder, which the benchmark's scorers list): `target` only appears once the replies
+    exist, so a failed sample leaves no folder those scorers would stumble on."""
+    info = audio_info(sample.folder / INPUT)
+    clean_info = audio_info(sample.folder / CLEAN_INPUT) if sample.has_clean_input else None
+    prompt = prompt_for(sample) if persona else None
+    voice = voice_for(sample, options) if persona else None
+    target = out / sample.rel
+    with tempfile.TemporaryDirectory(prefix=".fdb-scratch-", dir=out) as scratch:
+        tmp = Path(scratch)
+
+        tail = round(options.tail_s * options.sample_rate)
+
+        def reply(source: str, name: str, length: int) -> object:
+            heard = sample.folder / source
+            if options.tail_s > 0:  # the input with its tail of silence, as the engine hears it
+                pcm = read_mono_24k(heard)
+                heard = tmp / f"{name}.input.wav"
+                write_wav_24k(heard, np.concatenate(
+                    [pcm, np.zeros(round(options.tail_s * ENGINE_RATE), np.float32)]))
+            summary = runner(
+                options.model, heard, tmp / f"{name}.wav", tmp / f"{name}.jsonl", [],
+                device=options.device, dtype=options.dtype, seed=options.seed,
+                folder=options.folder, voice=voice, role=prompt,
+                chunk_limit=options.chunk_limit_for(), timeout_s=options.timeout_s,
+                conversation=options.conversation, user_name=options.user_name,
+                user_city=options.user_city)
+            pcm = on_timeline(read_mono_24k(tmp / f"{name}.wav"), length + tail,
+                              options.sample_rate)
+            write_wav(tmp / f"{name}.final.wav", pcm, options.sample_rate)
+            return summary
+
+        clean_summary = None
+        if clean_info is not None:
+            clean_summary = reply(CLEAN_INPUT, "clean", clean_info.samples_at(options.sample_rate))
+        summary = reply(INPUT, "main", info.samples_at(options.sample_rate))
+
+        target.mkdir(parents=True, exist_ok=True)
+        for item in sorted(sample.folder.iterdir()):
+            if item.is_file() and item.name not in NOT_COPIED and not item.name.startswith("."):
+                shutil.copy2(item, target / item.name)
+        record = {
+            "model": options.model, "seed": options.seed, "voice": voice,
+            "prompt": prompt, "prompt_used": persona, "sample_rate": options.sample_rate,
+            "input_seconds": round(info.seconds, 3),
+            "llm_side": options.conversation is not None,
+            "spans": getattr(summary, "spans", None),
+            "text": getattr(summary, "text", None),
+            "clean_text": getattr(clean_summary, "text", None),
+        }
+        (target / RENDER_RECORD).write_text(json.dumps(record, indent=2, ensure_ascii=False)
+                                            + "\n", encoding="utf-8")
+        shutil.move(tmp / "main.jsonl", target / RUN_LOG)
+        if clean_info is not None:
+            shutil.move(tmp / "clean.jsonl", target / CLEAN_RUN_LOG)
+            (tmp / "clean.final.wav").replace(target / CLEAN_OUTPUT)
+        (tmp / "main.final.wav").replace(target / OUTPUT)  # last: it marks the sample done
+    return info.seconds

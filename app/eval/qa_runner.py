@@ -1,0 +1,239 @@
+"""`eval qa`'s run step: each item's question audio plus `tail_s` of silence through the whole
+pipeline (engine, ASR, orchestrator, LLM and tools, injection), replaying the LLM's latency
+in frames, so the transcript does not depend on the machine's speed.
+
+Items go to `<out>/<set>/<arm>/<item id>/`: output.wav (the model's voice), transcript.jsonl
+(every event), text.txt (the model's text stream), events.json (the triggers and their spans)
+and item.json, written last: an item with item.json is done (`resume` skips it). An item
+that cannot be run (unreadable audio, a stalled run) is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from app.audio_file import AudioFileError, read_mono_24k
+from app.engine.duplex_engine import SAMPLE_RATE, EngineOptions
+from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
+from app.eval.progress import ProgressBar
+from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events
+from app.eval.qa_sets import QaItem, QaSet
+from app.headless_run import (
+    FRAME_RATE,
+    ConversationConfig,
+    HeadlessRunError,
+    build_llm_backend,
+    load_asr_model,
+    run_conversation,
+)
+from app.llm.backend import LLMBackend
+
+log = logging.getLogger(__name__)
+
+ARMS = ("inject", "no-inject", "gold")
+TAIL_S = 14.0  # silence after the question: the answer's window (the reference's)
+PROFILE_CITY = "Seoul"  # the reference's profile for every run
+RET_DEADLINE_S = 10.0
+
+
+@dataclass(frozen=True)
+class QaRunOptions:
+    model: str = "tiny"
+    folder: Path | None = None  # checkpoint folder (default: the data dir's)
+    device: str | None = None
+    dtype: str | None = None
+    seed: int = 42424242  # one seed for every item (the reference's results seed)
+    arm: str = "inject"
+    tail_s: float = TAIL_S
+    asr_model: str = "kyutai-stt-1b-en_fr"
+    force_vad: bool = False
+    llm: str | None = None  # "ollama" or "openai"; needed by the inject arm
+    llm_host: str | None = None
+    llm_model: str | None = None
+    llm_timeout_s: float = 30.0
+    tools: tuple[str, ...] | None = None  # None: every configured tool
+    user_name: str | None = None
+    user_city: str | None = PROFILE_CITY
+    voice: str | None = None
+    role: str | None = None
+    chunk_limit: int | None = None
+    limit: int = 0  # first N items (0: all)
+    resume: bool = False
+    # Force the model's <ret> this long after the question ends: random-weight checkpoints
+    # (tiny-cs) never ask on their own. None: the model decides.
+    force_ret_after_s: float | None = None
+    item_timeout_s: float = 1800.0
+    # A span later than this after its <ret> is dropped. The reference's QA benchmark allows
+    # 10 s (a reference is applied whenever it arrives); None: the checkpoint's (2.5 s).
+    ret_deadline_s: float | None = RET_DEADLINE_S
+
+
+@dataclass
+class RunReport:
+    ran: int = 0
+    resumed: int = 0
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the items that ran
+
+
+def arm_folder(out: Path, set_name: str, arm: str) -> Path:
+    return Path(out) / set_name / arm
+
+
+def is_done(item_folder: Path) -> bool:
+    return (item_folder / "item.json").is_file()
+
+
+def run_qa_set(qa_set: QaSet, out: Path, options: QaRunOptions,
+               stream: TextIO | None = None) -> RunReport:
+    """Run the set's items (those not done yet with `resume`) into `out`."""
+    if options.arm not in ARMS:
+        raise ValueError(f"unknown arm {options.arm!r} (choose from {', '.join(ARMS)})")
+    if options.tail_s < 0:
+        raise ValueError("--tail must not be negative")
+    if options.arm == "inject" and not options.llm:
+        raise ValueError("the inject arm asks an LLM: give --llm ollama or --llm openai")
+    if options.arm == "gold" and not any(item.knowledge for item in qa_set.items):
+        raise ValueError(f"{qa_set.name} has no gold passages (knowledge): --gold needs them")
+    stream = stream if stream is not None else sys.stderr
+    folder = arm_folder(out, qa_set.name, options.arm)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = list(qa_set.items[: options.limit] if options.limit else qa_set.items)
+    report = RunReport(problems=list(qa_set.problems))
+    for problem in qa_set.problems:
+        print(f"skipped {problem}", file=stream)
+    description = {"set": qa_set.name, "layout": qa_set.layout, "arm": options.arm,
+                   "judge": qa_set.judge, "options": _jsonable(asdict(options)),
+                   "items": len(items)}
+    _write_json(folder / "run.json", {**description, "problems": report.problems})
+    todo = [item for item in items if not (options.resume and is_done(folder / item.item_id))]
+    report.resumed = len(items) - len(todo)
+    if report.resumed:
+        print(f"{qa_set.name}/{options.arm}: {report.resumed} item(s) already done, "
+              "resuming", file=stream)
+    if todo:
+        _Runner(qa_set, folder, options, stream, report).run(todo, len(items))
+    _write_json(folder / "run.json", {**description, "problems": report.problems})
+    return report
+
+
+class _Runner:
+    """What is slow to load (the checkpoint, the STT) is loaded once for all items."""
+
+    def __init__(self, qa_set: QaSet, folder: Path, options: QaRunOptions, stream: TextIO,
+                 report: RunReport) -> None:
+        self.qa_set = qa_set
+        self.folder = folder
+        self.options = options
+        self.stream = stream
+        self.report = report
+
+    def run(self, todo: list[QaItem], total: int) -> None:
+        from app.checkpoints.catalog import get_manifest
+        from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
+        from app.engine.device import choose_device
+
+        options = self.options
+        manifest = get_manifest(options.model)
+        device = choose_device(options.device)
+        checkpoint = load_checkpoint(manifest, ensure_built(manifest, options.folder), device,
+                                     parse_dtype(options.dtype) if options.dtype else None)
+        conversation = self._conversation()
+        stt = load_asr_model(conversation, device)
+        # The LLM client is made per item: a conversation closes its clients when it ends.
+        llm = (lambda: build_llm_backend(conversation)) \
+            if options.llm and options.arm != "no-inject" else None
+        trigger = manifest.retrieval.trigger if manifest.retrieval else "end_of_turn"
+        bar = ProgressBar(total, self.stream, f"{self.qa_set.name}/{options.arm}")
+        for _ in range(total - len(todo)):
+            bar.advance("resumed", timed=False)
+        for item in todo:
+            started = time.perf_counter()
+            try:
+                self._run_item(item, checkpoint, conversation, stt, llm, trigger)
+            except (AudioFileError, HeadlessRunError, OSError) as exc:
+                problem = f"{item.item_id}: {exc}"
+                self.report.problems.append(problem)
+                log.warning("eval qa: %s", problem)
+                bar.message(f"skipped {problem}")
+                bar.advance("skipped")
+                continue
+            self.report.ran += 1
+            self.report.seconds += time.perf_counter() - started
+            bar.advance(item.item_id)
+
+    def _conversation(self) -> ConversationConfig:
+        o = self.options
+        tools = o.tools
+        folders: tuple[str, ...] = ()
+        if self.qa_set.search_folder is not None:  # the set's facts: only local search finds them
+            folders = (str(self.qa_set.search_folder),)
+            tools = tuple(dict.fromkeys((*(tools or ()), "local_search")))
+        return ConversationConfig(
+            asr_model=o.asr_model, force_vad=o.force_vad, llm=o.llm, llm_host=o.llm_host,
+            llm_model=o.llm_model, llm_timeout_s=o.llm_timeout_s, tools=tools, folders=folders,
+            ret_deadline_s=o.ret_deadline_s)
+
+    def _run_item(self, item: QaItem, checkpoint, conversation: ConversationConfig, stt,
+                  llm: Callable[[], LLMBackend] | None, trigger: str) -> None:
+        o = self.options
+        question = read_mono_24k(item.audio)
+        question_end_s = len(question) / SAMPLE_RATE
+        pcm = np.concatenate([question, np.zeros(int(o.tail_s * SAMPLE_RATE), np.float32)])
+        if o.arm == "gold" and item.knowledge:
+            backend, reference = GoldPassageBackend(item.knowledge), "gold passage"
+        elif o.arm == "no-inject" or llm is None:  # (gold arm: an item without a passage
+            backend, reference = WithheldBackend(), "none"  # and no --llm gets nothing)
+        else:
+            backend, reference = llm(), "llm"
+        forced: frozenset[int] = frozenset()
+        if o.force_ret_after_s is not None:
+            forced = frozenset({int((question_end_s + o.force_ret_after_s) * FRAME_RATE)})
+        engine_options = EngineOptions(seed=o.seed, chunk_limit=o.chunk_limit, voice=o.voice,
+                                       role=o.role, user_name=o.user_name,
+                                       user_city=o.user_city, forced_ret_frames=forced)
+        folder = self.folder / item.item_id
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "item.json").unlink(missing_ok=True)  # not done until rewritten
+        summary = run_conversation(
+            checkpoint, pcm, folder / "output.wav", folder / "transcript.jsonl",
+            engine_options, conversation=conversation, timeout_s=o.item_timeout_s,
+            input_name=str(item.audio), stt=stt, backend=backend)
+        records = read_transcript(folder / "transcript.jsonl")
+        text = text_stream(records)
+        (folder / "text.txt").write_text(text + "\n", encoding="utf-8")
+        _write_json(folder / "events.json", {
+            "transcript": text, "events": trigger_events(records),
+            "ret_tokens": ret_tokens(records)})
+        _write_json(folder / "item.json", {
+            "set": self.qa_set.name, "id": item.item_id, "question": item.question,
+            "answer": item.answer, "knowledge": item.knowledge,
+            "question_start_s": 0.0, "question_end_s": round(question_end_s, 3),
+            "arm": o.arm, "reference": reference, "trigger": trigger, "model": o.model,
+            "seed": o.seed, "frames": summary.frames,
+            "elapsed_s": round(summary.elapsed_seconds, 3), "audio": str(item.audio)})
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    """Whole or not at all: a run killed mid-write leaves no half file behind."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(payload, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(partial, path)

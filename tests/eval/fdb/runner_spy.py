@@ -1,0 +1,15 @@
+"""run_headless with a record of the inputs it was given (resume is judged by these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def counting_runner(calls: list[str]):
+    from app.headless_run import run_headless
+
+    def runner(model, input_path, *args, **kwargs):
+        calls.append(Path(input_path).name)
+        return run_headless(model, input_path, *args, **kwargs)
+
+    return runner
