@@ -36,6 +36,7 @@ from app.engine.device import choose_device
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.orchestrator import events as oe
 from app.pipeline import ConversationPipeline
+from app.remote import events as remote
 from app.settings.schema import AppSettings, LlmSettings
 from app.transcript_builder import TranscriptBuilder, llm_label
 from app.transcript_entries import TranscriptEntry
@@ -70,8 +71,15 @@ class SessionStatus:
     mic_db: float = -120.0
     speaker_db: float = -120.0
     dropped_frames: int = 0
+    asr_dropped_frames: int = 0  # frames the speech recognizer never heard (it fell behind)
     underruns: int = 0
     overruns: int = 0
+    # A speech model on a server (Settings → Speech engine): its address, and the audio's
+    # round trip (median of the last 2 s) and frames that came back too late to play.
+    server: str = ""
+    connected: bool = True
+    network_rtt_ms: float | None = None
+    late_frames: int = 0
 
 
 class SessionListener(Protocol):
@@ -113,6 +121,9 @@ _RESTART_FIELDS = (
     ("audio", "output_device", "the speaker"),
     ("llm", "stt_model", "speech recognition"),
     ("llm", "end_of_turn", "end-of-turn detection"),
+    ("engine", "mode", "where the speech model runs"),
+    ("engine", "server_url", "the speech server"),
+    ("engine", "server_token", "the speech server's token"),
 )
 _LIVE_LLM_FIELDS = ("backend", "host", "model", "timeout_s", "tools_enabled", "tools",
                     "search_folders")
@@ -157,13 +168,17 @@ def _make_tools(llm: LlmSettings, notice):
         return build_tools(ToolSettings(enabled=()))
 
 
-def _make_orchestrator(settings: AppSettings, engine: DuplexEngine, backend, tools):
+def _make_orchestrator(settings: AppSettings, engine, backend, tools):
     from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
 
     speech = settings.speech
-    options = OrchestratorOptions(max_span_chars=engine.span_tokenizer.max_tokens * 3,
-                                  retrieval=engine.checkpoint.manifest.retrieval,
+    if isinstance(engine, DuplexEngine):
+        max_tokens, retrieval = (engine.span_tokenizer.max_tokens,
+                                 engine.checkpoint.manifest.retrieval)
+    else:  # a RemoteEngine: what the app's catalog says about the server's model
+        max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
+    options = OrchestratorOptions(max_span_chars=max_tokens * 3, retrieval=retrieval,
                                   profile=user_profile(speech.user_name, speech.user_city))
     return Orchestrator(backend, tools, engine, options)
 
@@ -188,7 +203,7 @@ def _make_asr(llm: LlmSettings, device, notice):
     return None
 
 
-def _build_llm_side(settings: AppSettings, engine: DuplexEngine, device, notice):
+def _build_llm_side(settings: AppSettings, engine, device, notice):
     """ASR and orchestrator from settings; what cannot be had is a notice, not a failure."""
     llm = settings.llm
     if llm.backend == "none":
@@ -219,7 +234,8 @@ class ConversationSession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
-        self._engine: DuplexEngine | None = None
+        self._engine = None  # DuplexEngine, or RemoteEngine (app/remote) for a server's model
+        self._remote_down = False  # the server's connection dropped: paused until it is back
         self._audio: AudioSource | None = None
         self._status = SessionStatus()
         self._muted = False
@@ -264,10 +280,12 @@ class ConversationSession:
     @property
     def paused(self) -> bool:
         """The audio devices are not (all) in use: Resume tries them again."""
-        return bool(self._audio_missing) or self._audio_error is not None
+        return (bool(self._audio_missing) or self._audio_error is not None
+                or self._remote_down)
 
     def resume(self) -> None:
-        """After an audio device problem: open the devices again, same conversation."""
+        """After an audio device problem: open the devices again, same conversation; after
+        a dropped connection to the speech server: try it again now."""
         self._resume.set()
 
     def set_muted(self, muted: bool) -> None:
@@ -361,16 +379,22 @@ class ConversationSession:
         # new session (sharing the cached checkpoint) never starts beside a dying one.
         final = ("stopped", "Stopped")
         try:
-            checkpoint = self._load()
-            if self._stop.is_set():
-                return
-            self._listener.on_state("loading", "Warming up the speech model…")
-            speech = self.settings.speech
-            engine = DuplexEngine(checkpoint, EngineOptions(
-                voice=speech.voice, role=speech.role, user_name=speech.user_name,
-                user_city=speech.user_city))
-            asr, orchestrator = _build_llm_side(self.settings, engine, checkpoint.device,
-                                                self._notice)
+            if self.settings.engine.mode == "server":
+                engine = self._connect_remote()
+                if engine is None:  # stopped while connecting
+                    return
+                device = choose_device(self.settings.speech.device)  # for the recogniser
+            else:
+                checkpoint = self._load()
+                if self._stop.is_set():
+                    return
+                self._listener.on_state("loading", "Warming up the speech model…")
+                speech = self.settings.speech
+                engine = DuplexEngine(checkpoint, EngineOptions(
+                    voice=speech.voice, role=speech.role, user_name=speech.user_name,
+                    user_city=speech.user_city))
+                device = checkpoint.device
+            asr, orchestrator = _build_llm_side(self.settings, engine, device, self._notice)
             pipeline = ConversationPipeline(engine, asr, orchestrator,
                                             leveller=self.settings.audio.level_voice)
             self._pipeline = pipeline
@@ -381,11 +405,7 @@ class ConversationSession:
                 pending, self._pending = self._pending, []
             for action in pending:
                 action()
-            self._status = SessionStatus(model=checkpoint.manifest.display_name,
-                                         device=str(checkpoint.device),
-                                         dtype=str(checkpoint.dtype).removeprefix("torch."),
-                                         context_window=engine.context_window,
-                                         llm_state="idle" if orchestrator else "off")
+            self._status = self._first_status(engine, orchestrator is not None)
             self._start_audio(pipeline)
             self._pump(pipeline)
         except CheckpointMissingError as exc:  # not a failure: the app offers the download
@@ -397,6 +417,32 @@ class ConversationSession:
         finally:
             self._shutdown()
             self._listener.on_state(*final)
+
+    def _connect_remote(self):
+        """The speech model on a server: connected and its `ready` heard, or None when the
+        conversation was stopped meanwhile. Raises RemoteEngineError with the reason."""
+        from app.remote.remote_engine import RemoteEngine, RemoteOptions
+
+        engine_settings, speech = self.settings.engine, self.settings.speech
+        url = engine_settings.server_url.strip()
+        self._listener.on_state("loading", f"Connecting to the speech server at {url}…")
+        engine = RemoteEngine(RemoteOptions(
+            url=url, token=engine_settings.server_token.strip() or None,
+            connect_timeout_s=engine_settings.connect_timeout_s, voice=speech.voice,
+            role=speech.role, user_name=speech.user_name, user_city=speech.user_city))
+        return engine if engine.connect(cancel=self._stop) else None
+
+    def _first_status(self, engine, llm_on: bool) -> SessionStatus:
+        llm_state = "idle" if llm_on else "off"
+        if isinstance(engine, DuplexEngine):
+            checkpoint = engine.checkpoint
+            return SessionStatus(model=checkpoint.manifest.display_name,
+                                 device=str(checkpoint.device),
+                                 dtype=str(checkpoint.dtype).removeprefix("torch."),
+                                 context_window=engine.context_window, llm_state=llm_state)
+        return SessionStatus(model=engine.display_name, device=engine.device,
+                             context_window=engine.context_window, llm_state=llm_state,
+                             server=self.settings.engine.server_url.strip())
 
     def _wait_ready(self, pipeline: ConversationPipeline) -> None:
         deadline = time.monotonic() + 600.0  # a 7B warm-up on a slow GPU, generously
@@ -578,6 +624,8 @@ class ConversationSession:
                 self._resume.clear()
                 if self._audio_missing:
                     self._reopen_audio(pipeline)
+                if self._remote_down:
+                    self._engine.reconnect_now()
             audio = self._audio
             event = self._next(pipeline, 0.05)
             if event is not None:
@@ -598,15 +646,30 @@ class ConversationSession:
                 self._status = _with(self._status, mic_db=mic, speaker_db=speaker,
                                      dropped_frames=counters.get("dropped", 0)
                                      + self._engine_dropped(),
+                                     asr_dropped_frames=self._asr_dropped(),
                                      underruns=counters.get("underruns", 0),
                                      overruns=counters.get("overruns", 0))
+                network = getattr(self._engine, "network_stats", None)
+                if network is not None:  # a server's model
+                    stats = network()
+                    self._status = _with(self._status, connected=stats.connected,
+                                         network_rtt_ms=stats.rtt_ms,
+                                         late_frames=stats.late_frames)
                 self._listener.on_status(self._status)
 
     def _engine_dropped(self) -> int:
         pipeline = self._pipeline
         return pipeline.dropped_frames if pipeline is not None else 0
 
+    def _asr_dropped(self) -> int:
+        pipeline = self._pipeline
+        return pipeline.asr_dropped_frames if pipeline is not None else 0
+
     def _handle(self, event: object) -> None:
+        if isinstance(event, (remote.ConnectionLost, remote.ReconnectFailed,
+                              remote.Reconnected)):
+            self._connection_changed(event)
+            return
         if isinstance(event, ev.FrameStats):
             self._status = _with(self._status, frame_ms=event.frame_ms,
                                  context_used=event.context.used,
@@ -615,6 +678,36 @@ class ConversationSession:
             self._status = _with(self._status, llm_state=event.state, llm_message=event.message)
         for entry in self._builder.entries_for(event):
             self._listener.on_entry(entry)
+
+    def _connection_changed(self, event: object) -> None:
+        """The speech server's connection dropped, an attempt failed, or it is back."""
+        if isinstance(event, remote.ConnectionLost):
+            self._remote_down = True
+            self._notice(
+                f"The connection to the speech server was lost ({event.reason}). The "
+                "conversation is paused and reconnects on its own (Resume tries at once). The "
+                "speech model's context is lost with it: once back, the model starts afresh "
+                "and no longer knows what was said or read before; this transcript keeps it.",
+                "error")
+            self._listener.on_state("paused", "Speech server lost: reconnecting (Resume "
+                                              "tries now)")
+        elif isinstance(event, remote.ReconnectFailed):
+            if self._remote_down:
+                self._listener.on_state("paused", f"Not reconnected: {event.reason}; next "
+                                                  f"try in {event.retry_in_s:g} s (Resume "
+                                                  "tries now)")
+        else:
+            assert isinstance(event, remote.Reconnected)
+            self._remote_down = False
+            self._notice(
+                "Reconnected to the speech server. This is a new conversation for the speech "
+                "model: what was said and read before the drop is not in its context any more "
+                "(drop or paste a text again to have it read).", "warning")
+            if self._audio_missing:
+                self._listener.on_state("paused", "Reconnected; the audio devices are still "
+                                                  "missing (Resume tries again)")
+            else:
+                self._listener.on_state("running", "Listening")
 
     def _shutdown(self) -> None:
         if self._audio is not None:

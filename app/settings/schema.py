@@ -12,6 +12,7 @@ SCHEMA_VERSION = 1
 
 EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
 LlmBackendName = Literal["ollama", "openai", "none"]
+EngineMode = Literal["local", "server"]  # the speech model on this computer, or a server's
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,21 @@ class LlmSettings:
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """Where the speech model runs. "server": `python main.py serve` on another machine;
+    speech recognition and the LLM side stay on this one (app/remote/remote_engine.py)."""
+
+    mode: EngineMode = "local"
+    server_url: str = "http://127.0.0.1:8998"
+    server_token: str = ""  # the server's shared secret; "": it has none
+    # seconds for each connection attempt (the server warms its engine up before `ready`)
+    connect_timeout_s: float = field(default=30.0, metadata={"range": (1.0, 300.0)})
+
+
+@dataclass(frozen=True)
 class AppSettings:
     version: int = SCHEMA_VERSION
     speech: SpeechModelSettings = field(default_factory=SpeechModelSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)

@@ -48,6 +48,8 @@ from app.llm.ollama_backend import DEFAULT_HOST as OLLAMA_DEFAULT_HOST
 from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 from app.llm.openai_compat_backend import DEFAULT_BASE_URL as OPENAI_DEFAULT_BASE_URL
 from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
+from app.remote.probe import probe_server
+from app.settings.engine_box import ProbeServer, SpeechEngineBox
 from app.settings.schema import (
     AppSettings,
     AudioSettings,
@@ -190,6 +192,7 @@ class SettingsDialog(QDialog):
         play_test_tone: PlayTestTone | None = None,
         backend_factory: BackendFactory = make_backend,
         list_voices: ListVoices = list_persona_voices,
+        server_probe: ProbeServer = probe_server,
         conversation_running: bool = False,
     ) -> None:
         """`conversation_running`: opened during a conversation, the dialog says which
@@ -233,6 +236,12 @@ class SettingsDialog(QDialog):
         tabs.addTab(self._build_speech_tab(settings.speech), "Speech model")
         tabs.addTab(self._build_audio_tab(settings.audio), "Audio")
         tabs.addTab(self._build_llm_tab(settings.llm), "Assistant (LLM)")
+        # Where the speech model runs: on top of its tab; the model's own fields are this
+        # computer's only.
+        self.engine_box = SpeechEngineBox(settings.engine, probe=server_probe)
+        self.engine_box.mode_changed.connect(self._engine_mode_changed)
+        tabs.widget(0).layout().insertWidget(0, self.engine_box)
+        self._engine_mode_changed(self.engine_box.mode)
         self.tabs = tabs
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -290,7 +299,15 @@ class SettingsDialog(QDialog):
             ),
             stt_model=self.stt_combo.currentData() or self._initial.llm.stt_model,
         )
-        return replace(self._initial, speech=speech, audio=audio, llm=llm)
+        return replace(self._initial, speech=speech, audio=audio, llm=llm,
+                       engine=self.engine_box.settings(self._initial.engine))
+
+    def _engine_mode_changed(self, mode: str) -> None:
+        """On a server, the server's model talks: the local model's choices do not apply."""
+        local = mode == "local"
+        for widget in (self.model_combo, self.folder_edit, self.folder_button,
+                       self.device_combo, self.dtype_combo):
+            widget.setEnabled(local)
 
     def done(self, result: int) -> None:
         """Every way out (Ok, Cancel, Esc, the close box) stops a running microphone test."""

@@ -160,6 +160,9 @@ class DesktopApp(QObject):
             name = get_manifest(model_id).display_name
         except ValueError:
             name = model_id
+        engine = self.window.settings.engine
+        if engine.mode == "server":  # the server's model talks, not the local choice
+            name = f"the speech model on {engine.server_url or 'the server'}"
         self.controller.notice(
             f"Press Start (Ctrl+Enter) to talk to {name}. Type below to ask the assistant, or "
             "paste or drop a text to have it read. Settings choose the model, the audio "

@@ -21,7 +21,7 @@ from app.transcript_entries import TranscriptEntry
 # Threads a conversation runs; what is still alive of these is named when closing is slow.
 CONVERSATION_THREADS = ("conversation", "duplex-engine", "orchestrator", "pipeline-router",
                         "llm-turn-", "llm-retrieval-", "streaming-asr", "user-levelling",
-                        "silent-microphone", "live-audio", "file-audio")
+                        "silent-microphone", "live-audio", "file-audio", "remote-engine")
 
 
 class ConversationController(QObject):

@@ -40,7 +40,8 @@ def test_the_window_neither_widens_with_status_text_nor_refuses_800_px(bare_wind
         frame_ms=123456.789, budget_ms=80.0, context_used=2999, context_window=3000,
         span_positions_in_window=123456, llm_state="error",
         llm_message="ConnectionRefusedError: " + "refused " * 40,
-        dropped_frames=1234567, underruns=7654321, overruns=99999))
+        dropped_frames=1234567, asr_dropped_frames=7654321, underruns=7654321,
+        overruns=99999))
     for _ in range(5):
         QApplication.processEvents()
     assert window.width() == 980

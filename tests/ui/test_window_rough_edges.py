@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QToolBar
 from app.session import SessionStatus
 from app.transcript_entries import TranscriptEntry
 from app.transcript_export import iso_time, read_transcript
+from app.ui.theme import warning_color
 from app.ui.ui_state import documents_dir
 
 
@@ -113,6 +115,23 @@ def test_after_stop_no_stale_figures_dark_meters_and_no_partial_bubble(qtbot, ba
     window.export_action.trigger()
     markdown = target.read_text(encoding="utf-8")
     assert "Canberra is the" in markdown and "partial" not in markdown
+
+
+def test_frames_the_speech_recognizer_missed_are_shown_in_red_until_stop(qtbot, bare_window):
+    window, controller = bare_window, bare_window.controller
+    controller.state_changed.emit("running", "Listening")
+    controller.status.emit(LOUD)
+    settle()
+    line = window.status_line
+    assert line.asr.text() == ""  # nothing missed, nothing said
+    controller.status.emit(dataclasses.replace(LOUD, asr_dropped_frames=25))
+    settle()
+    assert line.asr.text() == "speech recognition missed 2.0 s"
+    assert "25 audio frames" in line.asr.toolTip() and "too busy" in line.asr.toolTip()
+    assert line.asr.colour() == warning_color(line.palette())
+    controller.state_changed.emit("stopped", "Stopped")
+    settle()
+    assert line.asr.text() == "" and line.asr.toolTip() == ""
 
 
 def test_mute_changes_the_button_and_the_meter_shows_muted(qtbot, bare_window):

@@ -1,0 +1,1 @@
+"""The desktop app as a client of a remote speech engine (`python main.py serve`)."""

@@ -1,0 +1,184 @@
+"""The server's wire events as the engine's own events (the reverse of the server's
+event_mapping.py), so the session, the transcript and the orchestrator see a remote
+conversation exactly as a local one.
+
+Two things differ from a local engine and are translated here:
+- Frame numbers: the server counts frames per conversation, and a reconnect starts a new
+  one. The app counts the audio frames it received, across connections, so the
+  orchestrator's clock never goes back; a server frame is moved onto that count.
+- Span ids: the orchestrator needs its span's id when it injects, before the server has
+  seen the span. The app gives its own id, sends it as the span's `id`, and the server's
+  `span_queued` echoes it beside the server's id.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.engine import events as ev
+from app.server import wire_events as wire
+
+
+@dataclass(frozen=True)
+class SentSpan:
+    text: str
+    source: str
+    origin_frame: int | None  # the <ret> it answers, on the app's frame count
+
+
+class EngineEventMapper:
+    """One per remote engine; `new_conversation` at each `ready` (a reconnect included).
+
+    Called from the network thread only, except `sent`, which the orchestrator's thread
+    calls when it injects (hence the lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: dict[int, SentSpan] = {}  # the app's span id -> what was sent
+        self._by_server: dict[int, int] = {}  # the server's span id -> the app's
+        self.frames = 0  # audio frames received, all conversations
+        self._base = 0  # `frames` when the current conversation began
+        self.context_window = 0
+        self._frame_positions = 0  # this conversation's frames, as the model counts them
+        self._span_positions = 0  # this conversation's span positions
+        self._span_positions_in_window = 0
+        # Positions before this conversation: a reconnect adds a whole window, so spans of
+        # the lost conversation count as out of the model's context (they are).
+        self._earlier_positions = 0
+
+    def sent(self, span_id: int, span: SentSpan) -> None:
+        with self._lock:
+            self._sent[span_id] = span
+
+    def new_conversation(self, ready: wire.Ready) -> None:
+        with self._lock:
+            self._by_server.clear()
+        if self._frame_positions or self._span_positions:
+            self._earlier_positions += (self._frame_positions + self._span_positions
+                                        + max(ready.context_window, self.context_window))
+        self.context_window = ready.context_window
+        self._base = self.frames
+        self._frame_positions = self._span_positions = self._span_positions_in_window = 0
+
+    def unlanded(self) -> list[tuple[int, SentSpan]]:
+        """Spans sent that have not landed (nor been refused): lost with the connection."""
+        with self._lock:
+            spans, self._sent = list(self._sent.items()), {}
+            self._by_server.clear()
+        return spans
+
+    def _local(self, frame: int | None) -> int | None:
+        return None if frame is None else self._base + frame
+
+    def _app_id(self, server_id: int | None) -> int | None:
+        with self._lock:
+            return None if server_id is None else self._by_server.get(server_id)
+
+    # ---- audio ----------------------------------------------------------------------------
+
+    def audio(self, pcm: np.ndarray) -> tuple[ev.AudioOut, ev.FrameStats]:
+        """A frame of the model's audio, and the frame's statistics as far as the app knows
+        them (no engine time: the server does not send it; context from what was seen)."""
+        index = self.frames
+        self.frames += 1
+        self._frame_positions += 1
+        used = self._frame_positions + self._span_positions
+        window = self.context_window
+        usage = ev.ContextUsage(
+            window=window, used=min(used, window) if window else used,
+            frame_positions=self._earlier_positions + self._frame_positions,
+            span_positions=self._span_positions,
+            span_positions_in_window=self._span_positions_in_window,
+            wrapped=bool(window) and used > window)
+        return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
+
+    # ---- events ---------------------------------------------------------------------------
+
+    def map(self, event: object) -> list[object]:
+        """Engine events for one wire event (none for those the app makes itself)."""
+        if isinstance(event, wire.Text):
+            return [ev.TextPiece(max(0, self.frames - 1), event.delta, -1)]
+        if isinstance(event, wire.Ret):
+            return [ev.RetToken(self._local(event.frame) or 0)]
+        if isinstance(event, wire.SpanQueued):
+            return self._queued(event)
+        if isinstance(event, wire.SpanAccepted):
+            return self._accepted(event)
+        if isinstance(event, wire.Span):
+            return self._landed(event)
+        if isinstance(event, wire.SpanRejected):
+            return self._rejected(event)
+        if isinstance(event, wire.Late) and event.dropped_by == "engine":
+            return self._late(event)
+        if isinstance(event, wire.Slot):
+            span_id = self._app_id(event.span_id)
+            if span_id is None:
+                return []
+            return [ev.BlockSlot(span_id, max(0, self.frames - 1), 0, event.prefill_ms,
+                                 event.step_ms, event.total_ms, event.over_budget)]
+        if isinstance(event, wire.Error):
+            if event.stage == "frame":  # a refused frame: counted by the engine, not shown
+                return []
+            return [ev.EngineError(f"The speech server says ({event.stage}): {event.message}",
+                                   fatal=False)]
+        # user_text, question, no_span and an orchestrator's `late` come from an LLM side on
+        # the server; this app runs its own (see remote_engine.py), so there is none to show.
+        return []
+
+    def _queued(self, event: wire.SpanQueued) -> list[object]:
+        try:
+            app_id = int(event.id) if event.id is not None else None
+        except ValueError:
+            app_id = None
+        with self._lock:
+            if app_id is not None and app_id in self._sent:
+                self._by_server[event.span_id] = app_id
+        return []
+
+    def _accepted(self, event: wire.SpanAccepted) -> list[object]:
+        app_id = self._app_id(event.span_id)
+        with self._lock:
+            span = self._sent.get(app_id) if app_id is not None else None
+        if app_id is None or span is None:
+            return []
+        return [ev.SpanAccepted(app_id, span.source, span.text, event.tokens, event.truncated,
+                                event.tokens, event.tokens)]
+
+    def _landed(self, event: wire.Span) -> list[object]:
+        app_id = self._app_id(event.span_id)
+        with self._lock:
+            span = self._sent.pop(app_id, None) if app_id is not None else None
+            self._by_server.pop(event.span_id, None)
+        self._span_positions += event.frames
+        self._span_positions_in_window += event.frames
+        if app_id is None or span is None:
+            return []
+        last = self._local(event.landed_frame) or 0
+        return [ev.SpanInjected(app_id, span.source, last, last, event.frames, event.chunks,
+                                origin_frame=span.origin_frame)]
+
+    def _rejected(self, event: wire.SpanRejected) -> list[object]:
+        app_id = self._app_id(event.span_id)
+        if app_id is None and event.id is not None:
+            try:
+                app_id = int(event.id)
+            except ValueError:
+                app_id = None
+        with self._lock:
+            span = self._sent.pop(app_id, None) if app_id is not None else None
+        if app_id is None or span is None:
+            return []
+        return [ev.SpanRejected(app_id, span.source, event.reason)]
+
+    def _late(self, event: wire.Late) -> list[object]:
+        app_id = self._app_id(event.span_id)
+        with self._lock:
+            span = self._sent.pop(app_id, None) if app_id is not None else None
+        if app_id is None or span is None:
+            return []
+        origin = span.origin_frame if span.origin_frame is not None else 0
+        return [ev.SpanLate(app_id, span.source, span.text, origin, self.frames,
+                            event.seconds)]

@@ -1,0 +1,488 @@
+"""A speech engine on another machine, shaped like the local DuplexEngine for the session
+and the pipeline: `events`, `start`, `push_frame`, `inject`, `finish_input`, `stop`.
+
+Only the speech model runs on the server. Speech recognition, the orchestrator and the LLM
+stay in the app, as with a local engine, and the LLM's spans go over the wire (the server's
+`span` message). That way one laptop setting (its Ollama, its tools, its folders) serves
+whichever engine, and the server needs no LLM side of its own.
+
+The network runs on its own thread with its own asyncio loop (app/server/client.py's
+EngineClient); nothing here waits on the network from another thread, except `connect`,
+which the session's thread calls once, bounded by a timeout. A dropped connection is not
+the end: the engine says so (ConnectionLost), tries again with a growing pause, and says
+when it is back (Reconnected) — with a new conversation on the server, whose model no
+longer has what was said or read before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import queue
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+import numpy as np
+
+from app.engine import events as ev
+from app.remote.engine_events import EngineEventMapper, SentSpan
+from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
+from app.server import wire_events as wire
+from app.server.client import (
+    AudioFrame,
+    ConnectError,
+    Disconnected,
+    EngineClient,
+    ServerBusy,
+    Unauthorized,
+)
+
+log = logging.getLogger(__name__)
+
+OUTBOX_FRAMES = 25  # 2 s of the user's audio waiting to be sent; more is dropped (counted)
+# A server slower than real time (or a congested link) would let the delay grow without
+# end: while the oldest frame sent has waited this long for its answer, new frames are
+# dropped and counted, as a local engine drops what its full input queue cannot take.
+MAX_LAG_S = 2.0
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # then every 8 s until Stop
+SILENT_SERVER_S = 10.0  # frames go out and nothing comes back this long: the link is dead
+RTT_WINDOW = 25  # frames in the round-trip median (2 s)
+# A frame later than the fastest round trip by more than the playback buffer's priming
+# margin (2 frames, app/audio/jitter_buffer.py) arrives after its turn to be played.
+LATE_MARGIN_MS = 160.0
+DEFAULT_SPAN_TOKENS = 512  # a model the app's catalog does not know: the catalog's default
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    url: str
+    token: str | None = None
+    connect_timeout_s: float = 10.0
+    voice: str | None = None  # sent before the first frame (persona checkpoints)
+    role: str | None = None
+    user_name: str | None = None
+    user_city: str | None = None
+
+
+class RemoteEngineError(RuntimeError):
+    """The server cannot be used: unreachable, a bad token, busy, or it failed."""
+
+
+def describe(exc: BaseException, url: str) -> str:
+    """A connection failure in words a user can act on."""
+    host = urlsplit(url if "://" in url else f"http://{url}").netloc or url
+    if isinstance(exc, Unauthorized):
+        return (f"the speech server at {host} refused the token (401): check the token in "
+                "Settings → Speech model")
+    if isinstance(exc, ServerBusy):
+        return f"the speech server at {host} is busy with another conversation ({exc})"
+    if isinstance(exc, (ConnectError, OSError, asyncio.TimeoutError)):
+        return f"cannot reach the speech server at {host}: {exc or type(exc).__name__}"
+    return f"the speech server at {host} failed: {type(exc).__name__}: {exc}"
+
+
+class RemoteEngine:
+    def __init__(self, options: RemoteOptions,
+                 events: queue.SimpleQueue | None = None) -> None:
+        self.options = options
+        self.events: queue.SimpleQueue = events or queue.SimpleQueue()
+        self.dropped_frames = 0  # frames the outbox had no room for
+        self.model_id = ""
+        self.device = ""
+        self.context_window = 0
+        self.max_span_tokens = DEFAULT_SPAN_TOKENS
+        self.retrieval = None  # the catalog's Retrieval for the model (None: end of turn)
+        self.display_name = ""
+        self._mapper = EngineEventMapper()
+        self._ids = itertools.count(1)
+        self._frames: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=OUTBOX_FRAMES)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None  # frames to send, a stop, a retry now
+        self._http: aiohttp.ClientSession | None = None
+        self._client: EngineClient | None = None
+        self._thread: threading.Thread | None = None
+        self._connected = threading.Event()
+        self._ever_connected = False
+        self._first_result = threading.Event()
+        self._first_error: str | None = None
+        self._started = threading.Event()
+        self._early: list[object] = []  # events before `start` (the pipeline's queue)
+        self._early_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._retry_now = threading.Event()
+        self._input_done = False
+        self._rtts: deque[float] = deque(maxlen=RTT_WINDOW)
+        self._fastest_rtt: float | None = None
+        self.late_frames = 0
+        # When each frame sent on this connection that no audio answered yet was sent.
+        self._in_flight: deque[float] = deque()
+
+    # ---- the session's thread ---------------------------------------------------------
+
+    def connect(self, cancel: threading.Event | None = None) -> bool:
+        """Start the network thread and wait for the server's `ready` (bounded; `cancel`
+        set ends the wait: False). Raises RemoteEngineError with the reason when the server
+        cannot be used."""
+        if self._thread is not None:
+            raise RuntimeError("a remote engine connects once")
+        self._thread = threading.Thread(target=self._run, name="remote-engine", daemon=True)
+        self._thread.start()
+        wait = self.options.connect_timeout_s * 5 + 5.0  # context and voice restart it
+        deadline = time.monotonic() + wait
+        while not self._first_result.wait(0.1):
+            if (cancel is not None and cancel.is_set()) or time.monotonic() > deadline:
+                self.stop(0.0)
+                if cancel is not None and cancel.is_set():
+                    return False
+                raise RemoteEngineError(f"no answer from the speech server at "
+                                        f"{self.options.url} within {wait:g} s")
+        if self._first_error is not None:
+            raise RemoteEngineError(self._first_error)
+        return self._ever_connected  # False: stopped before the server answered
+
+    def start(self) -> None:
+        """Events flow to `events` from now on (the pipeline has set its queue)."""
+        with self._early_lock:
+            early, self._early = self._early, []
+            self._started.set()
+        self._put(ev.EngineReady(self.model_id, self.device, "", 0, None, 80.0,
+                                 self.context_window, 0))
+        for event in early:
+            self._put(event)
+
+    # ---- any thread ---------------------------------------------------------------------
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        """Queue one frame for the server; never waits. False while disconnected (the frame
+        is not sent: the server's conversation is gone anyway) or when the outbox is full."""
+        if not self._connected.is_set() or self._input_done:
+            return False
+        try:
+            self._frames.put_nowait(np.asarray(pcm, dtype=np.float32))
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+        self._poke()
+        return True
+
+    def inject(self, text: str, source: str, at_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
+        """Send a span; its id comes at once. While disconnected it is refused by a
+        SpanRejected event (as the engine refuses a span it cannot take); after Stop,
+        RuntimeError. `at_frame` and `deadline_frame` are the local engine's: here the
+        orchestrator's own deadline check is what holds."""
+        if self._stop.is_set():
+            raise RuntimeError(f"the conversation has ended: the span from {source} was not "
+                               "injected")
+        span_id = next(self._ids)
+        if not self._connected.is_set() or self._loop is None:
+            self._put(ev.SpanRejected(span_id, source, "the connection to the speech server "
+                                                       "is down"))
+            return span_id
+        self._mapper.sent(span_id, SentSpan(text, source, origin_frame))
+        loop = self._loop
+        with contextlib.suppress(RuntimeError):  # the loop closed: the stop says the rest
+            loop.call_soon_threadsafe(self._send_span, text, source, span_id)
+        return span_id
+
+    def reconnect_now(self) -> None:
+        """Resume: try the server again without waiting for the next retry."""
+        self._retry_now.set()
+        self._poke()
+
+    def network_stats(self) -> NetworkStats:
+        rtts = list(self._rtts)
+        return NetworkStats(self._connected.is_set(),
+                            statistics.median(rtts) if rtts else None, self.late_frames)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def finish_input(self, timeout: float | None = 10.0) -> None:
+        """No more frames: those queued go out, then the conversation ends."""
+        self._input_done = True
+        with contextlib.suppress(queue.Full):
+            self._frames.put(None, timeout=timeout)
+        self._poke()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        self._stop.set()
+        self._poke()
+        if self._thread is None:
+            return True
+        self._thread.join(max(0.0, timeout))
+        return not self._thread.is_alive()
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _put(self, event: object) -> None:
+        with self._early_lock:
+            if not self._started.is_set():
+                self._early.append(event)
+                return
+        self.events.put(event)
+
+    def _poke(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
+
+    def _send_span(self, text: str, source: str, span_id: int) -> None:
+        client = self._client
+        if client is None or not client.connected:
+            for event in self._lose_spans("the connection to the speech server dropped"):
+                self._put(event)
+            return
+        task = asyncio.ensure_future(client.send_span(text, source, str(span_id)))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    def _lose_spans(self, reason: str) -> list[object]:
+        return [ev.SpanRejected(span_id, span.source, reason)
+                for span_id, span in self._mapper.unlanded()]
+
+    def _run(self) -> None:
+        reason = "stopped"
+        try:
+            asyncio.run(self._main())
+        except Exception as exc:  # a bug here must still end the conversation cleanly
+            log.exception("the remote engine failed")
+            reason = "error"
+            self._put(ev.EngineError(f"the connection to the speech server failed: {exc}",
+                                     fatal=True))
+            if not self._first_result.is_set():
+                self._first_error = f"{type(exc).__name__}: {exc}"
+                self._first_result.set()
+        finally:
+            self._connected.clear()
+            if self._first_result.is_set() and self._first_error is None:
+                self._put(ev.EngineStopped(self._mapper.frames, reason))
+            self._first_result.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        # One HTTP session for every connection, closed here: a connection attempt given up
+        # midway (Stop) would otherwise leave the one it made open.
+        self._http = aiohttp.ClientSession()
+        try:
+            await self._connect_and_converse()
+        finally:
+            await self._http.close()
+
+    async def _connect_and_converse(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                client = await self._open_unless_stopped()
+                if client is None:
+                    return
+            except Exception as exc:
+                message = describe(exc, self.options.url)
+                if not self._first_result.is_set():  # the first connection: Start fails
+                    self._first_error = message
+                    self._first_result.set()
+                    return
+                delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
+                attempt += 1
+                self._put(ReconnectFailed(message, delay))
+                await self._pause(delay)
+                continue
+            if self._stop.is_set():
+                await client.close()
+                return
+            attempt = 0
+            first = not self._first_result.is_set()
+            self._adopt(client.ready)
+            self._client = client
+            self._connected.set()
+            self._ever_connected = True
+            if first:
+                self._first_result.set()
+            else:
+                self._put(Reconnected(self.model_id, self.device))
+            why = await self._converse(client)
+            self._connected.clear()
+            self._client = None
+            await client.close()
+            self._drain_frames()
+            if self._stop.is_set() or why == "end of input":
+                return
+            for event in self._lose_spans("the connection to the speech server dropped"):
+                self._put(event)
+            self._put(ConnectionLost(why, RETRY_DELAYS_S[0]))
+            attempt = 0
+            await self._pause(RETRY_DELAYS_S[0])
+
+    async def _open_unless_stopped(self) -> EngineClient | None:
+        """`_open`, given up at once when Stop comes (a silent host takes the whole timeout
+        to fail, and the conversation's threads must end within seconds)."""
+        assert self._wake is not None
+        opening = asyncio.ensure_future(self._open())
+        while not opening.done():
+            if self._stop.is_set():
+                opening.cancel()
+                with contextlib.suppress(BaseException):
+                    await opening
+                return None
+            self._wake.clear()
+            waker = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait({opening, waker}, timeout=0.5,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waker.cancel()
+        return opening.result()
+
+    async def _open(self) -> EngineClient:
+        """Connect, then send what the conversation starts with (each restarts it)."""
+        o = self.options
+        client = await EngineClient.connect(o.url, o.token or None, timeout=o.connect_timeout_s,
+                                            session=self._http)
+        try:
+            if o.voice:
+                await client.send_voice(o.voice)
+                await self._next_ready(client)
+            if o.role or o.user_name or o.user_city:
+                await client.send_context(o.role, o.user_name, o.user_city)
+                await self._next_ready(client)
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def _next_ready(self, client: EngineClient) -> None:
+        """Wait for the `ready` of the restarted conversation; errors become notices."""
+        deadline = time.monotonic() + self.options.connect_timeout_s * 2
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectError("the server did not restart the conversation in time")
+            event = await client.receive(timeout=left)
+            if isinstance(event, wire.Ready):
+                return
+            if isinstance(event, Disconnected):
+                raise ConnectError(f"the server closed the connection ({event.reason})")
+            for mapped in self._mapper.map(event):
+                self._put(mapped)
+
+    def _adopt(self, ready: wire.Ready) -> None:
+        """What the server's `ready` says about its model, and a new conversation."""
+        from app.checkpoints.catalog import CatalogError, get_manifest
+
+        self.model_id, self.device = ready.model, ready.device
+        self.context_window = ready.context_window
+        self._mapper.new_conversation(ready)
+        try:
+            manifest = get_manifest(ready.model)
+        except (CatalogError, ValueError, OSError):
+            self.display_name = ready.model or "remote model"
+            return
+        self.display_name = manifest.display_name
+        self.max_span_tokens = manifest.max_span_tokens
+        self.retrieval = manifest.retrieval
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait before the next attempt; Stop or Resume cut it short."""
+        deadline = time.monotonic() + seconds
+        assert self._wake is not None
+        while not self._stop.is_set() and not self._retry_now.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+        self._retry_now.clear()
+
+    def _drain_frames(self) -> None:
+        while True:
+            try:
+                self._frames.get_nowait()
+            except queue.Empty:
+                return
+
+    async def _converse(self, client: EngineClient) -> str:
+        """Send and receive until the connection ends or Stop; returns why it ended."""
+        self._in_flight.clear()
+        sender = asyncio.create_task(self._send_frames(client), name="remote-send")
+        receiver = asyncio.create_task(self._receive(client), name="remote-receive")
+        done, pending = await asyncio.wait({sender, receiver},
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(BaseException):
+                await task
+        finished = next(iter(done))
+        try:
+            return finished.result()
+        except Exception as exc:  # a send on a broken socket
+            return f"{type(exc).__name__}: {exc}"
+
+    async def _send_frames(self, client: EngineClient) -> str:
+        assert self._wake is not None
+        while True:
+            try:
+                pcm = self._frames.get_nowait()
+            except queue.Empty:
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 0.5)
+                if self._stop.is_set():
+                    return "stopped"
+                continue
+            if pcm is None:
+                return "end of input"
+            now = time.monotonic()
+            if self._in_flight and now - self._in_flight[0] > MAX_LAG_S:
+                self.dropped_frames += 1
+                continue
+            await client.send_frame(pcm)
+            self._in_flight.append(now)
+
+    async def _receive(self, client: EngineClient) -> str:
+        last_heard = time.monotonic()
+        while True:
+            try:
+                event = await client.receive(timeout=1.0)
+            except asyncio.TimeoutError:
+                if self._stop.is_set():
+                    return "stopped"
+                if self._in_flight and time.monotonic() - last_heard > SILENT_SERVER_S:
+                    return f"nothing came back from the server for {SILENT_SERVER_S:g} s"
+                continue
+            last_heard = time.monotonic()
+            if isinstance(event, Disconnected):
+                code = f" (close code {event.code})" if event.code else ""
+                return f"the server closed the connection{code}: {event.reason}"
+            if isinstance(event, AudioFrame):
+                self._on_audio(event)
+            elif isinstance(event, wire.Ready):  # the server restarted the conversation
+                self._in_flight.clear()  # what was still queued there is dropped
+                self._adopt(event)
+            else:
+                if isinstance(event, wire.Error) and event.frame is not None and (
+                        self._in_flight):
+                    self._in_flight.popleft()  # a refused frame: no audio will answer it
+                for mapped in self._mapper.map(event):
+                    self._put(mapped)
+
+    def _on_audio(self, frame: AudioFrame) -> None:
+        if self._in_flight:
+            self._in_flight.popleft()
+        if frame.rtt_ms is not None:
+            self._rtts.append(frame.rtt_ms)
+            fastest = self._fastest_rtt
+            self._fastest_rtt = frame.rtt_ms if fastest is None else min(fastest, frame.rtt_ms)
+            if frame.rtt_ms - self._fastest_rtt > LATE_MARGIN_MS:
+                self.late_frames += 1
+        audio, stats = self._mapper.audio(frame.pcm)
+        self._put(audio)
+        self._put(stats)

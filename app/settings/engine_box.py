@@ -1,0 +1,144 @@
+"""Settings → Speech model → "Speech engine": this computer, or a server (URL and token),
+with a "Test connection" that shows the round trip.
+
+The test runs on the Qt thread pool (app/remote/probe.py: a few HTTP requests, bounded by
+timeouts) and its answer comes back by a queued signal; an answer about a URL or token the
+user has changed since is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QWidget,
+)
+
+from app.remote.probe import ServerProbe, probe_server
+from app.settings.schema import EngineSettings
+
+# (url, token or None, timeout in seconds) -> the server's answer; never raises for the
+# network (app.remote.probe.probe_server).
+ProbeServer = Callable[[str, str | None, float], ServerProbe]
+
+
+class _ProbeSignals(QObject):
+    """Without a parent: a test ending after the dialog closed emits into a live object."""
+
+    finished = Signal(int, object)  # the test's number, its ServerProbe or exception
+
+
+class SpeechEngineBox(QGroupBox):
+    mode_changed = Signal(str)  # "local" or "server"
+    probe_timeout_s: float = 5.0
+
+    def __init__(self, engine: EngineSettings, probe: ProbeServer = probe_server,
+                 parent: QWidget | None = None) -> None:
+        super().__init__("Speech engine", parent)
+        self._probe = probe
+        self._test_number = 0
+        self._signals = _ProbeSignals()
+        self._signals.finished.connect(self._tested)
+        form = QFormLayout(self)
+
+        self.local_radio = QRadioButton("This computer")
+        self.server_radio = QRadioButton("Server")
+        self.server_radio.setToolTip("A GPU machine running `python main.py serve`; speech "
+                                     "recognition and the assistant (LLM) stay here.")
+        group = QButtonGroup(self)
+        group.addButton(self.local_radio)
+        group.addButton(self.server_radio)
+        (self.server_radio if engine.mode == "server" else self.local_radio).setChecked(True)
+        row = QHBoxLayout()
+        row.addWidget(self.local_radio)
+        row.addWidget(self.server_radio)
+        row.addStretch(1)
+        form.addRow("Runs on:", row)
+
+        self.url_edit = QLineEdit(engine.server_url)
+        self.url_edit.setPlaceholderText("http://gpu-box:8998")
+        form.addRow("Server:", self.url_edit)
+        self.token_edit = QLineEdit(engine.server_token)
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("The server's --token (empty: none)")
+        self.test_button = QPushButton("Test connection")
+        self.test_button.clicked.connect(self.test_connection)
+        row = QHBoxLayout()
+        row.addWidget(self.token_edit, 1)
+        row.addWidget(self.test_button)
+        form.addRow("Token:", row)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        form.addRow("", self.status)
+
+        self.url_edit.textChanged.connect(self._target_changed)
+        self.token_edit.textChanged.connect(self._target_changed)
+        self.server_radio.toggled.connect(self._mode_toggled)
+        self._mode_toggled()
+
+    @property
+    def mode(self) -> str:
+        return "server" if self.server_radio.isChecked() else "local"
+
+    def settings(self, initial: EngineSettings) -> EngineSettings:
+        return replace(initial, mode=self.mode, server_url=self.url_edit.text().strip(),
+                       server_token=self.token_edit.text().strip())
+
+    def _mode_toggled(self, _checked: bool = False) -> None:
+        server = self.mode == "server"
+        for widget in (self.url_edit, self.token_edit, self.test_button):
+            widget.setEnabled(server)
+        self.mode_changed.emit(self.mode)
+
+    def _target_changed(self) -> None:
+        """A test still running asked about another server or token: its answer is dropped."""
+        if not self.test_button.isEnabled() and self.mode == "server":
+            self.test_button.setEnabled(True)
+            self.test_button.setText("Test connection")
+        self._test_number += 1
+        self._show("", None)
+
+    def test_connection(self) -> None:
+        """Ask the server off the GUI thread; the answer comes back to `_tested`."""
+        self._test_number += 1
+        number, signals, probe = self._test_number, self._signals, self._probe
+        url, token = self.url_edit.text().strip(), self.token_edit.text().strip() or None
+        timeout = self.probe_timeout_s
+        self.test_button.setEnabled(False)
+        self.test_button.setText("Testing…")
+        self._show(f"Connecting to {url}…", None)
+
+        def job() -> None:
+            try:
+                result: object = probe(url, token, timeout)
+            except Exception as exc:  # shown to the user, never raised in a pool thread
+                result = exc
+            signals.finished.emit(number, result)
+
+        QThreadPool.globalInstance().start(job)
+
+    @Slot(int, object)  # a declared slot: PySide delivers cross-thread calls safely
+    def _tested(self, number: int, result: object) -> None:
+        if number != self._test_number:
+            return  # stale: the URL or the token changed while it ran
+        self.test_button.setEnabled(self.mode == "server")
+        self.test_button.setText("Test connection")
+        if isinstance(result, ServerProbe):
+            self._show(result.message, result.ok)
+        else:
+            self._show(f"The test failed: {result}", False)
+
+    def _show(self, text: str, ok: bool | None) -> None:
+        color = {True: "#2e7d32", False: "#c62828", None: ""}[ok]
+        self.status.setStyleSheet(f"color: {color}" if color else "")
+        self.status.setText(text)

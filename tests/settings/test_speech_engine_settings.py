@@ -1,0 +1,87 @@
+"""Settings → Speech engine: this computer or a server, and "Test connection" against a
+real `serve` on the tiny model (its own process): the round trip shown, a wrong token and an
+unreachable address said plainly, the GUI never waiting on the network."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from app.settings.schema import AppSettings, EngineSettings
+from app.settings.settings_dialog import SettingsDialog
+from app.settings.store import SettingsStore
+from tests.serve_process import ServeProcess
+
+TOKEN = "engine-settings-token-41ad"
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def server(tiny_folder, data_dir):
+    with ServeProcess(data_dir, TOKEN) as process:
+        yield process
+
+
+def make_dialog(qtbot, settings: AppSettings, **kwargs) -> SettingsDialog:
+    dialog = SettingsDialog(settings, catalog={}, stt_models={}, list_voices=lambda *_: [],
+                            **kwargs)
+    qtbot.addWidget(dialog)
+    return dialog
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_test(qtbot, dialog: SettingsDialog) -> str:
+    box = dialog.engine_box
+    box.test_button.click()
+    assert box.test_button.text() == "Testing…"  # returned at once: the test runs elsewhere
+    qtbot.waitUntil(lambda: box.test_button.text() == "Test connection", timeout=WAIT_MS)
+    return box.status.text()
+
+
+def test_the_server_choice_is_saved_and_turns_the_local_model_fields_off(qtbot, tmp_path):
+    dialog = make_dialog(qtbot, AppSettings())
+    box = dialog.engine_box
+    assert box.local_radio.isChecked() and not box.url_edit.isEnabled()
+    assert dialog.model_combo.isEnabled()
+    box.server_radio.setChecked(True)
+    assert not dialog.model_combo.isEnabled() and not dialog.device_combo.isEnabled()
+    box.url_edit.setText(" http://gpu-box:8998 ")
+    box.token_edit.setText("s3cret")
+    chosen = dialog.settings()
+    assert chosen.engine == EngineSettings(mode="server", server_url="http://gpu-box:8998",
+                                           server_token="s3cret")
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(chosen)
+    assert store.load() == (chosen, None)
+
+
+def test_test_connection_shows_the_round_trip(qtbot, server):
+    settings = AppSettings(engine=EngineSettings(mode="server", server_url=server.url,
+                                                 server_token=TOKEN))
+    dialog = make_dialog(qtbot, settings)
+    text = run_test(qtbot, dialog)
+    assert text.startswith("Connected: tiny on cpu, round trip ") and text.endswith(" ms.")
+
+
+def test_a_wrong_or_missing_token_is_named(qtbot, server):
+    settings = AppSettings(engine=EngineSettings(mode="server", server_url=server.url,
+                                                 server_token="wrong"))
+    dialog = make_dialog(qtbot, settings)
+    assert "the token was refused (401)" in run_test(qtbot, dialog)
+    dialog.engine_box.token_edit.setText("")
+    assert "it needs a token (401)" in run_test(qtbot, dialog)
+
+
+def test_an_unreachable_server_is_named(qtbot):
+    url = f"http://127.0.0.1:{free_port()}"
+    settings = AppSettings(engine=EngineSettings(mode="server", server_url=url))
+    dialog = make_dialog(qtbot, settings)
+    assert run_test(qtbot, dialog).startswith(f"Cannot reach {url}")
+    dialog.engine_box.url_edit.setText("ftp://nowhere")
+    assert "not a server address" in run_test(qtbot, dialog)
