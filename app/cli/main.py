@@ -151,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--folder-search", action="append", default=[], metavar="DIR",
                      help="a folder local_search may read (repeatable)")
     llm.add_argument("--realtime", action="store_true",
-                     help="feed the input at real-time pace, like a microphone (automatic "
-                          "when the model asks with <ret>: its deadline is in real time)")
+                     help="feed the input at real-time pace, like a microphone (default with "
+                          "an LLM: as fast as the machine allows, the LLM's latency replayed "
+                          "in frames)")
     llm.add_argument("--level-voice", action="store_true",
                      help="level the input to -24 LUFS (noise gate, gain, limiter) before "
                           "the model and the ASR hear it, as the app does live")
