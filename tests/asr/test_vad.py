@@ -22,6 +22,15 @@ LEAD_S, TAIL_S = 1.0, 1.5
 TOLERANCE_S = 0.2
 
 
+def _drain(asr: StreamingAsr) -> list:
+    events = []
+    while True:
+        try:
+            events.append(asr.events.get_nowait())
+        except queue.Empty:
+            return events
+
+
 def _frames(audio: np.ndarray) -> list[np.ndarray]:
     audio = np.pad(audio.astype(np.float32), (0, -len(audio) % 1920))
     return [audio[i : i + 1920] for i in range(0, len(audio), 1920)]
@@ -125,12 +134,7 @@ def test_the_thread_ends_the_turn_by_vad(tiny_stt, placed_speech):
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = []
-    while True:
-        try:
-            events.append(asr.events.get_nowait())
-        except queue.Empty:
-            break
+    events = _drain(asr)
     assert not [e for e in events if isinstance(e, AsrError)], events
     finals = [e for e in events if isinstance(e, AsrFinal)]
     assert len(finals) == 1, finals
@@ -157,12 +161,7 @@ def test_frames_the_recognizer_never_got_are_reported_with_the_turn(tiny_stt, pl
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = []
-    while True:
-        try:
-            events.append(asr.events.get_nowait())
-        except queue.Empty:
-            break
+    events = _drain(asr)
     finals = [e for e in events if isinstance(e, AsrFinal)]
     assert asr.dropped_frames == 3
     assert [f.missed_frames for f in finals] == [3]
@@ -175,10 +174,5 @@ def test_the_thread_on_silence_ends_no_turn(tiny_stt):
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = []
-    while True:
-        try:
-            events.append(asr.events.get_nowait())
-        except queue.Empty:
-            break
+    events = _drain(asr)
     assert not [e for e in events if isinstance(e, AsrFinal | AsrError)], events
