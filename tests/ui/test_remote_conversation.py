@@ -92,15 +92,15 @@ def test_remote_conversation_answers_survives_a_killed_server_and_stops(
                         timeout=30_000)
         assert controller.state == "paused" and controller.running
 
-        ServeProcess(data_dir, TOKEN, port=server.port).start()  # back on the same port
-        qtbot.waitUntil(lambda: controller.state == "running", timeout=120_000)
-        back = notices(window, "Reconnected to the speech server")
-        assert len(back) == 1 and "not in its context any more" in back[0].text
+        with ServeProcess(data_dir, TOKEN, port=server.port):  # back on the same port
+            qtbot.waitUntil(lambda: controller.state == "running", timeout=120_000)
+            back = notices(window, "Reconnected to the speech server")
+            assert len(back) == 1 and "not in its context any more" in back[0].text
 
-        window.start_action.trigger()  # Stop
-        qtbot.waitUntil(lambda: controller.state == "stopped", timeout=30_000)
-        assert all(e.final for e in window.transcript.entries())
-        qtbot.waitUntil(lambda: not remote_threads(), timeout=10_000)
+            window.start_action.trigger()  # Stop
+            qtbot.waitUntil(lambda: controller.state == "stopped", timeout=30_000)
+            assert all(e.final for e in window.transcript.entries())
+            qtbot.waitUntil(lambda: not remote_threads(), timeout=10_000)
 
 
 def test_a_wrong_token_says_so_and_starts_nothing(qtbot, tiny_folder, data_dir, window_for):
