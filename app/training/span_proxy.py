@@ -1,10 +1,10 @@
 """The proof on a tiny model: a Moshi-architecture LM learns to READ an injected span.
 
-The task (`python main.py train span-proxy`): a span holds key -> value facts, the values
-drawn fresh in every episode (so they cannot be memorised). Some frames later the user
-"asks": the key arrives in the user's audio stream as a fixed code pattern (one pattern per
-key, on the 8 user codebooks, `QUESTION_FRAMES` frames long), and right after it the model
-must say the value (two words) in its text stream, then fall silent (padding) again.
+The task (`python main.py train span-proxy`): a span holds key -> value facts (a value is
+two words, one token each). Some frames later the user "asks": the key arrives in the
+user's audio stream as a fixed code pattern (one pattern per key, on the 8 user codebooks,
+`QUESTION_FRAMES` frames long), and right after it the model must say the value in its
+text stream, then fall silent (padding) again.
 
 Training sequences are built with `span_layout.build_layout` (the layout the engine feeds)
 from spans tokenized by the injector's `SpanTokenizer`. Evaluation goes through the real
@@ -14,32 +14,42 @@ The model's own audio codes are teacher-forced with random codes through LMGen's
 `depformer_replace_tokens` (the text task does not use the depformer; training sees random
 audio codes too), which also keeps a step at a few milliseconds.
 
-The model is the catalog's tiny architecture with a smaller context (`PROXY_CONTEXT`), so
-that a conversation wraps the attention rings after a few hundred frames: cheap on a CPU,
-and a 10x longer RoPE period (`PROXY_MAX_PERIOD`), which carries reading to 4x the trained
-span-to-question distance.
-Training is a curriculum: short one-episode conversations first (cheap steps: reading is
-learnt there), then conversations whose second episode is deep (it follows a gap of about
-the context, so its window holds only conversation, no sequence start, no earlier span).
+The model is the catalog's tiny architecture (real Moshi's kind: RoPE period 10000) with a
+smaller context (`PROXY_CONTEXT`), so that a conversation wraps the attention rings after a
+few hundred frames.
 
-The report: exact match (both words) and first-token accuracy of fresh questions with the
-span injected in one chunk, one position at a time (and the fraction of text tokens
-identical to the chunked run), with no span, with another episode's span, at distances
-0..4x the largest trained, deep in a long conversation past the context, and for spans of
-several facts (first-token accuracy against 1/P). Training is on one fact per span: mixing
-2 and 4 facts into a 3-minute budget kept the model from learning even one fact.
+Reproducible: training stops after a STEP budget, every random choice comes from an
+explicit seed (a torch generator or a `random.Random`), and torch runs on a fixed number of
+threads (1 by default). Two runs with the same arguments give identical numbers however
+loaded the machine is; only the `wall` section (seconds, load average) differs.
+
+Unseen: every fact (key, value words) belongs to exactly one split, train, dev or eval, by
+a stable hash (`fact_split`). Training spans only hold train facts, the development
+measures dev facts, the evaluation eval facts, so no evaluation span can occur in a
+training span. The run also checks it: every training span's content is recorded as it is
+generated, and `eval_overlap` counts the evaluation spans whose content occurs verbatim
+inside one (it must be 0). Choices (steps, curriculum, formats) are made with `--split dev`
+(its own facts and its own seeds); the report is on `--split eval`.
+
+Key selection (`--facts 4`): spans of 1..4 facts, the question asks one key. The model
+first says the key's word (the "echo", learnt from the audio pattern alone), then the
+value: reading the value is then the same induction as for one fact (find the word just
+said in the span, copy what follows). Accuracy is measured on the VALUE's first token
+against chance 1/P, the echo separately.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import platform
 import random
+import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +64,8 @@ from app.training.span_layout import SpanInsert, build_layout
 from app.training.trainer import TrainingExample, stack_layouts
 
 PROXY_CONTEXT = 128  # positions: the window wraps after ~10 s of frames
-# RoPE's longest period: 10x the tiny's 10000. With it the model reads a span 4x farther
-# than trained at 0.98 exact match (0.79 with 10000, same budget).
-PROXY_MAX_PERIOD = 100_000
+MOSHI_MAX_PERIOD = 10_000  # RoPE's longest period in real Moshi (and the catalog tiny)
+TINY_LAYERS = 2  # the catalog tiny's transformer layers
 QUESTION_FRAMES = 2  # the key's code pattern lasts this many user frames
 VALUE_WORDS = 2  # a value is two words, one token each
 MAX_DISTANCE = 24  # frames from the span to the question, the largest seen in training
@@ -64,20 +73,41 @@ DEEP_GAP = (100, 130)  # frames before a later episode's span: its window sees n
 KEY_WORDS = ("water", "house", "door", "car", "city", "book", "room", "office")
 _NOT_VALUES = set(KEY_WORDS) | {"is", "system", "the", "a", "an", "and", "of", "to"}
 OTHER_FRAMES_WEIGHT = 0.1  # loss weight of the silent (padding) frames against the answers
+FACT_FORMAT = "{key} {value}"  # a fact in the span text; facts are joined by FACT_SEPARATOR
+FACT_SEPARATOR = " . "
+SPLITS = ("train", "dev", "eval")
+SPLIT_SEEDS = {"dev": 7_000_001, "eval": 1_000_003}  # the measures' own seeds, per split
+DEFAULT_STEPS = 1200
+DEFAULT_QUESTIONS = 100
+DEFAULT_THREADS = 1
 
 
-def proxy_lm_config(context: int = PROXY_CONTEXT, max_period: int = PROXY_MAX_PERIOD) -> dict:
+def fact_split(key: str, value: Sequence[str]) -> str:
+    """The split a fact (key, value words) belongs to: 1/8 eval, 1/8 dev, the rest train.
+
+    A stable hash (not Python's salted `hash`), so every run splits the same way."""
+    text = " ".join((key, *value))
+    bucket = hashlib.blake2b(text.encode(), digest_size=1).digest()[0] % 8
+    return "eval" if bucket == 0 else "dev" if bucket == 1 else "train"
+
+
+def proxy_lm_config(context: int = PROXY_CONTEXT, max_period: int = MOSHI_MAX_PERIOD,
+                    layers: int = TINY_LAYERS) -> dict:
     """The catalog tiny's architecture (17 streams, the real delays, its sizes) with a
-    smaller context and a longer RoPE period."""
-    return tiny_lm_config() | {"context": context, "max_period": max_period}
+    smaller context."""
+    return tiny_lm_config() | {"context": context, "max_period": max_period,
+                               "num_layers": layers}
 
 
 def build_proxy_lm(seed: int, context: int = PROXY_CONTEXT,
-                   max_period: int = PROXY_MAX_PERIOD) -> LMModel:
-    torch.manual_seed(seed)
-    return loaders.get_moshi_lm(
-        None, lm_kwargs=proxy_lm_config(context, max_period), device="cpu", dtype=torch.float32
-    )
+                   max_period: int = MOSHI_MAX_PERIOD, layers: int = TINY_LAYERS) -> LMModel:
+    """Initialised from `seed`; the caller's global torch RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return loaders.get_moshi_lm(
+            None, lm_kwargs=proxy_lm_config(context, max_period, layers), device="cpu",
+            dtype=torch.float32,
+        )
 
 
 # ---- the task ---------------------------------------------------------------------------
@@ -85,13 +115,23 @@ def build_proxy_lm(seed: int, context: int = PROXY_CONTEXT,
 
 @dataclass(frozen=True)
 class Question:
-    """One episode: a span of `pairs` facts, and a question about one of its keys."""
+    """One episode: a span of facts, and a question about one of them."""
 
     span: SpanInsert  # its frame is where it lands in the conversation
-    key: int  # index in KEY_WORDS of the key asked
-    value_ids: tuple[int, ...]  # the answer's token ids
+    content: tuple[int, ...]  # the span's ids without the wrapping (the overlap check's unit)
+    facts: tuple[tuple[int, tuple[int, ...]], ...]  # (key index, value ids) of every fact
+    asked: int  # index in `facts` of the fact asked
     question_frame: int  # first frame of the key's pattern in the user stream
-    pairs: int
+    answer_ids: tuple[int, ...]  # what the model must say: [key word,] value words
+    value_at: int  # index in answer_ids of the value's first token (1 with the key echo)
+
+    @property
+    def key(self) -> int:
+        return self.facts[self.asked][0]
+
+    @property
+    def pairs(self) -> int:
+        return len(self.facts)
 
     @property
     def answer_frame(self) -> int:
@@ -99,17 +139,20 @@ class Question:
 
     @property
     def end_frame(self) -> int:  # one past the padding frame that closes the answer
-        return self.answer_frame + len(self.value_ids) + 1
+        return self.answer_frame + len(self.answer_ids) + 1
 
 
 class ProxyTask:
-    """Keys, fresh values, the user-audio key patterns and the spans' text."""
+    """Keys, the split value pairs, the user-audio key patterns and the spans' text."""
 
     def __init__(self, sp, card: int, text_padding_id: int, wrapping: SpanWrapping,
-                 max_span_tokens: int = 128, seed: int = 0, values: int = 64) -> None:
+                 max_span_tokens: int = 128, seed: int = 0, values: int = 64,
+                 key_echo: bool = False, words_per_value: int = VALUE_WORDS) -> None:
         self.sp = sp
+        self.words_per_value = words_per_value
         self.card = card
         self.pad = text_padding_id
+        self.key_echo = key_echo
         self.span_tokenizer = SpanTokenizer(sp, wrapping, max_span_tokens)
         self.key_ids = [self._single(w) for w in KEY_WORDS]
         words = []
@@ -119,11 +162,12 @@ class ProxyTask:
             if (piece.startswith("▁") and word.isalpha() and word.islower() and len(word) > 1
                     and word not in _NOT_VALUES):
                 words.append(word)
-        # A fixed subset of the words (the values are drawn from it fresh every episode).
+        # A fixed subset of the words; a value is an ordered pair of two of them.
         words = sorted(words)
         self.value_words = sorted(random.Random(seed).sample(words, min(values, len(words))))
         if len(self.value_words) < 16:
             raise ValueError("the tokenizer has too few single-token words for values")
+        self.word_ids = {w: self._single(w) for w in self.value_words}
         generator = torch.Generator().manual_seed(10_000 + seed)
         # Per key, a fixed pattern [8, QUESTION_FRAMES] on the user codebooks: its "word".
         self.key_patterns = torch.randint(
@@ -137,36 +181,60 @@ class ProxyTask:
         return ids[0]
 
     def span_text(self, keys: Sequence[int], values: Sequence[Sequence[str]]) -> str:
-        return " . ".join(
-            f"{KEY_WORDS[k]} is {' '.join(v)}" for k, v in zip(keys, values, strict=True)
+        return FACT_SEPARATOR.join(
+            FACT_FORMAT.format(key=KEY_WORDS[k], value=" ".join(v))
+            for k, v in zip(keys, values, strict=True)
         )
 
+    def _values(self, rng: random.Random, split: str, keys: Sequence[int]) -> list[list[str]]:
+        """A value per key, each fact in `split`, all words different (so that a value's
+        first word names one fact of the span)."""
+        chosen: list[list[str]] = []
+        for k in keys:
+            while True:
+                words = rng.sample(self.value_words, self.words_per_value)
+                used = {w for v in chosen for w in v}
+                if fact_split(KEY_WORDS[k], words) == split and not used & set(words):
+                    chosen.append(words)
+                    break
+        return chosen
+
     def question(self, rng: random.Random, pairs: int, span_frame: int, distance: int,
-                 values_from: random.Random | None = None) -> Question:
-        """A fresh episode. `values_from` draws the span (another episode's span when it is
-        a different generator than the one deciding which key is asked)."""
+                 split: str, values_from: random.Random | None = None) -> Question:
+        """A fresh episode whose values come from `split`. `values_from` draws the span
+        (another episode's span when it is a different generator than the one deciding
+        which key is asked)."""
         src = values_from or rng
         keys = src.sample(range(len(KEY_WORDS)), pairs)
-        values = [src.sample(self.value_words, VALUE_WORDS) for _ in keys]
+        values = self._values(src, split, keys)
         asked = rng.randrange(pairs)
-        text = self.span_text(keys, values)
-        span = SpanInsert.from_text(self.span_tokenizer, text, span_frame)
-        value_ids = tuple(self._single(w) for w in values[asked])
-        if not set(value_ids) <= set(span.ids):
+        tokens = self.span_tokenizer.encode(self.span_text(keys, values))
+        facts = tuple((k, tuple(self.word_ids[w] for w in v))
+                      for k, v in zip(keys, values, strict=True))
+        if not set(facts[asked][1]) <= set(tokens.content_ids):
             raise AssertionError("the span's tokens do not hold the value")
-        return Question(span, keys[asked], value_ids, span_frame + distance, pairs)
+        span = SpanInsert(span_frame, tokens.ids)
+        return self.ask(Question(span, tokens.content_ids, facts, 0, span_frame + distance,
+                                 (), 0), asked)
 
-    def with_span(self, q: Question, span: SpanInsert | None) -> Question:
-        """The same question, with another span (or, with None, a span nobody injects)."""
-        return Question(span or SpanInsert(q.span.frame, ()), q.key, q.value_ids,
-                        q.question_frame, q.pairs)
+    def ask(self, q: Question, asked: int) -> Question:
+        """The same span and question frame, asking fact `asked`."""
+        key, value_ids = q.facts[asked]
+        echo = (self.key_ids[key],) if self.key_echo else ()
+        return replace(q, asked=asked, answer_ids=echo + value_ids, value_at=len(echo))
+
+    def with_span(self, q: Question, span: Question | None) -> Question:
+        """The same question, with another episode's span (None: a span nobody injects)."""
+        if span is None:
+            return replace(q, span=SpanInsert(q.span.frame, ()), content=())
+        return replace(q, span=SpanInsert(q.span.frame, span.span.ids), content=span.content)
 
     def fill(self, codes: torch.Tensor, q: Question) -> None:
         """Write the question (user codes) and the answer (text) into aligned codes [17, T]."""
         t = q.question_frame
         codes[9:17, t : t + QUESTION_FRAMES] = self.key_patterns[q.key]
         a = q.answer_frame
-        codes[0, a : a + len(q.value_ids)] = torch.tensor(q.value_ids)
+        codes[0, a : a + len(q.answer_ids)] = torch.tensor(q.answer_ids)
 
     def random_codes(self, frames: int, generator: torch.Generator) -> torch.Tensor:
         """[17, T]: silent text (padding), random model and user audio codes."""
@@ -175,31 +243,66 @@ class ProxyTask:
         return codes
 
 
+class SpanLedger:
+    """The content of every training span, recorded as it is generated, so that the
+    evaluation can count its spans that occur verbatim inside one."""
+
+    def __init__(self) -> None:
+        self._chunks: list[str] = []
+
+    @staticmethod
+    def _text(ids: Sequence[int]) -> str:
+        return "".join(chr(0x100 + i) for i in ids)  # one character per id; "\0" separates
+
+    def add(self, content: Sequence[int]) -> None:
+        self._chunks.append(self._text(content))
+
+    @property
+    def spans(self) -> int:
+        return len(self._chunks)
+
+    def occurring(self, contents: Sequence[Sequence[int]]) -> int:
+        """How many of `contents` occur as a contiguous run of some training span."""
+        recorded = "\0".join(self._chunks)
+        return sum(self._text(c) in recorded for c in contents if c)
+
+
 def training_examples(task: ProxyTask, rng: random.Random, generator: torch.Generator,
-                      pairs: Sequence[int], episodes: int) -> TrainingExample:
+                      pairs: Sequence[int], episodes: int, ledger: SpanLedger,
+                      ask_all: bool = False) -> TrainingExample:
     """A conversation of `episodes` episodes: the first one near the start, later ones each
-    after a gap longer than the context (deep, the rings would have wrapped)."""
-    questions, frame = [], 0
+    after a gap longer than the context (deep, the rings would have wrapped). With
+    `ask_all`, every key of a span is asked, one question after the other (the first one
+    as usual), so that only the key asked tells the answers apart."""
+    questions, spans, frame = [], [], 0
     for e in range(episodes):
         gap = rng.randint(0, 12) if e == 0 else rng.randint(*DEEP_GAP)
         q = task.question(rng, rng.choice(list(pairs)), frame + gap,
-                          rng.randint(0, MAX_DISTANCE))
+                          rng.randint(0, MAX_DISTANCE), "train")
+        ledger.add(q.content)
+        spans.append(q.span)
         questions.append(q)
-        frame = q.end_frame
+        others = [i for i in range(q.pairs) if i != q.asked] if ask_all else []
+        rng.shuffle(others)
+        for i in others:
+            questions.append(replace(task.ask(q, i),
+                                     question_frame=questions[-1].end_frame + rng.randint(0, 4)))
+        frame = questions[-1].end_frame
     codes = task.random_codes(frame, generator)
     answers = torch.zeros(frame, dtype=torch.bool)
     for q in questions:
         task.fill(codes, q)
         answers[q.answer_frame : q.end_frame] = True
-    return TrainingExample(codes, tuple(q.span for q in questions), answers)
+    return TrainingExample(codes, tuple(spans), answers)
 
 
 def proxy_batches(task: ProxyTask, batch_size: int, pairs: Sequence[int], episodes: int,
-                  seed: int) -> Iterator[list[TrainingExample]]:
+                  seed: int, ledger: SpanLedger, ask_all: bool = False
+                  ) -> Iterator[list[TrainingExample]]:
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
     while True:
-        yield [training_examples(task, rng, generator, pairs, episodes)
+        yield [training_examples(task, rng, generator, pairs, episodes, ledger, ask_all)
                for _ in range(batch_size)]
 
 
@@ -220,47 +323,72 @@ def proxy_loss(lm: LMModel, examples: Sequence[TrainingExample]) -> tuple[torch.
     return answer_loss + OTHER_FRAMES_WEIGHT * other_loss, float(answer_loss.detach())
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of the curriculum: until `until` x the step budget, conversations of
+    `episodes` episodes (the later ones deep) whose spans hold one of `facts` facts, every
+    key of a span asked with `ask_all`."""
+
+    until: float
+    facts: tuple[int, ...]
+    episodes: int
+    ask_all: bool = False
+
+
+def curriculum(facts: int, deep_from: float, single_until: float = 0.0,
+               episodes: int = 2) -> tuple[Phase, ...]:
+    """One fact per span: shallow, then deep from `deep_from` (episodes=1: never deep).
+    Several: one fact alone until `single_until`, then 1..facts facts, every key asked."""
+    many, several = tuple(range(1, facts + 1)), facts > 1
+    phases = [Phase(single_until, (1,), 1)] if several else []
+    if episodes > 1:
+        phases.append(Phase(deep_from, many, 1, several))
+    phases.append(Phase(1.0, many, episodes, several))
+    return tuple(p for p in phases if p.until > 0)
+
+
 @dataclass
 class ProxyTraining:
     steps: int
-    seconds: float
-    losses: list[float]  # answer-frame loss per step
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process's CPU time: about the wall time on a quiet machine
+    losses: list[float] = field(default_factory=list)  # answer-frame loss per step
 
 
-def train_proxy(lm: LMModel, shallow: Iterator[list[TrainingExample]],
-                deep: Iterator[list[TrainingExample]], max_steps: int, max_seconds: float,
-                lr: float, deep_from: float = 0.6, warmup: int = 50) -> ProxyTraining:
-    """AdamW with warm-up and cosine decay over whichever of the budgets ends first.
-
-    A curriculum: short conversations first (cheap steps, reading is learnt there), then
-    from `deep_from` of the budget on, conversations whose later episodes are deep."""
+def train_proxy(lm: LMModel, phases: Sequence[tuple[float, Iterator[list[TrainingExample]]]],
+                steps: int, lr: float, warmup: int = 50,
+                on_progress: Callable[[int, float, float], None] | None = None,
+                progress_every: int = 100) -> ProxyTraining:
+    """AdamW with warm-up and cosine decay over `steps` steps; each step's batch comes from
+    the first phase (until-fraction, batches) that has not ended. `on_progress(step, answer
+    loss, seconds)` is called every `progress_every` steps (it only reads; the training is
+    the same with or without it)."""
     params = [p for p in lm.parameters()]
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     lm.train()
     losses: list[float] = []
-    start = time.perf_counter()
-    step = 0
-    while step < max_steps:
-        elapsed = time.perf_counter() - start
-        progress = max(step / max_steps, elapsed / max_seconds)
-        if progress >= 1.0:
-            break
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for step in range(steps):
+        progress = step / steps
         scale = min(1.0, (step + 1) / warmup) * 0.5 * (1.0 + math.cos(math.pi * progress))
         for group in optimizer.param_groups:
             group["lr"] = lr * max(scale, 0.02)
-        loss, answer_loss = proxy_loss(lm, next(deep if progress >= deep_from else shallow))
+        batches = next(b for until, b in phases if progress < until)
+        loss, answer_loss = proxy_loss(lm, next(batches))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         losses.append(answer_loss)
-        step += 1
+        if on_progress and ((step + 1) % progress_every == 0 or step + 1 == steps):
+            on_progress(step + 1, answer_loss, time.perf_counter() - start)
     lm.eval()
     for p in params:
         p.requires_grad_(False)
-    return ProxyTraining(step, time.perf_counter() - start, losses)
+    return ProxyTraining(steps, time.perf_counter() - start, time.process_time() - cpu_start,
+                         losses)
 
 
 # ---- evaluation through LMGen and the injector --------------------------------------------
@@ -319,121 +447,177 @@ def run_streams(lm: LMModel, task: ProxyTask, questions: Sequence[Sequence[Quest
     return torch.stack(texts, dim=1)  # [B, T]: text of frame t, chosen at step t
 
 
-def score(text: torch.Tensor, questions: Sequence[Sequence[Question]]) -> tuple[int, int, int]:
-    """(exact matches, first-token matches, questions) over the streams' answers."""
-    exact = first = total = 0
-    for b, qs in enumerate(questions):
-        for q in qs:
-            said = text[b, q.answer_frame : q.answer_frame + len(q.value_ids)].tolist()
-            exact += said == list(q.value_ids)
-            first += said[0] == q.value_ids[0]
-            total += 1
-    return exact, first, total
+@dataclass
+class Score:
+    exact: int = 0  # the whole answer ([key echo,] both value words)
+    first: int = 0  # the value's first token
+    key: int = 0  # the key echo (when the task has one)
+    total: int = 0
+
+    def add(self, text: torch.Tensor, questions: Sequence[Sequence[Question]]) -> Score:
+        """Count the answers that stream b of `text` [B, T] gave to questions[b]."""
+        for b, qs in enumerate(questions):
+            for q in qs:
+                said = text[b, q.answer_frame : q.answer_frame + len(q.answer_ids)].tolist()
+                self.exact += said == list(q.answer_ids)
+                self.first += said[q.value_at] == q.answer_ids[q.value_at]
+                self.key += said[: q.value_at] == list(q.answer_ids[: q.value_at])
+                self.total += 1
+        return self
+
+    def report(self, key_echo: bool) -> dict:
+        out = {"exact": _frac(self.exact, self.total), "first_token": _frac(self.first, self.total)}
+        if key_echo:
+            out["key_echo"] = _frac(self.key, self.total)
+        return out
 
 
 def _frac(n: int, d: int) -> float:
     return round(n / max(1, d), 4)
 
 
-def evaluate(lm: LMModel, task: ProxyTask, questions: int, seed: int,
-             multi_pairs: Sequence[int] = (2, 4), deep: bool = True) -> dict:
-    """Every measurement of the report, `questions` fresh questions each."""
-    rng = random.Random(1_000_003 + seed)
-    other = random.Random(2_000_003 + seed)
-    out: dict = {"questions_per_measure": questions}
-    start = time.perf_counter()
+class Evaluation:
+    """Every measurement of the report on one split, `questions` fresh questions each; it
+    keeps every span it injects, for the overlap check."""
 
-    # 1. In-distribution questions (one fact): chunked, one at a time, no span, wrong span.
-    plain = [task.question(rng, 1, rng.randint(0, 12), rng.randint(0, MAX_DISTANCE))
-             for _ in range(questions)]
-    counts = {k: [0, 0, 0] for k in ("chunked", "one_at_a_time", "no_span", "wrong_span")}
-    same_streams = same_tokens = tokens = 0
-    for i, q in enumerate(plain):
-        chunked = run_streams(lm, task, [[q]], CHUNKED, seed + i)
-        single = run_streams(lm, task, [[q]], ONE_AT_A_TIME, seed + i)
-        wrong_span = task.question(other, 1, q.span.frame, 0).span
-        none = run_streams(lm, task, [[task.with_span(q, None)]], CHUNKED, seed + i)
-        wrong = run_streams(lm, task, [[task.with_span(q, wrong_span)]], CHUNKED, seed + i)
-        same_streams += bool(torch.equal(chunked, single))
-        same_tokens += int((chunked == single).sum())
-        tokens += chunked.numel()
-        for key, text in (("chunked", chunked), ("one_at_a_time", single), ("no_span", none),
-                          ("wrong_span", wrong)):
-            for j, n in enumerate(score(text, [[q]])):
-                counts[key][j] += n
-    for key, (exact, first, total) in counts.items():
-        out[key] = {"exact": _frac(exact, total), "first_token": _frac(first, total)}
-    out["one_at_a_time"].update(identical_streams=_frac(same_streams, len(plain)),
-                                identical_tokens=_frac(same_tokens, tokens))
-    out["value_chance"] = round(1 / len(task.value_words), 4)
+    def __init__(self, lm: LMModel, task: ProxyTask, questions: int, seed: int,
+                 split: str) -> None:
+        if split not in SPLIT_SEEDS:
+            raise ValueError(f"evaluate on one of {sorted(SPLIT_SEEDS)}, not {split!r}")
+        self.lm, self.task, self.questions, self.split = lm, task, questions, split
+        self.seed = SPLIT_SEEDS[split] + seed  # stream (random audio) seeds start here
+        self.rng = random.Random(self.seed)
+        self.other = random.Random(self.seed + 1_000_000)
+        self.spans: list[tuple[int, ...]] = []  # the content of every span injected
 
-    # 2. Distances 0 .. 4x the largest trained: one span, one stream per distance.
-    distances = [0, MAX_DISTANCE, 2 * MAX_DISTANCE, 3 * MAX_DISTANCE, 4 * MAX_DISTANCE]
-    hits = {d: [0, 0] for d in distances}
-    for i in range(questions):
-        base = task.question(rng, 1, rng.randint(0, 12), 0)
-        batch = [[Question(base.span, base.key, base.value_ids, base.span.frame + d, 1)]
-                 for d in distances]
-        text = run_streams(lm, task, batch, CHUNKED, seed + 10_000 + i)
-        for d, qs in zip(distances, batch, strict=True):
-            exact, first, _ = score(text[distances.index(d) : distances.index(d) + 1], [qs])
-            hits[d][0] += exact
-            hits[d][1] += first
-    out["distances"] = {str(d): _frac(hits[d][0], questions) for d in distances}
-    out["max_distance_trained"] = MAX_DISTANCE
+    def question(self, pairs: int, span_frame: int, distance: int,
+                 values_from: random.Random | None = None) -> Question:
+        q = self.task.question(self.rng, pairs, span_frame, distance, self.split, values_from)
+        self.spans.append(q.content)
+        return q
 
-    # 3. Deep: one long conversation, each span after a gap longer than the context.
-    if deep:
+    def run(self, batch: Sequence[Sequence[Question]], mode: str, seed: int) -> torch.Tensor:
+        return run_streams(self.lm, self.task, batch, mode, self.seed + seed)
+
+    def one_fact(self) -> dict:
+        """In-distribution questions (one fact): chunked, one at a time, no span, wrong span."""
+        scores = {k: Score() for k in ("chunked", "one_at_a_time", "no_span", "wrong_span")}
+        same_streams = same_tokens = tokens = 0
+        for i in range(self.questions):
+            q = self.question(1, self.rng.randint(0, 12), self.rng.randint(0, MAX_DISTANCE))
+            wrong = self.task.with_span(q, self.question(1, q.span.frame, 0, self.other))
+            chunked = self.run([[q]], CHUNKED, i)
+            single = self.run([[q]], ONE_AT_A_TIME, i)
+            same_streams += bool(torch.equal(chunked, single))
+            same_tokens += int((chunked == single).sum())
+            tokens += chunked.numel()
+            scores["chunked"].add(chunked, [[q]])
+            scores["one_at_a_time"].add(single, [[q]])
+            scores["no_span"].add(self.run([[self.task.with_span(q, None)]], CHUNKED, i), [[q]])
+            scores["wrong_span"].add(self.run([[wrong]], CHUNKED, i), [[q]])
+        out = {k: s.report(self.task.key_echo) for k, s in scores.items()}
+        out["one_at_a_time"].update(identical_streams=_frac(same_streams, self.questions),
+                                    identical_tokens=_frac(same_tokens, tokens))
+        return out
+
+    def distances(self) -> dict:
+        """Distances 0 .. 4x the largest trained: one span, one stream per distance."""
+        distances = [d * MAX_DISTANCE for d in range(5)]
+        scores = {d: Score() for d in distances}
+        for i in range(self.questions):
+            base = self.question(1, self.rng.randint(0, 12), 0)
+            batch = [[replace(base, question_frame=base.span.frame + d)] for d in distances]
+            text = self.run(batch, CHUNKED, 10_000 + i)
+            for b, d in enumerate(distances):
+                scores[d].add(text[b : b + 1], [batch[b]])
+        return {str(d): _frac(s.exact, s.total) for d, s in scores.items()}
+
+    def deep(self) -> dict:
+        """One long conversation, each span after a gap longer than the context."""
         qs, frame = [], 0
-        for e in range(questions):
-            gap = 300 if e == 0 else rng.randint(*DEEP_GAP)
-            q = task.question(rng, 1, frame + gap, rng.randint(0, MAX_DISTANCE))
+        for e in range(self.questions):
+            gap = 300 if e == 0 else self.rng.randint(*DEEP_GAP)
+            q = self.question(1, frame + gap, self.rng.randint(0, MAX_DISTANCE))
             qs.append(q)
             frame = q.end_frame
-        text = run_streams(lm, task, [qs], CHUNKED, seed + 20_000)
-        exact, first, total = score(text, [qs])
-        out["deep"] = {"exact": _frac(exact, total), "first_token": _frac(first, total),
-                       "first_span_frame": qs[0].span.frame, "frames": frame,
-                       "context": lm.context, "window_wraps": frame > lm.context}
+        score = Score().add(self.run([qs], CHUNKED, 20_000), [qs])
+        return score.report(self.task.key_echo) | {
+            "first_span_frame": qs[0].span.frame, "frames": frame,
+            "context": self.lm.context, "window_wraps": frame > self.lm.context}
 
-    # 4. Several facts per span: every key of the span asked, each in its own stream.
-    multi = {}
-    for pairs in multi_pairs:
-        exact = first = any_value = total = 0
-        for i in range(max(1, questions // pairs)):
-            base = task.question(rng, pairs, rng.randint(0, 12), rng.randint(0, MAX_DISTANCE))
-            facts = _span_keys(task, base.span)
-            batch = [[Question(base.span, key, value_ids, base.question_frame, pairs)]
-                     for key, value_ids in facts]
-            text = run_streams(lm, task, batch, CHUNKED, seed + 30_000 + i)
-            e, f, t = score(text, batch)
-            exact, first, total = exact + e, first + f, total + t
-            starts = {value_ids[0] for _, value_ids in facts}
-            any_value += sum(int(text[b, qs[0].answer_frame]) in starts
+    def multi_fact(self, pairs: int) -> dict:
+        """Spans of `pairs` facts: every key of the span asked, each in its own stream."""
+        score, any_value = Score(), 0
+        for i in range(max(1, self.questions // pairs)):
+            base = self.question(pairs, self.rng.randint(0, 12),
+                                 self.rng.randint(0, MAX_DISTANCE))
+            batch = [[self.task.ask(base, a)] for a in range(pairs)]
+            text = self.run(batch, CHUNKED, 30_000 + i)
+            score.add(text, batch)
+            starts = {value_ids[0] for _, value_ids in base.facts}
+            any_value += sum(int(text[b, qs[0].answer_frame + qs[0].value_at]) in starts
                              for b, qs in enumerate(batch))
         # first_token against 1/P: above it, the question's key selects the fact; a model
         # that reads the span but cannot select says SOME value (any_value_first_token).
-        multi[str(pairs)] = {"exact": _frac(exact, total), "first_token": _frac(first, total),
-                             "chance_1_over_p": round(1 / pairs, 4),
-                             "any_value_first_token": _frac(any_value, total),
-                             "questions": total}
-    out["multi_fact"] = multi
-    out["eval_seconds"] = round(time.perf_counter() - start, 1)
-    return out
+        return score.report(self.task.key_echo) | {
+            "chance_1_over_p": round(1 / pairs, 4),
+            "any_value_first_token": _frac(any_value, score.total), "questions": score.total}
 
 
-def _span_keys(task: ProxyTask, span: SpanInsert) -> list[tuple[int, tuple[int, ...]]]:
-    """(key, value ids) of each fact of a span, read back from its token ids."""
-    ids = list(span.ids)
-    facts = []
-    for k, key_id in enumerate(task.key_ids):
-        if key_id in ids:
-            at = ids.index(key_id) + 2  # "<key> is <v1> <v2>"
-            facts.append((k, tuple(ids[at : at + VALUE_WORDS])))
-    return facts
+def evaluate(lm: LMModel, task: ProxyTask, questions: int, seed: int, split: str = "eval",
+             multi_pairs: Sequence[int] = (2, 4), deep: bool = True, distances: bool = True
+             ) -> tuple[dict, list[tuple[int, ...]]]:
+    """The report's measurements, and the content of every span they injected."""
+    ev = Evaluation(lm, task, questions, seed, split)
+    out: dict = {"split": split, "questions_per_measure": questions}
+    out.update(ev.one_fact())
+    out["value_chance"] = round(1 / len(task.value_words), 4)
+    if distances:
+        out["distances"] = ev.distances()
+        out["max_distance_trained"] = MAX_DISTANCE
+    if deep:
+        out["deep"] = ev.deep()
+    out["multi_fact"] = {str(p): ev.multi_fact(p) for p in multi_pairs}
+    return out, ev.spans
 
 
 # ---- the whole proof ---------------------------------------------------------------------
+
+# What each number of the report means (printed with it, under "meaning").
+MEANING = {
+    "command": "the command that reproduces every number of this report (same seed, same "
+               "step budget, same --threads: the same numbers, only `wall` differs)",
+    "training.steps": "the step budget: training stops after exactly this many optimizer "
+                      "steps, whatever the wall clock says",
+    "training.answer_loss_first/last": "text cross-entropy on the answer frames, averaged "
+                                       "over the first/last `averaged_over_steps` steps",
+    "eval_overlap": "evaluation spans (of overlap_check.eval_spans, every span the evaluation "
+                    "injected) whose content occurs verbatim as a run of tokens inside a "
+                    "training span (of overlap_check.training_spans, every span trained on); "
+                    "0 means none was seen in training",
+    "eval.split": "eval: facts and seeds kept for reporting; dev: the ones choices are made on",
+    "eval.chunked": "one fact per span, fresh questions, greedy LMGen, the span injected in one "
+                    "prefill pass: exact = the whole answer right (the key echo and every value "
+                    "word), first_token = the value's first word right",
+    "eval.one_at_a_time": "the same questions and streams, the span prefilled one position at "
+                          "a time; identical_streams/identical_tokens = fraction of streams/"
+                          "text tokens equal to the chunked run's",
+    "eval.no_span": "the same questions, no span injected (answering without reading)",
+    "eval.wrong_span": "the same questions, another episode's span injected",
+    "eval.value_chance": "1 / number of value words: guessing a value's first word",
+    "eval.distances": "exact match with the question d frames after the span (d = 0 .. 4x "
+                      "max_distance_trained)",
+    "eval.deep": "one long conversation, each span after a gap longer than the context (the "
+                 "attention rings have wrapped): exact and first-token accuracy",
+    "eval.multi_fact.P": "spans of P facts, each key of a span asked in its own stream: "
+                         "first_token = the asked value's first word (chance_1_over_p = picking "
+                         "one of the span's values at random), any_value_first_token = some "
+                         "value of the span said, key_echo = the asked key's word said first",
+    "threads": "torch threads (fixed: the numbers depend on it, never on the machine's load)",
+    "wall": "the only machine-dependent part: seconds, steps/s and CPU seconds of this "
+            "process, load average (1, 5, 15 min) at the start and the end",
+}
+
 
 
 def machine() -> dict:
@@ -448,6 +632,13 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
+def _print_progress(steps: int) -> Callable[[int, float, float], None]:
+    def show(step: int, answer_loss: float, seconds: float) -> None:
+        print(f"span-proxy: step {step}/{steps}, answer loss {answer_loss:.3f}, "
+              f"{seconds:.0f} s ({step / seconds:.2f} steps/s)", file=sys.stderr, flush=True)
+    return show
+
+
 def load_average() -> list[float]:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -455,45 +646,90 @@ def load_average() -> list[float]:
         return []
 
 
-def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, max_seconds: float,
-              max_steps: int, batch_size: int, lr: float, pairs: Sequence[int], episodes: int,
-              values: int = 64, deep_from: float = 0.6, max_period: int = PROXY_MAX_PERIOD,
-              questions: int, seed: int, threads: int | None, deep: bool = True,
-              multi_pairs: Sequence[int] = (2, 4)) -> dict:
-    if threads:
-        torch.set_num_threads(threads)
-    load_start = load_average()
-    lm = build_proxy_lm(seed, max_period=max_period)
-    task = ProxyTask(sp, lm.card, lm.text_padding_token_id, wrapping, max_span_tokens, seed,
-                     values)
-    shallow = proxy_batches(task, batch_size, pairs, 1, seed)
-    deep_batches = proxy_batches(task, batch_size, pairs, episodes, seed + 1)
-    trained = train_proxy(lm, shallow, deep_batches, max_steps, max_seconds, lr, deep_from)
-    window = max(1, min(20, trained.steps // 4))
-    report = {
-        "model": {"config": "catalog tiny architecture; context and RoPE period changed",
-                  "dim": lm.dim, "layers": len(lm.transformer.layers),
-                  "rope_max_period": proxy_lm_config(max_period=max_period)["max_period"],
-                  "params": sum(p.numel() for p in lm.parameters()), "context": lm.context},
-        "task": {"keys": len(KEY_WORDS), "values": len(task.value_words),
-                 "value_words": VALUE_WORDS, "question_frames": QUESTION_FRAMES,
-                 "pairs_trained": list(pairs), "deep_from": deep_from,
-                 "episodes_per_deep_sequence": episodes,
-                 "deep_gap_frames": list(DEEP_GAP), "max_distance_trained": MAX_DISTANCE},
-        "training": {"steps": trained.steps, "seconds": round(trained.seconds, 1),
-                     "batch_size": batch_size, "lr": lr,
-                     "answer_loss_first": round(sum(trained.losses[:window]) / window, 4),
-                     "answer_loss_last": round(sum(trained.losses[-window:]) / window, 4),
-                     "averaged_over_steps": window},
-        "threads": torch.get_num_threads(),
-        "machine": machine(),
-    }
-    report["eval"] = evaluate(lm, task, questions, seed, multi_pairs, deep)
-    report["load_average"] = {"start": load_start, "end": load_average()}
-    return report
+def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: int,
+              batch_size: int, lr: float, facts: int = 1, key_echo: bool = False,
+              single_until: float = 0.0, episodes: int = 2, values: int = 64,
+              value_words: int = VALUE_WORDS, deep_from: float = 0.6,
+              max_period: int = MOSHI_MAX_PERIOD, layers: int = TINY_LAYERS, questions: int,
+              seed: int, threads: int = DEFAULT_THREADS, split: str = "eval",
+              deep: bool = True, distances: bool = True,
+              multi_pairs: Sequence[int] = (2, 4), progress: bool = False) -> dict:
+    """Train from scratch for `steps` steps, evaluate on `split`; one JSON-able report.
+    `progress`: a line on stderr every 100 steps (the numbers do not depend on it)."""
+    if steps < 1 or threads < 1:
+        raise ValueError("steps and threads must be at least 1")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)  # a fixed count: the same arithmetic on any load
+    try:
+        load_start = load_average()
+        lm = build_proxy_lm(seed, max_period=max_period, layers=layers)
+        task = ProxyTask(sp, lm.card, lm.text_padding_token_id, wrapping, max_span_tokens,
+                         seed, values, key_echo, value_words)
+        ledger = SpanLedger()
+        phases = curriculum(facts, deep_from, single_until, episodes if deep else 1)
+        batches = [(p.until, proxy_batches(task, batch_size, p.facts, p.episodes, seed + i,
+                                           ledger, p.ask_all))
+                   for i, p in enumerate(phases)]
+        trained = train_proxy(lm, batches, steps, lr,
+                              on_progress=_print_progress(steps) if progress else None)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        results, spans = evaluate(lm, task, questions, seed, split, multi_pairs, deep,
+                                  distances)
+        eval_seconds = time.perf_counter() - start
+        eval_cpu_seconds = time.process_time() - cpu_start
+        window = max(1, min(20, trained.steps // 4))
+        return {
+            "model": {"config": "catalog tiny architecture; context changed",
+                      "dim": lm.dim, "layers": len(lm.transformer.layers),
+                      "rope_max_period": max_period,
+                      "params": sum(p.numel() for p in lm.parameters()),
+                      "context": lm.context},
+            "task": {"keys": len(KEY_WORDS), "values": len(task.value_words),
+                     "split": "facts (key, value) by hash: 6/8 train, 1/8 dev, 1/8 eval",
+                     "value_words": task.words_per_value, "question_frames": QUESTION_FRAMES,
+                     "fact_format": FACT_FORMAT, "key_echo": key_echo,
+                     "episodes_per_deep_sequence": episodes if deep else 1,
+                     "deep_gap_frames": list(DEEP_GAP), "max_distance_trained": MAX_DISTANCE},
+            "training": {"steps": trained.steps, "batch_size": batch_size, "lr": lr,
+                         "curriculum": [vars(p) | {"facts": list(p.facts)} for p in phases],
+                         "answer_loss_first": round(sum(trained.losses[:window]) / window, 4),
+                         "answer_loss_last": round(sum(trained.losses[-window:]) / window, 4),
+                         "averaged_over_steps": window, "seed": seed},
+            "threads": torch.get_num_threads(),
+            "eval_overlap": ledger.occurring(spans),
+            "overlap_check": {"eval_spans": len(spans), "training_spans": ledger.spans},
+            "eval": results,
+            # The only fields that depend on the machine's load: everything else is the same
+            # in two runs of the same arguments. CPU seconds (this process's, on `threads`
+            # threads) are about what the wall clock reads on a quiet machine.
+            "wall": {"train_seconds": round(trained.seconds, 1),
+                     "train_steps_per_second": round(trained.steps / trained.seconds, 2),
+                     "train_cpu_seconds": round(trained.cpu_seconds, 1),
+                     "eval_seconds": round(eval_seconds, 1),
+                     "eval_cpu_seconds": round(eval_cpu_seconds, 1),
+                     "load_average": {"start": load_start, "end": load_average()}},
+            "machine": machine(),
+            "meaning": MEANING,
+        }
+    finally:
+        torch.set_num_threads(previous_threads)
 
 
 # ---- `python main.py train span-proxy` ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The training defaults of one configuration, chosen on the dev split."""
+
+    steps: int
+    deep_from: float
+    single_until: float = 0.0  # key selection: one fact per span until this fraction
+    key_echo: bool = False  # the answer starts with the key's word
+
+
+READING = Recipe(steps=DEFAULT_STEPS, deep_from=0.6)  # one fact per span: the proof
+KEY_SELECTION = Recipe(steps=3000, deep_from=0.9, single_until=0.35, key_echo=True)
 
 
 def _int_list(text: str) -> list[int]:
@@ -503,24 +739,47 @@ def _int_list(text: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON object (the only format)")
-    parser.add_argument("--seconds", type=float, default=175.0, help="training time budget")
-    parser.add_argument("--steps", type=int, default=100_000, help="training step budget")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"training step budget (default {READING.steps}; with --facts "
+                             f"above 1, {KEY_SELECTION.steps}); the wall time is reported")
+    parser.add_argument("--facts", type=int, default=1,
+                        help="facts per span, up to: above 1, key selection (a curriculum "
+                             "of 1..N facts, every key asked, the answer starts with the "
+                             "key's word)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--values", type=int, default=64, help="size of the value vocabulary")
-    parser.add_argument("--deep-from", type=float, default=0.6,
-                        help="fraction of the budget after which training adds deep spans")
-    parser.add_argument("--pairs", default="1", help="facts per span in training, e.g. 1,2,4")
+    parser.add_argument("--value-words", type=int, default=VALUE_WORDS,
+                        help="words per value (1: an easier task that a short run learns)")
+    parser.add_argument("--deep-from", type=float, default=None,
+                        help="fraction of the budget after which training adds deep spans "
+                             f"(default {READING.deep_from}; key selection "
+                             f"{KEY_SELECTION.deep_from})")
     parser.add_argument("--episodes", type=int, default=2,
-                        help="episodes per training conversation (the later ones deep)")
-    parser.add_argument("--questions", type=int, default=200,
+                        help="episodes per deep training conversation (the later ones deep)")
+    parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS,
                         help="fresh questions per measurement")
-    parser.add_argument("--multi-pairs", default="2,4", help="facts per span to evaluate")
-    parser.add_argument("--no-deep", action="store_true", help="skip the deep measurement")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
-    parser.add_argument("--max-period", type=int, default=PROXY_MAX_PERIOD,
-                        help="RoPE max period of the proxy LM (the catalog tiny's: 10000)")
+    parser.add_argument("--multi-pairs", default="2,4",
+                        help="facts per span to evaluate ('': no multi-fact measure)")
+    parser.add_argument("--no-distances", action="store_true",
+                        help="skip the measure at 0..4x the largest trained distance")
+    parser.add_argument("--no-deep", action="store_true",
+                        help="no deep conversations, in training or in the evaluation")
+    parser.add_argument("--split", choices=sorted(SPLIT_SEEDS), default="eval",
+                        help="the facts and seeds to measure on: dev to choose, eval to report")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="torch threads: results depend on it, never on the load")
+    parser.add_argument("--single-until", type=float, default=None,
+                        help="key selection: fraction of the budget trained on one fact per "
+                             f"span first (default {KEY_SELECTION.single_until})")
+    parser.add_argument("--layers", type=int, default=TINY_LAYERS,
+                        help=f"transformer layers of the proxy LM (the catalog tiny's: "
+                             f"{TINY_LAYERS})")
+    parser.add_argument("--max-period", type=int, default=MOSHI_MAX_PERIOD,
+                        help="RoPE max period of the proxy LM (real Moshi's: 10000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action="store_true",
+                        help="a line on stderr every 100 training steps")
 
 
 def run_from_args(args: argparse.Namespace) -> dict:
@@ -531,11 +790,39 @@ def run_from_args(args: argparse.Namespace) -> dict:
     # app's loader); the proxy LM itself is built fresh from `proxy_lm_config`.
     manifest = get_manifest("tiny")
     checkpoint = load_checkpoint(manifest, ensure_built(manifest), device="cpu")
-    return run_proof(
+    recipe = KEY_SELECTION if args.facts > 1 else READING
+    steps = args.steps or recipe.steps
+    deep_from = recipe.deep_from if args.deep_from is None else args.deep_from
+    single_until = recipe.single_until if args.single_until is None else args.single_until
+    report = run_proof(
         checkpoint.tokenizer, manifest.span_wrapping, max_span_tokens=manifest.max_span_tokens,
-        max_seconds=args.seconds, max_steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, pairs=_int_list(args.pairs), episodes=args.episodes, values=args.values,
-        deep_from=args.deep_from, max_period=args.max_period,
-        questions=args.questions, seed=args.seed, threads=args.threads or None,
-        deep=not args.no_deep, multi_pairs=_int_list(args.multi_pairs),
+        steps=steps, batch_size=args.batch_size, lr=args.lr,
+        facts=args.facts, key_echo=recipe.key_echo, single_until=single_until,
+        episodes=args.episodes, values=args.values, value_words=args.value_words,
+        deep_from=deep_from,
+        max_period=args.max_period, layers=args.layers, questions=args.questions,
+        seed=args.seed,
+        threads=args.threads, split=args.split, deep=not args.no_deep,
+        distances=not args.no_distances, multi_pairs=_int_list(args.multi_pairs),
+        progress=args.progress,
     )
+    return {"command": reproducing_command(args, steps, deep_from, single_until)} | report
+
+
+def reproducing_command(args: argparse.Namespace, steps: int, deep_from: float,
+                        single_until: float) -> str:
+    """The command line of this run with every default written out."""
+    options = [
+        ("--steps", steps), ("--facts", args.facts), ("--batch-size", args.batch_size),
+        ("--lr", args.lr), ("--values", args.values), ("--value-words", args.value_words),
+        ("--deep-from", deep_from), ("--episodes", args.episodes),
+        ("--questions", args.questions), ("--multi-pairs", f"'{args.multi_pairs}'"),
+        ("--split", args.split), ("--threads", args.threads),
+        ("--single-until", single_until), ("--max-period", args.max_period),
+        ("--layers", args.layers), ("--seed", args.seed),
+    ]
+    words = ["python main.py train span-proxy --json"]
+    words += [f"{flag} {value}" for flag, value in options]
+    words += [flag for flag, on in (("--no-distances", args.no_distances),
+                                    ("--no-deep", args.no_deep)) if on]
+    return " ".join(words)
