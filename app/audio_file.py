@@ -62,6 +62,10 @@ def _resample_aligned(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def write_wav_24k(path: Path, pcm: np.ndarray) -> None:
+    write_wav(path, pcm, SAMPLE_RATE)
+
+
+def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
     """Write atomically: a temporary file beside it, renamed when complete. A full disk or
     any failure leaves no file whose header claims audio that is not there."""
     import sphn
@@ -70,7 +74,7 @@ def write_wav_24k(path: Path, pcm: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.partial")
     try:
-        sphn.write_wav(str(temporary), np.asarray(pcm, dtype=np.float32), SAMPLE_RATE)
+        sphn.write_wav(str(temporary), np.asarray(pcm, dtype=np.float32), rate)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

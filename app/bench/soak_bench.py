@@ -65,8 +65,10 @@ INCLUDES = {
     "audio_counters_over_time": "LiveAudio.counters() read from the running device streams "
                                 "every `sample_every_s`, with `t_s` seconds since the start",
     "audio_counters_end": "the last counters() read before the session stopped",
-    "dropped_frames": "the session's status: audio frames the pipeline refused plus frames a "
-                      "stage's full queue dropped",
+    "dropped_frames": "the session's status: audio frames the device layer dropped plus "
+                      "frames the model never heard (a full queue on their way)",
+    "asr_dropped_frames": "the session's status: frames the speech recognizer never heard "
+                          "(its queue was full)",
     "frame_ms_median": "the engine's full-frame time (encode, step, decode, any prefill) as "
                        "the status bar shows it, over the status updates (every 0.2 s)",
     "rss_mb_over_time": "resident memory of this process (all threads: engine, ASR, audio, "
@@ -245,6 +247,7 @@ def run_soak_bench(minutes: float = 10.0, model_id: str = "tiny",
                          "user_phrases_played": round(user.played_samples / loop.shape[0], 2)},
         "states": listener.states,
         "dropped_frames": status.dropped_frames if status else None,
+        "asr_dropped_frames": status.asr_dropped_frames if status else None,
         "frame_ms_median": (round(statistics.median(listener.frame_ms), 3)
                             if listener.frame_ms else None),
         "frame_ms_max": round(max(listener.frame_ms), 3) if listener.frame_ms else None,

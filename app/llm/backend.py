@@ -101,6 +101,11 @@ class LLMError(RuntimeError):
         self.kind = kind
 
 
+def check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise LLMError("cancelled", "The LLM request was cancelled.")
+
+
 class LLMBackend(ABC):
     """A chat LLM with tool calling. Implementations are thread-safe for one call at a time
     per instance; the orchestrator runs them off the frame loop."""

@@ -91,6 +91,22 @@ def abortable(cancel: threading.Event | None) -> Iterator[RequestAbort]:
         _local.scope = previous
 
 
+@contextlib.contextmanager
+def cancellable(cancel: threading.Event | None) -> Iterator[None]:
+    """A backend's request: refused when already cancelled, aborted when `cancel` is set,
+    and whatever error the abort causes (a broken read) reads as a cancelled request."""
+    from app.llm.backend import LLMError, check_cancel
+
+    check_cancel(cancel)
+    with abortable(cancel):
+        try:
+            yield
+        except Exception as exc:
+            if cancel is not None and cancel.is_set():  # the abort broke the read
+                raise LLMError("cancelled", "The LLM request was cancelled.") from exc
+            raise
+
+
 def _watch(cancel: threading.Event | None, abort: Callable[[], None]) -> Callable[[], None]:
     """Run `abort` when `cancel` is set; returns the function that stops watching."""
     if cancel is None:

@@ -26,8 +26,9 @@ from app.llm.backend import (
     LLMError,
     ToolCall,
     ToolSpec,
+    check_cancel,
 )
-from app.llm.http_abort import abortable, client_options
+from app.llm.http_abort import cancellable, client_options
 from app.llm.ndjson_safe_transport import LineSeparatorSafeTransport
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
@@ -86,14 +87,8 @@ class OllamaBackend(LLMBackend):
         model = self.settings.model
         if not model:
             raise LLMError("model_missing", "No Ollama model is chosen (see Settings).")
-        _check_cancel(cancel)
-        with abortable(cancel):
-            try:
-                return self._chat(model, messages, tools, on_delta, cancel)
-            except Exception as exc:
-                if cancel is not None and cancel.is_set():  # the abort broke the read
-                    raise LLMError("cancelled", "The LLM request was cancelled.") from exc
-                raise
+        with cancellable(cancel):
+            return self._chat(model, messages, tools, on_delta, cancel)
 
     def _chat(
         self,
@@ -121,7 +116,7 @@ class OllamaBackend(LLMBackend):
         translated = self._translated(stream)
         try:
             for chunk in translated:
-                _check_cancel(cancel)
+                check_cancel(cancel)
                 content, chunk_calls = _read_chunk(chunk)
                 if first_token_s is None and (content or chunk_calls):
                     first_token_s = time.monotonic() - start
@@ -211,10 +206,6 @@ class OllamaBackend(LLMBackend):
             return LLMError("malformed", f"Ollama at {host} sent a malformed reply: {_short(exc)}")
         return exc
 
-
-def _check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise LLMError("cancelled", "The LLM request was cancelled.")
 
 
 def _read_chunk(chunk: ollama.ChatResponse) -> tuple[str, list[ToolCall]]:

@@ -16,8 +16,16 @@ from typing import Any
 
 import openai
 
-from app.llm.backend import ChatMessage, ChatResult, LLMBackend, LLMError, ToolCall, ToolSpec
-from app.llm.http_abort import abortable, client_options
+from app.llm.backend import (
+    ChatMessage,
+    ChatResult,
+    LLMBackend,
+    LLMError,
+    ToolCall,
+    ToolSpec,
+    check_cancel,
+)
+from app.llm.http_abort import cancellable, client_options
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"  # llama.cpp server; LM Studio is :1234/v1
 
@@ -75,14 +83,8 @@ class OpenAICompatBackend(LLMBackend):
         on_delta: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> ChatResult:
-        _check_cancel(cancel)
-        with abortable(cancel):
-            try:
-                return self._chat(messages, tools, on_delta, cancel)
-            except Exception as exc:
-                if cancel is not None and cancel.is_set():  # the abort broke the read
-                    raise LLMError("cancelled", "The LLM request was cancelled.") from exc
-                raise
+        with cancellable(cancel):
+            return self._chat(messages, tools, on_delta, cancel)
 
     def _chat(
         self,
@@ -92,7 +94,7 @@ class OpenAICompatBackend(LLMBackend):
         cancel: threading.Event | None,
     ) -> ChatResult:
         model = self._resolved_model()
-        _check_cancel(cancel)
+        check_cancel(cancel)
         kwargs: dict[str, Any] = {}
         if tools:
             kwargs["tools"] = [tool_to_wire(t) for t in tools]
@@ -118,7 +120,7 @@ class OpenAICompatBackend(LLMBackend):
             )
             chunks = self._translated(stream)
             for chunk in chunks:
-                _check_cancel(cancel)
+                check_cancel(cancel)
                 content, got_call = _read_chunk(chunk, pending)
                 if first_token_s is None and (content or got_call):
                     first_token_s = time.monotonic() - start
@@ -127,7 +129,7 @@ class OpenAICompatBackend(LLMBackend):
                     parts.append(content)
                     if on_delta is not None:
                         on_delta(content)
-            _check_cancel(cancel)  # an aborted stream can look like one that ended
+            check_cancel(cancel)  # an aborted stream can look like one that ended
         finally:
             if stream is not None:
                 stream.close()  # also on cancel: releases the connection mid-stream
@@ -206,10 +208,6 @@ class OpenAICompatBackend(LLMBackend):
             return LLMError("malformed", f"{where} sent a malformed reply: {exc}")
         return exc
 
-
-def _check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise LLMError("cancelled", "The LLM request was cancelled.")
 
 
 def _read_chunk(chunk: Any, pending: dict[int, _PendingCall]) -> tuple[str, bool]:

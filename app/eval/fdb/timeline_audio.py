@@ -7,7 +7,6 @@ backchannel scorer hands the file to Silero without a rate (Silero then assumes 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +69,6 @@ def on_timeline(pcm_24k: np.ndarray, length: int, rate: int) -> np.ndarray:
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
     """Mono 16-bit WAV, written beside its name and renamed: a file that exists is whole."""
-    import sphn
+    from app.audio_file import write_wav as write_whole
 
-    path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        sphn.write_wav(str(partial), np.clip(np.asarray(pcm, np.float32), -1.0, 1.0), rate)
-        os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    write_whole(path, np.clip(np.asarray(pcm, np.float32), -1.0, 1.0), rate)
