@@ -24,7 +24,7 @@ LEVEL_FLOOR_DB = -100.0
 
 
 class SilentMicrophone:
-    """An AudioSource (see app.session) with no input device."""
+    """An AudioSource (see app.conversation.session) with no input device."""
 
     def __init__(self, speaker=None) -> None:
         """`speaker`: an AudioSource used only for playback (its own start() is the

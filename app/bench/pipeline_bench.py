@@ -29,6 +29,7 @@ from app.asr.events import AsrFinal
 from app.asr.vad import VadOptions
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import ensure_built, load_checkpoint
+from app.conversation.pipeline import ConversationPipeline
 from app.engine.device import choose_device
 from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
 from app.engine.events import AudioOut, EngineReady, SpanInjected
@@ -38,7 +39,6 @@ from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.orchestrator.events import SpanQueued, TurnCancelled, TurnFailed, TurnLatency
 from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
 from app.paths import REPO_ROOT
-from app.pipeline import ConversationPipeline
 from app.tools.base import ToolRegistry
 
 SAMPLE_RATE = 24000

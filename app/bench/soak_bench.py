@@ -26,8 +26,8 @@ import numpy as np
 from app.audio.live_audio import SAMPLE_RATE, LiveAudio
 from app.bench.audio_bench import PrivatePulseAudio, VoicePlayer, espeak
 from app.bench.pipeline_bench import STT_MODEL, ensure_built_in_child
+from app.conversation.session import CheckpointCache, ConversationSession, SessionStatus
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
-from app.session import CheckpointCache, ConversationSession, SessionStatus
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 
 QUESTIONS = (

@@ -245,7 +245,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from app.headless_run import ConversationConfig, Injection, run_headless
+    from app.conversation.headless import ConversationConfig, Injection, run_headless
 
     if len(args.inject) != len(args.at):
         raise ValueError("each --inject needs exactly one --at (and the other way round)")

@@ -23,12 +23,7 @@ from typing import TextIO
 import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k
-from app.engine.duplex_engine import SAMPLE_RATE, EngineOptions
-from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
-from app.eval.progress import ProgressBar
-from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events
-from app.eval.qa_sets import QaItem, QaSet
-from app.headless_run import (
+from app.conversation.headless import (
     FRAME_RATE,
     ConversationConfig,
     HeadlessRunError,
@@ -36,6 +31,11 @@ from app.headless_run import (
     load_asr_model,
     run_conversation,
 )
+from app.engine.duplex_engine import SAMPLE_RATE, EngineOptions
+from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
+from app.eval.progress import ProgressBar
+from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events
+from app.eval.qa_sets import QaItem, QaSet
 from app.llm.backend import LLMBackend
 
 log = logging.getLogger(__name__)

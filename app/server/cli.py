@@ -93,7 +93,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def _conversation_config(args: argparse.Namespace):
     if not (args.asr or args.llm or args.level_voice):
         return None
-    from app.headless_run import ConversationConfig
+    from app.conversation.headless import ConversationConfig
 
     tools: tuple[str, ...] | None = None
     if args.tools is not None:

@@ -34,8 +34,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from app.conversation.headless import ConversationConfig
 from app.engine.duplex_engine import EngineOptions
-from app.headless_run import ConversationConfig
 from app.server import wire_events as wire
 from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec

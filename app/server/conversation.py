@@ -13,8 +13,8 @@ import contextlib
 
 import numpy as np
 
+from app.conversation.pipeline import ConversationPipeline
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
-from app.pipeline import ConversationPipeline
 
 
 class LoopQueue:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.checkpoints.loader import LoadedCheckpoint
+from app.conversation.headless import ConversationConfig, build_pipeline, load_asr_model
+from app.conversation.pipeline import ConversationPipeline
 from app.engine.conversation_start import list_voices
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
-from app.headless_run import ConversationConfig, build_pipeline, load_asr_model
-from app.pipeline import ConversationPipeline
 
 log = logging.getLogger(__name__)
 

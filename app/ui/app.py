@@ -131,7 +131,7 @@ class DesktopApp(QObject):
     def open_settings(self) -> None:
         from app.audio.devices import list_devices
         from app.audio.test_tone import MicLevelMeter, play_test_tone_blocking
-        from app.settings.settings_dialog import SettingsDialog
+        from app.ui.settings.dialog import SettingsDialog
 
         dialog = SettingsDialog(self.window.settings, parent=self.window,
                                 list_devices=list_devices, mic_level_probe=MicLevelMeter,

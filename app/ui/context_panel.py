@@ -12,8 +12,8 @@ from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import describe_source
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import describe_source
 from app.ui.transcript_panel import TranscriptModel
 
 SNIPPET_CHARS = 90

@@ -14,9 +14,14 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app.session import AudioSource, CheckpointCache, ConversationSession, SessionStatus
+from app.conversation.session import (
+    AudioSource,
+    CheckpointCache,
+    ConversationSession,
+    SessionStatus,
+)
+from app.conversation.transcript.entries import TranscriptEntry
 from app.settings.schema import AppSettings
-from app.transcript_entries import TranscriptEntry
 
 # Threads a conversation runs; what is still alive of these is named when closing is slow.
 CONVERSATION_THREADS = ("conversation", "duplex-engine", "orchestrator", "pipeline-router",

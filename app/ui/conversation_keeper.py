@@ -21,17 +21,17 @@ from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app.conversations.store import (
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.builder import llm_label
+from app.conversation.transcript.entries import STOPPED, TranscriptEntry, closed
+from app.conversation.transcript.export import TranscriptHeader
+from app.conversation.transcript.saved import (
     ConversationStore,
     new_conversation_id,
     title_for,
     worth_keeping,
 )
-from app.session import SessionStatus
 from app.settings.schema import AppSettings
-from app.transcript_builder import llm_label
-from app.transcript_entries import STOPPED, TranscriptEntry, closed
-from app.transcript_export import TranscriptHeader
 from app.ui.transcript_panel import TranscriptPanel
 
 log = logging.getLogger(__name__)

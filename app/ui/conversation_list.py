@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations.store import ConversationSummary
+from app.conversation.transcript.saved import ConversationSummary
 
 _ID_ROLE = Qt.ItemDataRole.UserRole
 

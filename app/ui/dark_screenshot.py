@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CONTEXTSPAN_CONFIG_DIR"] = str(Path(scratch) / "config")
         from PySide6.QtWidgets import QApplication
 
-        import app.conversations.store as store
+        import app.conversation.transcript.saved as store
         from app.ui.theme import dark_palette
 
         store.conversations_dir = lambda: Path(scratch) / "conversations"

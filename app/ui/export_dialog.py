@@ -9,8 +9,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import TranscriptHeader, export_to_file
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import TranscriptHeader, export_to_file
 from app.ui.ui_state import UiState
 
 FILTERS = "Markdown (*.md);;JSON (*.json)"

@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.session import SessionStatus
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
 from app.settings.schema import AppSettings
-from app.transcript_entries import TranscriptEntry
 from app.ui.conversation_controller import ConversationController
 from app.ui.input_box import InputBox
 from app.ui.level_meter import LevelMeter

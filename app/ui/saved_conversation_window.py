@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import TranscriptHeader
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import TranscriptHeader
 from app.ui.export_dialog import export_with_dialog
 from app.ui.transcript_panel import TranscriptPanel
 from app.ui.ui_state import UiState

@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
-from app.session import SessionStatus
+from app.conversation.session import SessionStatus
 from app.ui.elided_label import ElidedLabel
 from app.ui.theme import warning_color
 

@@ -61,8 +61,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.transcript_entries import STOPPED, TranscriptEntry, closed
-from app.transcript_export import (
+from app.conversation.transcript.entries import STOPPED, TranscriptEntry, closed
+from app.conversation.transcript.export import (
     KIND_LABELS,
     describe_landing,
     describe_source,

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations.store import ConversationStore, title_for
-from app.session import SessionStatus
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.saved import ConversationStore, title_for
 from app.ui.about_dialog import about_box
 from app.ui.context_panel import ContextPanel
 from app.ui.conversation_keeper import ConversationKeeper, describe_llm

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     with tempfile.TemporaryDirectory(prefix="contextspan-soak-") as scratch:
         os.environ["CONTEXTSPAN_CONFIG_DIR"] = str(Path(scratch) / "config")
-        import app.conversations.store as store
+        import app.conversation.transcript.saved as store
 
         store.conversations_dir = lambda: Path(scratch) / "conversations"
         result = run(args.minutes)

@@ -12,7 +12,7 @@ import time
 
 from app.audio.live_audio import LiveAudio
 from app.bench.audio_bench import NULL_SINK
-from app.session import CheckpointCache, ConversationSession
+from app.conversation.session import CheckpointCache, ConversationSession
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 
 

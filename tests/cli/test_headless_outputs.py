@@ -16,7 +16,7 @@ import pytest
 import sphn
 
 from app.audio_file import write_wav_24k
-from app.headless_run import HeadlessRunError, Injection, run_headless
+from app.conversation.headless import HeadlessRunError, Injection, run_headless
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def records(path: Path) -> list[dict]:
 
 def test_bad_output_paths_fail_before_the_model_loads(tiny_folder, two_seconds, tmp_path,
                                                       monkeypatch):
-    import app.headless_run as headless
+    import app.conversation.headless as headless
 
     loads = []
     monkeypatch.setattr(headless, "load_checkpoint", lambda *a, **k: loads.append(a))

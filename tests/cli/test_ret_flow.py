@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.headless_run import ConversationConfig, run_headless
+from app.conversation.headless import ConversationConfig, run_headless
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from tests.speech import spoken
 

@@ -9,7 +9,7 @@ import threading
 import time
 
 from app.audio.silent_microphone import SilentMicrophone
-from app.session import ConversationSession
+from app.conversation.session import ConversationSession
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
 
 

@@ -12,7 +12,8 @@ import pytest
 def private_window_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CONTEXTSPAN_CONFIG_DIR", str(tmp_path / "config"))
     conversations = tmp_path / "conversations"
-    monkeypatch.setattr("app.conversations.store.conversations_dir", lambda: conversations)
+    monkeypatch.setattr("app.conversation.transcript.saved.conversations_dir",
+                        lambda: conversations)
     return tmp_path
 
 

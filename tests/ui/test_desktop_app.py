@@ -22,12 +22,12 @@ from app.audio.file_source import FileAudioSource  # noqa: E402
 from app.checkpoints.catalog import get_manifest  # noqa: E402
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.settings.settings_dialog import SettingsDialog  # noqa: E402
 from app.settings.store import SettingsStore  # noqa: E402
 from app.ui.app import DesktopApp  # noqa: E402
 from app.ui.conversation_controller import ConversationController  # noqa: E402
 from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
+from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 
 TINY_NAME = get_manifest("tiny").display_name
 _LAUNCHED: list[ConversationController] = []

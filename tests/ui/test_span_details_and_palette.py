@@ -8,9 +8,9 @@ from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QApplication
 
-from app.session import SessionStatus
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import to_markdown, to_plain_text
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import to_markdown, to_plain_text
 from app.ui.theme import dark_palette
 from app.ui.transcript_panel import DARK, LIGHT, TranscriptPanel, displayed_background
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import (
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import (
     export_to_file,
     format_conversation_time,
     from_json,

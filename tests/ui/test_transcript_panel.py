@@ -13,8 +13,8 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QImage
 from pytestqt.qtbot import QtBot
 
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import to_plain_text
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import to_plain_text
 from app.ui.transcript_panel import (
     KIND_STYLES,
     NOTICE_SEVERITY_STYLES,

@@ -8,12 +8,12 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QKeyEvent, QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.conversations.store import ConversationStore, title_for, worth_keeping
+from app.conversation.transcript.builder import TranscriptBuilder
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import TranscriptHeader
+from app.conversation.transcript.saved import ConversationStore, title_for, worth_keeping
 from app.engine import events as ev
 from app.orchestrator import events as oe
-from app.transcript_builder import TranscriptBuilder
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import TranscriptHeader
 from app.ui.push_to_talk import PTT_KEY
 
 

@@ -14,9 +14,9 @@ import pytest
 from PySide6.QtWidgets import QFileDialog
 
 from app.bench.audio_bench import PrivatePulseAudio
+from app.conversation.transcript.export import read_transcript
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
-from app.transcript_export import read_transcript
 from app.ui.app import _live_audio_factory
 from app.ui.conversation_controller import ConversationController
 from app.ui.main_window import MainWindow

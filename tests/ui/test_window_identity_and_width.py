@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication
 
-from app.session import SessionStatus
-from app.transcript_builder import TranscriptBuilder
-from app.transcript_entries import TranscriptEntry
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.builder import TranscriptBuilder
+from app.conversation.transcript.entries import TranscriptEntry
 from app.ui.transcript_panel import TranscriptPanel
 
 

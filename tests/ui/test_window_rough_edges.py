@@ -13,9 +13,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QToolBar
 
-from app.session import SessionStatus
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import iso_time, read_transcript
+from app.conversation.session import SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import iso_time, read_transcript
 from app.ui.theme import warning_color
 from app.ui.ui_state import documents_dir
 
@@ -195,8 +195,8 @@ def test_the_export_dialog_opens_in_documents_then_remembers_the_folder(bare_win
 
 def test_the_export_names_the_llm_the_conversations_start_and_what_it_ran_on(
         bare_window, tmp_path, save_dialog):
+    from app.conversation.transcript.builder import TranscriptBuilder, llm_label
     from app.engine import events as ev
-    from app.transcript_builder import TranscriptBuilder, llm_label
 
     window, controller = bare_window, bare_window.controller
     opened, answers = save_dialog

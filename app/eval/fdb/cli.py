@@ -113,7 +113,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def conversation_config(args: argparse.Namespace):
     """The headless run's LLM side from the arguments; None without --llm."""
-    from app.headless_run import ConversationConfig
+    from app.conversation.headless import ConversationConfig
 
     if args.llm is None:
         if args.asr or args.tools or args.folder_search or args.vad:

@@ -45,7 +45,7 @@ from app.eval.fdb.timeline_audio import (
 )
 
 if TYPE_CHECKING:
-    from app.headless_run import ConversationConfig
+    from app.conversation.headless import ConversationConfig
 
 RUN_LOG = "contextspan_run.jsonl"  # run_headless's transcript of the reply (text stream)
 CLEAN_RUN_LOG = "contextspan_clean_run.jsonl"
@@ -130,11 +130,11 @@ def render_all(data: Path, out: Path, options: RenderOptions,
                report: Callable[[str], None] = _stderr) -> RenderReport:
     """Render every sample under `data` into the same relative folder under `out`.
 
-    `runner` has `app.headless_run.run_headless`'s signature (the default)."""
+    `runner` has `app.conversation.headless.run_headless`'s signature (the default)."""
     from app.checkpoints.catalog import get_manifest
 
     if runner is None:
-        from app.headless_run import run_headless as runner
+        from app.conversation.headless import run_headless as runner
     manifest = get_manifest(options.model)  # an unknown model fails before any work
     persona = manifest.conversation_start.kind == "persona_prompt"
     samples = _limited(find_samples(data, options.tasks), options.limit)
@@ -168,7 +168,7 @@ def render_all(data: Path, out: Path, options: RenderOptions,
             report(f"{prefix}: SKIPPED, unreadable sample: {exc}")
             continue
         except Exception as exc:
-            from app.headless_run import HeadlessRunError
+            from app.conversation.headless import HeadlessRunError
 
             if not isinstance(exc, HeadlessRunError):
                 raise

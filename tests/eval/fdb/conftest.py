@@ -88,8 +88,8 @@ def rendered(fdb_data: FdbData, tiny_folder: Path, tiny_stt_ready: Path,
              tmp_path_factory) -> Rendered:
     """fdb_data rendered by the tiny checkpoint through run_headless with the whole pipeline:
     tiny-stt hears the user, the stand-in Ollama answers each turn, the span is injected."""
+    from app.conversation.headless import ConversationConfig
     from app.eval.fdb.render import RenderOptions, render_all
-    from app.headless_run import ConversationConfig
     from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 
     out = tmp_path_factory.mktemp("fdb-out")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def counting_runner(calls: list[str]):
-    from app.headless_run import run_headless
+    from app.conversation.headless import run_headless
 
     def runner(model, input_path, *args, **kwargs):
         calls.append(Path(input_path).name)

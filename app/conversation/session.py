@@ -31,15 +31,15 @@ from app.checkpoints.loader import (
     load_checkpoint,
     parse_dtype,
 )
+from app.conversation.pipeline import ConversationPipeline
+from app.conversation.transcript.builder import TranscriptBuilder, llm_label
+from app.conversation.transcript.entries import TranscriptEntry
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.orchestrator import events as oe
-from app.pipeline import ConversationPipeline
 from app.remote import events as remote
 from app.settings.schema import AppSettings, LlmSettings
-from app.transcript_builder import TranscriptBuilder, llm_label
-from app.transcript_entries import TranscriptEntry
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import TranscriptHeader, export_to_file, read_transcript
 from app.paths import data_dir
-from app.transcript_entries import TranscriptEntry
-from app.transcript_export import TranscriptHeader, export_to_file, read_transcript
 
 log = logging.getLogger(__name__)
 

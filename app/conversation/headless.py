@@ -27,10 +27,10 @@ import numpy as np
 from app.audio_file import read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint
+from app.conversation.pipeline import ConversationPipeline, PipelineStalled
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE, DuplexEngine, EngineOptions
-from app.pipeline import ConversationPipeline, PipelineStalled
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 

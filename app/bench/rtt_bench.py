@@ -2,7 +2,7 @@
 conversation: the app's own session (no window) with the model on the server, silence from
 the no-microphone source at a microphone's pace, and one text read in as a span.
 
-    python -m app.remote.rtt_bench http://127.0.0.1:8998 --token SECRET --seconds 20
+    python -m app.bench.rtt_bench http://127.0.0.1:8998 --token SECRET --seconds 20
 
 It prints the median of what the status bar showed (each figure is itself the median of
 the last 2 s of frames), its range, the late frames, the frames that came back and those
@@ -19,8 +19,8 @@ import threading
 import time
 
 from app.audio.silent_microphone import SilentMicrophone
+from app.conversation.session import ConversationSession, SessionStatus
 from app.remote.probe import probe_server
-from app.session import ConversationSession, SessionStatus
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
 
 
@@ -78,7 +78,7 @@ def run(url: str, token: str | None, seconds: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.remote.rtt_bench",
+    parser = argparse.ArgumentParser(prog="python -m app.bench.rtt_bench",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("url", help="the server, e.g. http://127.0.0.1:8998")
     parser.add_argument("--token", default=None, help="the server's token, if it has one")

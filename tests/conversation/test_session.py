@@ -8,8 +8,8 @@ import time
 import numpy as np
 
 from app.audio.file_source import FileAudioSource
+from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
-from app.session import CheckpointCache, ConversationSession
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 
 

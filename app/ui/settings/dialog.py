@@ -49,7 +49,6 @@ from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 from app.llm.openai_compat_backend import DEFAULT_BASE_URL as OPENAI_DEFAULT_BASE_URL
 from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
 from app.remote.probe import probe_server
-from app.settings.engine_box import ProbeServer, SpeechEngineBox
 from app.settings.schema import (
     AppSettings,
     AudioSettings,
@@ -57,6 +56,7 @@ from app.settings.schema import (
     SpeechModelSettings,
 )
 from app.tools.default_tools import ALL_TOOLS
+from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
 
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")

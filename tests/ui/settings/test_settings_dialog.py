@@ -19,7 +19,7 @@ from app.checkpoints.catalog import Manifest, load_catalog
 from app.llm.backend import LLMBackend
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
-from app.settings.settings_dialog import (
+from app.ui.settings.dialog import (
     SettingsDialog,
     list_persona_voices,
     make_backend,

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial
+from app.conversation.transcript.entries import SpanContext, TranscriptEntry
 from app.engine import events as ev
 from app.orchestrator import events as oe
-from app.transcript_entries import SpanContext, TranscriptEntry
 
 FRAME_S = 0.08
 ASSISTANT_PAUSE_FRAMES = 12  # ~1 s without words closes the model's utterance

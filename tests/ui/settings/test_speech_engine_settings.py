@@ -9,8 +9,8 @@ import socket
 import pytest
 
 from app.settings.schema import AppSettings, EngineSettings
-from app.settings.settings_dialog import SettingsDialog
 from app.settings.store import SettingsStore
+from app.ui.settings.dialog import SettingsDialog
 from tests.serve_process import ServeProcess
 
 TOKEN = "engine-settings-token-41ad"

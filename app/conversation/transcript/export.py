@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from app.transcript_entries import EntryKind, SpanContext, TranscriptEntry
+from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
 
 JSON_FORMAT = "contextspan-transcript"
 JSON_VERSION = 2  # 1: epoch-float times and no header (still read)

@@ -4,9 +4,9 @@ its delay from <ret>, and a late answer or no span; a span block over the frame 
 from __future__ import annotations
 
 from app.asr.events import AsrFinal
+from app.conversation.transcript.builder import TranscriptBuilder, llm_label
 from app.engine import events as ev
 from app.orchestrator import events as oe
-from app.transcript_builder import TranscriptBuilder, llm_label
 
 
 def test_a_retrieval_is_one_entry_that_grows_and_its_span_says_when_it_landed():
