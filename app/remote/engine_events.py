@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.engine import events as ev
-from app.server import wire_events as wire
+from app.wire import events as wire
 
 
 @dataclass(frozen=True)

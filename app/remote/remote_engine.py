@@ -34,8 +34,8 @@ import numpy as np
 from app.engine import events as ev
 from app.remote.engine_events import EngineEventMapper, SentSpan
 from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
-from app.server import wire_events as wire
-from app.server.client import (
+from app.wire import events as wire
+from app.wire.client import (
     AudioFrame,
     ConnectError,
     Disconnected,

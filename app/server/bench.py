@@ -76,7 +76,7 @@ def local_round_trips(host: EngineHost, frames: int) -> list[float]:
 
 
 async def _reference_round_trips(url: str, frames: int) -> tuple[list[float], int, int]:
-    from app.server.client import AudioFrame, EngineClient
+    from app.wire.client import AudioFrame, EngineClient
 
     async with await EngineClient.connect(url, TOKEN) as client:
         start = time.perf_counter()

@@ -36,7 +36,6 @@ from starlette.websockets import WebSocket
 
 from app.conversation.headless import ConversationConfig
 from app.engine.duplex_engine import EngineOptions
-from app.server import wire_events as wire
 from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec
 from app.server.config import Limits
@@ -47,6 +46,7 @@ from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
 from app.server.web_app import RETRY_AFTER_S, health
 from app.server.wire_socket import AsgiSocket
+from app.wire import events as wire
 
 log = logging.getLogger(__name__)
 

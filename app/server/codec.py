@@ -8,8 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from app.server import wire_events as wire
 from app.server.wire_socket import Incoming
+from app.wire import events as wire
 
 
 @dataclass(frozen=True)

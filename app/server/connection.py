@@ -28,7 +28,6 @@ from aiohttp import WSCloseCode
 
 from app.engine import events as ev
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE
-from app.server import wire_events as wire
 from app.server.codec import Codec, Frame
 from app.server.config import Limits
 from app.server.conversation import Conversation
@@ -36,6 +35,7 @@ from app.server.engine_host import ConversationChoice, Lease
 from app.server.event_mapping import WireMapper
 from app.server.metrics import ServerMetrics
 from app.server.wire_socket import Incoming, WireSocket
+from app.wire import events as wire
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""One conversation's engine, ASR and LLM events as the wire's events (wire_events.py).
+"""One conversation's engine, ASR and LLM events as the wire's events (app/wire/events.py).
 
 The same reading as the headless transcript (headless_run.py `_record`): the model's <ret>
 is `ret`, the question the LLM was asked is `question`, an answer that came too late is
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from app.asr.events import AsrError, AsrFinal, AsrPartial
 from app.engine import events as ev
 from app.orchestrator import events as oe
-from app.server import wire_events as wire
+from app.wire import events as wire
 
 FRAME_RATE = 12.5  # frames a second: 1920 samples at 24 kHz
 

@@ -5,7 +5,7 @@
   server and client use them); the decoded audio is cut into 80 ms frames;
 - 0x02 a text piece of the model's (UTF-8);
 - 0x05 an error (UTF-8), moshi's error kind;
-- 0x10 ours: a JSON message (wire_events.py). A client sends `{"type": "span", ...}` and
+- 0x10 ours: a JSON message (app/wire/events.py). A client sends `{"type": "span", ...}` and
   receives its span's events, the <ret>s and every other event as 0x10 too. moshi's family
   uses 0x00-0x0A (0x07 is the web UI's colored text, 0x08 moshivis' image), and its web UI
   throws on a kind it does not know: so the server sends 0x10 only to a client that asked,
@@ -19,9 +19,9 @@ import numpy as np
 import sphn
 
 from app.frame_worker import FRAME_SAMPLES
-from app.server import wire_events as wire
 from app.server.codec import Frame, Inbound
 from app.server.wire_socket import Incoming
+from app.wire import events as wire
 
 SAMPLE_RATE = 24000
 HANDSHAKE = 0x00

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from app.frame_worker import FRAME_SAMPLES
-from app.server import wire_events as wire
 from app.server.codec import Frame, Inbound
 from app.server.wire_socket import Incoming
+from app.wire import events as wire
 
 FRAME_BYTES = FRAME_SAMPLES * 4
 

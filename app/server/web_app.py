@@ -22,7 +22,6 @@ from collections.abc import Callable
 from aiohttp import WSCloseCode, web
 
 from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE
-from app.server import wire_events as wire
 from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec
 from app.server.config import ServerConfig
@@ -32,6 +31,7 @@ from app.server.metrics import ServerMetrics
 from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
 from app.server.wire_socket import AiohttpSocket
+from app.wire import events as wire
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from app.engine import events as ev
 from app.remote.engine_events import EngineEventMapper, SentSpan
-from app.server import wire_events as wire
+from app.wire import events as wire
 
 SILENCE = np.zeros(1920, dtype=np.float32)
 

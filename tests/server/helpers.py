@@ -60,7 +60,7 @@ async def wait_until_free(url: str, timeout: float = 30.0) -> float:
 
 async def collect(client, done: Callable[[list], bool], timeout: float = TIMEOUT_S) -> list:
     """Events from an EngineClient until `done(events)` (or the connection ends)."""
-    from app.server.client import Disconnected
+    from app.wire.client import Disconnected
 
     events: list = []
     deadline = time.monotonic() + timeout

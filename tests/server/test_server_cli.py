@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from app.server.cli import add_serve_parser, main
-from app.server.client import AudioFrame, EngineClient
+from app.wire.client import AudioFrame, EngineClient
 from tests.server.helpers import TOKEN, collect, health, of, tone
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

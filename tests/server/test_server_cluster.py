@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("ray.serve")
 
 from app.engine.duplex_engine import EngineOptions  # noqa: E402
-from app.server import wire_events as wire  # noqa: E402
-from app.server.client import AudioFrame, EngineClient, ServerBusy, Unauthorized  # noqa: E402
+from app.wire import events as wire  # noqa: E402
+from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized  # noqa: E402
 from tests.server.helpers import TOKEN, collect, of, tone  # noqa: E402
 
 pytestmark = pytest.mark.slow

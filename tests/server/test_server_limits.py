@@ -12,14 +12,14 @@ import aiohttp
 import numpy as np
 import pytest
 
-from app.server import wire_events as wire
-from app.server.client import AudioFrame, Disconnected, EngineClient, ServerBusy
 from app.server.codec import Frame
 from app.server.config import Limits
 from app.server.connection import Connection
 from app.server.metrics import ServerMetrics
 from app.server.reference_codec import ReferenceCodec
 from app.server.wire_socket import Incoming
+from app.wire import events as wire
+from app.wire.client import AudioFrame, Disconnected, EngineClient, ServerBusy
 from tests.server.helpers import (
     TOKEN,
     FreezingRelay,

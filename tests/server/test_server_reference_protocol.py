@@ -11,9 +11,9 @@ import pytest
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine.duplex_engine import EngineOptions
-from app.server import wire_events as wire
-from app.server.client import AudioFrame, Disconnected, EngineClient
 from app.server.engine_host import EngineHost
+from app.wire import events as wire
+from app.wire.client import AudioFrame, Disconnected, EngineClient
 from tests.server.helpers import TOKEN, collect, of, run_server, tone
 
 SPAN = "the capital of australia is canberra"
@@ -143,7 +143,7 @@ def test_a_refused_frame_is_named_so_round_trips_stay_matched(tiny_host):
 
 
 def test_wrong_token_and_no_token_are_unauthorized(tiny_host):
-    from app.server.client import Unauthorized
+    from app.wire.client import Unauthorized
 
     async def body(server, url):
         for token in (None, "wrong"):

@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from app.server.client import AudioFrame, ConnectError, EngineClient
 from app.server.config import ServerConfig
 from app.server.web_app import EngineServer
+from app.wire.client import AudioFrame, ConnectError, EngineClient
 from tests.server.helpers import TOKEN, collect, health, of, run_server, tone, wait_until_free
 
 

@@ -10,9 +10,9 @@ import pytest
 from app.asr.events import AsrFinal
 from app.engine import events as ev
 from app.orchestrator import events as oe
-from app.server import wire_events as wire
 from app.server.auth import presented_token, token_matches
 from app.server.event_mapping import WireMapper
+from app.wire import events as wire
 
 
 def test_client_messages_are_checked():

@@ -30,7 +30,7 @@ import aiohttp
 import numpy as np
 
 from app.frame_worker import FRAME_SAMPLES
-from app.server import wire_events as wire
+from app.wire import events as wire
 
 CONNECT_TIMEOUT_S = 30.0  # the first conversation's engine warms up before `ready`
 # A ping after this long without a message from the server, a pong due within half of it:
