@@ -32,10 +32,10 @@ import hashlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import requests
 from huggingface_hub import HfApi, file_download, hf_hub_download
@@ -49,9 +49,24 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-if TYPE_CHECKING:
-    from app.asr.stt_catalog import SttManifest
-    from app.checkpoints.catalog import Manifest
+
+class DownloadableManifest(Protocol):
+    """What a download needs from a catalog entry: the speech models' (checkpoints/catalog.py)
+    and the speech recognizers' (asr/stt_catalog.py) both have it. Optional parts are read
+    with getattr: `file_repos` (role -> another repository) and `end_of_speech`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def hf_repo(self) -> str | None: ...
+    @property
+    def hf_revision(self) -> str | None: ...
+    @property
+    def files(self) -> Mapping[str, str]: ...
+    @property
+    def licence(self) -> str: ...
+
+    def default_folder(self) -> Path: ...
 
 ProgressCallback = Callable[[int, int, str], None]  # (done_bytes, total_bytes, file_name)
 StageCallback = Callable[[str, str], None]  # (stage, file_name): planning/downloading/verifying
@@ -184,7 +199,7 @@ class DownloadResult:
     skipped: tuple[str, ...]
 
 
-def remote_files(manifest: Manifest | SttManifest) -> list[RemoteFile]:
+def remote_files(manifest: DownloadableManifest) -> list[RemoteFile]:
     """The files a catalog entry needs, including a second repository's (the STT's
     end-of-speech heads), which is optional: the STT falls back to its VAD without it."""
     if not manifest.hf_repo:
@@ -351,7 +366,7 @@ class CheckpointDownloader:
     @classmethod
     def for_manifest(
         cls,
-        manifest: Manifest | SttManifest,
+        manifest: DownloadableManifest,
         folder: Path | None = None,
         *,
         endpoint: str | None = None,
