@@ -4,7 +4,7 @@ person must see there.
 Unconfigured, Python prints every library's warnings on stderr (its "last resort" handler)
 and drops everything else, tracebacks of handled errors included. Here the file gets it all
 (our INFO and up, DEBUG with `--debug`, other libraries' INFO and up, the `warnings` module's
-UserWarnings from moshi or torch, Qt's own messages once `install_qt_message_handler()` is
+UserWarnings from moshi or torch, Qt's own messages once app/ui/qt_messages.py's handler is
 called); the terminal gets our warnings and errors, anyone's CRITICAL, and with `--debug`
 everything the file gets. The CLI speaks to the terminal itself (one line per error), so its
 own log records stay in the file unless `--debug` is on.
@@ -100,25 +100,3 @@ def configure_logging(debug: bool = False) -> Path:
         log.warning("the log cannot be written to %s (%s)", path, problem)
     log.debug("logging to %s (debug on)", path)
     return path
-
-
-def install_qt_message_handler() -> None:
-    """Route Qt's own messages (qDebug … qFatal, e.g. its repeated size-hint warnings) into
-    the log instead of the terminal. Call it before the QApplication is made."""
-    from PySide6.QtCore import QtMsgType, qInstallMessageHandler
-
-    qt_log = logging.getLogger("qt")
-    levels = {
-        QtMsgType.QtDebugMsg: logging.DEBUG,
-        QtMsgType.QtInfoMsg: logging.INFO,
-        QtMsgType.QtWarningMsg: logging.WARNING,
-        QtMsgType.QtCriticalMsg: logging.ERROR,
-        QtMsgType.QtFatalMsg: logging.CRITICAL,  # Qt aborts after this: the terminal shows it
-    }
-
-    def to_log(kind: QtMsgType, context: object, message: str) -> None:
-        category = getattr(context, "category", None)
-        where = f"{category}: " if category and category != "default" else ""
-        qt_log.log(levels.get(kind, logging.WARNING), "%s%s", where, message)
-
-    qInstallMessageHandler(to_log)

@@ -68,7 +68,7 @@ def run_app(screenshot: Path | None = None,
 
     if screenshot is not None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from app.log_setup import install_qt_message_handler
+    from app.ui.qt_messages import install_qt_message_handler
 
     install_qt_message_handler()  # Qt's warnings (size hints...) go to the log, not the terminal
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -53,7 +53,8 @@ def test_python_warnings_and_qt_messages_go_to_the_log_not_the_terminal(tmp_path
     script = (
         "import logging, warnings\n"
         "from PySide6.QtCore import qWarning\n"
-        "from app.log_setup import configure_logging, install_qt_message_handler\n"
+        "from app.log_setup import configure_logging\n"
+        "from app.ui.qt_messages import install_qt_message_handler\n"
         "configure_logging()\n"
         "install_qt_message_handler()\n"
         "warnings.warn('a library grumbles', UserWarning)\n"
