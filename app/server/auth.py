@@ -22,8 +22,11 @@ def presented_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str
 
 
 def token_matches(presented: str | None, expected: str | None) -> bool:
+    """Header bytes that are not UTF-8 reach us as lone surrogates (aiohttp decodes with
+    surrogateescape): encoded back the same way they are a wrong token, never an error."""
     if not expected:
         return True
     if presented is None:
         return False
-    return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+    return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"),
+                               expected.encode("utf-8", "surrogateescape"))

@@ -290,6 +290,8 @@ def decode_request(text: str | bytes) -> ClientMessage:
         obj = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError("message", f"not a JSON message: {exc}") from None
+    except RecursionError:  # `[[[[…` a few KB deep: the decoder recurses once a level
+        raise WireError("message", "the JSON is nested too deeply to be a message") from None
     if not isinstance(obj, dict):
         raise WireError("message", "a message is a JSON object with a type")
     kind = obj.get("type")

@@ -1,0 +1,103 @@
+"""Attacks from the loopback that once got through (issue 19, part C): each is refused the
+way a wrong request is, and the conversation goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import sphn
+
+from app.server.auth import token_matches
+from app.wire import events as wire
+from app.wire.client import AudioFrame, Disconnected, EngineClient
+from tests.server.helpers import TOKEN, collect, health, of, run_server, tone
+
+NESTED = "[" * 3000 + "]" * 3000  # 6 KB: a RecursionError in json.loads
+
+
+async def _raw_request(url: str, request: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(4096), 30)
+    finally:
+        writer.close()
+
+
+def test_a_token_that_is_not_utf8_is_a_wrong_token():
+    # aiohttp reads header bytes that are not UTF-8 as lone surrogates.
+    assert token_matches("\udcff\udcfe", TOKEN) is False
+    assert token_matches(TOKEN + "\udcff", TOKEN) is False
+    assert token_matches(TOKEN, TOKEN) is True
+
+
+def test_non_utf8_bytes_in_the_authorization_header_get_401_not_500(tiny_host):
+    async def body(server, url):
+        answers = []
+        for path in (b"/ws", b"/api/chat"):
+            answers.append(await _raw_request(url, (
+                b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer \xff\xfe\xc3(\r\nConnection: close\r\n\r\n")))
+        return answers, await health(url), server.metrics.unauthorized
+
+    answers, status, unauthorized = run_server(tiny_host, body)
+    for answer in answers:
+        assert answer.split(b"\r\n", 1)[0].endswith(b"401 Unauthorized"), answer[:200]
+    assert unauthorized == 2 and status["status"] == "ready"
+
+
+def test_deeply_nested_json_is_an_error_event_not_an_engine_failure_on_ws(tiny_host):
+    async def body(server, url):
+        async with await EngineClient.connect(url, TOKEN) as client:
+            await client._ws.send_str(NESTED)
+            await client.send_frame(tone(0))
+            await client.send_frame(tone(1))
+            return await collect(client, lambda ev: len(of(AudioFrame, ev)) == 2)
+
+    events = run_server(tiny_host, body)
+    errors = of(wire.Error, events)
+    assert [(e.stage, e.frame) for e in errors] == [("message", None)]
+    assert "nested" in errors[0].message
+    assert [a.index for a in of(AudioFrame, events)] == [0, 1]
+    assert not of(Disconnected, events)
+
+
+def test_deeply_nested_json_is_an_error_event_on_the_moshi_endpoint(tiny_host):
+    async def body(server, url):
+        writer, reader = sphn.OpusStreamWriter(24000), sphn.OpusStreamReader(24000)
+        events, samples = [], 0
+        chat = url.replace("http://", "ws://") + f"/api/chat?token={TOKEN}&events=json"
+        async with aiohttp.ClientSession() as session, session.ws_connect(chat) as ws:
+            await ws.receive(timeout=60)  # the handshake
+            await ws.send_bytes(b"\x10" + NESTED.encode())
+            for i in range(3):
+                await ws.send_bytes(b"\x01" + writer.append_pcm(tone(i)))
+            while samples < 3 * 1920:
+                message = await ws.receive(timeout=60)
+                assert message.type == aiohttp.WSMsgType.BINARY, message
+                kind, payload = message.data[0], message.data[1:]
+                if kind == 1:
+                    samples += len(reader.append_bytes(payload))
+                elif kind == 0x10:
+                    events.append(json.loads(payload))
+        return events, samples
+
+    events, samples = run_server(tiny_host, body)
+    assert samples == 3 * 1920  # the conversation went on
+    errors = [e for e in events if e["type"] == "error"]
+    assert errors and errors[0]["stage"] == "message" and "nested" in errors[0]["message"]
+    assert not any(e["type"] == "error" and e["stage"] == "engine" for e in events)
+
+
+def test_decode_request_refuses_deep_nesting_with_a_wire_error():
+    for text in (NESTED, '{"type": "span", "text": ' + NESTED + "}"):
+        try:
+            wire.decode_request(text)
+        except wire.WireError as exc:
+            assert exc.stage == "message" and "nested" in str(exc)
+        else:
+            raise AssertionError("nested JSON was accepted")
