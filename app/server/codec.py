@@ -18,7 +18,17 @@ class Frame:
     index: int  # among this connection's frames, from 0
 
 
-Inbound = Frame | wire.ClientMessage | wire.WireError
+@dataclass(frozen=True)
+class Goodbye:
+    """The codec cannot go on with this client (what it sent would have it hold ever more
+    memory): the error is sent, then the socket closes with `code`."""
+
+    error: wire.WireError
+    code: int
+    reason: str  # for the close frame and the metrics
+
+
+Inbound = Frame | wire.ClientMessage | wire.WireError | Goodbye
 
 
 class Codec(Protocol):

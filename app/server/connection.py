@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from aiohttp import WSCloseCode
 
 from app.engine import events as ev
-from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE
-from app.server.codec import Codec, Frame
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+from app.server.codec import Codec, Frame, Goodbye
 from app.server.config import Limits
 from app.server.conversation import Conversation
 from app.server.engine_host import ConversationChoice, Lease
@@ -280,11 +280,17 @@ class Connection:
                     "message", f"a message of {message.size} bytes is over the limit of "
                                f"{limit} bytes: ignored", self.codec.skip(message)))
                 continue
+            if self._goodbye is not None:
+                continue  # closing: nothing more is read into the conversation
             for item in self.codec.decode(message):
                 if isinstance(item, Frame):
                     await self._push(item)
                 elif isinstance(item, wire.WireError):
                     self._refuse(item)
+                elif isinstance(item, Goodbye):
+                    self.metrics.refused[item.error.stage] += 1
+                    self._say_goodbye(item.error.event(), item.code, item.reason)
+                    break
                 else:
                     await self._apply(item)
 

@@ -16,20 +16,25 @@ Other kinds a client sends (moshi's control, metadata and ping) are ignored, as 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import sphn
+from aiohttp import WSCloseCode
 
-from app.frame_worker import FRAME_SAMPLES
-from app.server.codec import Frame, Inbound
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+from app.server.codec import Frame, Goodbye, Inbound
 from app.server.wire_socket import Incoming
 from app.wire import events as wire
 
-SAMPLE_RATE = 24000
 HANDSHAKE = 0x00
 AUDIO = 0x01
 TEXT = 0x02
 ERROR = 0x05
 JSON = 0x10
 EVENTS_QUERY = ("events", "json")  # `?events=json`: JSON events from the start
+# The Opus reader keeps Ogg pages until their packet ends: valid pages whose packet never
+# ends would have it hold all a client sends. A real frame's pages are a few hundred bytes;
+# this much that gives no audio at all is not a stream.
+MAX_UNDECODED_BYTES = 256 * 1024
 
 
 class MoshiCodec:
@@ -40,9 +45,10 @@ class MoshiCodec:
         self._events = events  # whether this client takes our JSON kind
         self._reader = sphn.OpusStreamReader(SAMPLE_RATE)
         self._writer = sphn.OpusStreamWriter(SAMPLE_RATE)
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._pending: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         self._frames = 0
         self._handshake_sent = False
+        self._undecoded = 0  # bytes given to the reader since it last gave audio
 
     @property
     def frames_received(self) -> int:
@@ -88,6 +94,16 @@ class MoshiCodec:
             except ValueError:
                 self._reader = sphn.OpusStreamReader(SAMPLE_RATE)
                 return out
+        self._undecoded = 0 if len(pcm) else self._undecoded + len(payload)
+        if self._undecoded > MAX_UNDECODED_BYTES:
+            held, self._undecoded = self._undecoded, 0
+            self._reader = sphn.OpusStreamReader(SAMPLE_RATE)  # what it held is let go
+            out.append(Goodbye(wire.WireError(
+                "frame", f"{held} bytes of Ogg pages gave no audio (a packet that never "
+                         f"ends): at most {MAX_UNDECODED_BYTES} are held, so the connection "
+                         "closes", self._frames), WSCloseCode.MESSAGE_TOO_BIG,
+                "undecodable audio"))
+            return out
         self._pending = np.concatenate([self._pending, np.asarray(pcm, dtype=np.float32)])
         while len(self._pending) >= FRAME_SAMPLES:
             frame = np.clip(self._pending[:FRAME_SAMPLES], -1.0, 1.0)

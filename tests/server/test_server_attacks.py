@@ -12,7 +12,7 @@ import sphn
 from app.server.auth import token_matches
 from app.wire import events as wire
 from app.wire.client import AudioFrame, Disconnected, EngineClient
-from tests.server.helpers import TOKEN, collect, health, of, run_server, tone
+from tests.server.helpers import TOKEN, collect, health, of, run_server, tone, wait_until_free
 
 NESTED = "[" * 3000 + "]" * 3000  # 6 KB: a RecursionError in json.loads
 
@@ -101,3 +101,90 @@ def test_decode_request_refuses_deep_nesting_with_a_wire_error():
             assert exc.stage == "message" and "nested" in str(exc)
         else:
             raise AssertionError("nested JSON was accepted")
+
+
+# ---- item 15: Ogg pages whose one packet never ends ---------------------------------------
+
+def _ogg_crc(data: bytes) -> int:
+    """Ogg's page checksum (CRC-32, polynomial 0x04c11db7, not reflected, initial 0)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) if crc & 0x80000000 else crc << 1
+            crc &= 0xFFFFFFFF
+    return crc
+
+
+def _endless_packet_page(serial: int, sequence: int, continued: bool) -> bytes:
+    """A valid Ogg page of 255 segments of 255 bytes: its packet goes on to the next page."""
+    import struct
+
+    segments = 255
+    header = (b"OggS" + bytes([0, 1 if continued else 0])
+              + struct.pack("<qIIIB", -1, serial, sequence, 0, segments) + bytes([255] * segments))
+    page = header + bytes(255 * segments)
+    return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
+
+
+def _opus_start() -> tuple[bytes, int]:
+    import struct
+
+    first = sphn.OpusStreamWriter(24000).append_pcm(tone(0))
+    return first, struct.unpack("<I", first[14:18])[0]  # the stream's serial number
+
+
+def test_the_opus_decoder_holds_a_bounded_amount_of_an_endless_packet():
+    from app.server.codec import Frame, Goodbye
+    from app.server.moshi_codec import MAX_UNDECODED_BYTES, MoshiCodec
+    from app.server.wire_socket import Incoming
+
+    codec = MoshiCodec()
+    first, serial = _opus_start()
+    out = codec.decode(Incoming("binary", b"\x01" + first))
+    assert [type(item) for item in out] == [Frame]
+    page = _endless_packet_page(serial, 10, continued=False)
+    sent, goodbye = 0, None
+    for sequence in range(10, 10 + 40):  # 2.6 MB in all, under the 64 KiB message limit each
+        page = _endless_packet_page(serial, sequence, continued=sequence > 10)
+        assert len(page) < 64 * 1024
+        sent += len(page)
+        found = [i for i in codec.decode(Incoming("binary", b"\x01" + page))
+                 if isinstance(i, Goodbye)]
+        if found:
+            goodbye = found[0]
+            break
+    assert goodbye is not None, f"{sent} bytes of an endless packet were all kept"
+    assert sent <= MAX_UNDECODED_BYTES + len(page)
+    assert goodbye.code == 1009 and "never ends" in str(goodbye.error)
+
+
+def test_an_endless_opus_packet_is_told_and_the_connection_closed(tiny_host):
+    async def body(server, url):
+        first, serial = _opus_start()
+        events, closed = [], None
+        chat = url.replace("http://", "ws://") + f"/api/chat?token={TOKEN}&events=json"
+        async with aiohttp.ClientSession() as session, session.ws_connect(chat) as ws:
+            await ws.receive(timeout=60)  # the handshake
+            await ws.send_bytes(b"\x01" + first)
+            for sequence in range(10, 10 + 40):
+                try:
+                    await ws.send_bytes(b"\x01" + _endless_packet_page(
+                        serial, sequence, continued=sequence > 10))
+                except ConnectionError:
+                    break
+            while True:
+                message = await ws.receive(timeout=60)
+                if message.type != aiohttp.WSMsgType.BINARY:
+                    closed = ws.close_code
+                    break
+                if message.data[0] == 0x10:
+                    events.append(json.loads(message.data[1:]))
+        await wait_until_free(url)
+        return events, closed, server.metrics.closed, await health(url)
+
+    events, code, reasons, status = run_server(tiny_host, body)
+    errors = [e for e in events if e["type"] == "error"]
+    assert any("never ends" in e["message"] for e in errors), errors
+    assert code == 1009 and reasons["undecodable audio"] == 1
+    assert status["status"] == "ready" and not status["busy"]
