@@ -6,7 +6,10 @@ Routes:
   socket closes with 1013 (try again later), as the reference answers.
 - `GET /health`: JSON status, open to all (load balancers).
 - `GET /metrics`: Prometheus text.
-Every route but /health needs the token when one is set (401 otherwise).
+Every route but /health needs the token when one is set (401 otherwise). Without a token, a
+server on the loopback answers only requests from this computer: a loopback Host, and no
+Origin or a loopback one (403 otherwise), so no web page the user opens can use it
+(local_origin.py).
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from collections.abc import Callable
 
 from aiohttp import WSCloseCode, web
 
-from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec
 from app.server.config import ServerConfig
 from app.server.connection import Connection
-from app.server.engine_host import EngineHost
+from app.server.engine_host import EngineHost, Lease
+from app.server.local_origin import foreign_request, is_loopback_name
 from app.server.metrics import ServerMetrics
 from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
@@ -76,7 +80,9 @@ class EngineServer:
         app.router.add_get("/ws", self._reference_ws)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
-        app.on_shutdown.append(self._on_shutdown)
+        # aiohttp 3.11 declares its signals in aiosignal's pre-1.4 form, which aiosignal 1.4
+        # reads as a signal of callbacks: a correct handler reads as the wrong type.
+        app.on_shutdown.append(self._on_shutdown)  # type: ignore[arg-type]
         return app
 
     # ---- running ------------------------------------------------------------------------
@@ -88,9 +94,9 @@ class EngineServer:
         site = web.TCPSite(self._runner, self.config.host, self.config.port,
                            ssl_context=ssl_context(self.config))
         await site.start()
-        server = site._server  # aiohttp keeps no public accessor for the bound port
-        assert server is not None and server.sockets
-        self.port = server.sockets[0].getsockname()[1]
+        addresses = self._runner.addresses  # (host, port, ...) of each bound socket
+        assert addresses
+        self.port = addresses[0][1]
         return self.url
 
     @property
@@ -118,7 +124,19 @@ class EngineServer:
 
     # ---- routes -------------------------------------------------------------------------
 
+    def _refuse_foreign(self, request: web.Request) -> None:
+        """Without a token, a loopback server answers this computer only (local_origin.py)."""
+        if self.config.token or not is_loopback_name(self.config.host):
+            return
+        why = foreign_request(request.headers)
+        if why is not None:
+            self.metrics.unauthorized += 1
+            raise web.HTTPForbidden(text=f"refused: {why}. A server without a token answers "
+                                         "only this computer; start it with --token to share "
+                                         "it.")
+
     def _authorize(self, request: web.Request) -> None:
+        self._refuse_foreign(request)
         if not token_matches(presented_token(request.headers, request.query), self.config.token):
             self.metrics.unauthorized += 1
             raise web.HTTPUnauthorized(text="a token is needed: ?token= or "
@@ -153,7 +171,8 @@ class EngineServer:
         return web.WebSocketResponse(max_msg_size=limits.hard_message_bytes,
                                      heartbeat=limits.heartbeat_s, compress=False)
 
-    async def _serve(self, request: web.Request, codec: Codec, lease) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, codec: Codec,
+                     lease: Lease) -> web.StreamResponse:
         ws = self._websocket()
         try:
             await ws.prepare(request)
@@ -170,6 +189,7 @@ class EngineServer:
         return ws
 
     async def _health(self, request: web.Request) -> web.Response:
+        self._refuse_foreign(request)
         return web.json_response(health(self.host, self.metrics))
 
     async def _metrics(self, request: web.Request) -> web.Response:

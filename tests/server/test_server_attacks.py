@@ -188,3 +188,65 @@ def test_an_endless_opus_packet_is_told_and_the_connection_closed(tiny_host):
     assert any("never ends" in e["message"] for e in errors), errors
     assert code == 1009 and reasons["undecodable audio"] == 1
     assert status["status"] == "ready" and not status["busy"]
+
+
+# ---- item 16: a tokenless loopback server answers this computer only ----------------------
+
+def test_without_a_token_web_pages_and_rebound_names_are_refused(tiny_host):
+    async def body(server, url):
+        port = url.rsplit(":", 1)[1]
+        results = {}
+        async with aiohttp.ClientSession() as session:
+            for label, headers in (
+                    ("evil origin", {"Origin": "https://evil.example"}),
+                    ("null origin", {"Origin": "null"}),
+                    ("rebound host", {"Host": f"attacker.example:{port}"}),
+                    ("loopback origin", {"Origin": f"http://localhost:{port}"}),
+                    ("no origin", {})):
+                for path in ("/ws", "/api/chat", "/metrics", "/health"):
+                    scheme = "http" if path in ("/metrics", "/health") else "ws"
+                    target = url.replace("http", scheme) + path
+                    try:
+                        if scheme == "ws":
+                            async with session.ws_connect(target, headers=headers) as ws:
+                                results[label, path] = 101
+                                await ws.close()
+                        else:
+                            async with session.get(target, headers=headers) as response:
+                                results[label, path] = response.status
+                    except aiohttp.WSServerHandshakeError as exc:
+                        results[label, path] = exc.status
+                    await wait_until_free(url)
+        return results
+
+    results = run_server(tiny_host, body, token=None)
+    for label in ("evil origin", "null origin", "rebound host"):
+        for path in ("/ws", "/api/chat", "/metrics", "/health"):
+            assert results[label, path] == 403, (label, path, results[label, path])
+    for label in ("loopback origin", "no origin"):
+        assert results[label, "/ws"] == results[label, "/api/chat"] == 101, results
+        assert results[label, "/metrics"] == results[label, "/health"] == 200
+
+
+def test_with_a_token_the_token_decides_whatever_the_origin(tiny_host):
+    async def body(server, url):
+        async with aiohttp.ClientSession() as session:
+            target = f"{url}/metrics?token={TOKEN}"
+            async with session.get(target, headers={"Origin": "https://evil.example"}) as ok:
+                async with session.get(f"{url}/metrics",
+                                       headers={"Origin": "http://127.0.0.1"}) as refused:
+                    return ok.status, refused.status
+
+    assert run_server(tiny_host, body) == (200, 401)
+
+
+def test_loopback_names():
+    from app.server.local_origin import foreign_request, is_loopback_name
+
+    assert all(map(is_loopback_name, ("127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost",
+                                      "LOCALHOST.", "app.localhost")))
+    assert not any(map(is_loopback_name, ("evil.example", "10.0.0.1", "0.0.0.0",
+                                          "127.0.0.1.evil.example", "")))
+    assert foreign_request({"Host": "[::1]:8998"}) is None
+    assert foreign_request({"Host": "127.0.0.1:8998", "Origin": "http://[::1]:3000"}) is None
+    assert "Host" in foreign_request({"Host": "127.0.0.1.nip.io:8998"})
