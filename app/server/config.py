@@ -23,6 +23,10 @@ class Limits:
     heartbeat_s: float = 1.0
     max_send_lag_s: float = 5.0  # audio waiting longer for a slow reader: the client is dropped
     stop_timeout_s: float = 30.0  # how long an engine may take to stop
+    # A connection's request headers (a WebSocket handshake too) must all arrive within this;
+    # past `max_connections` open at once a new one is answered 503 (connection_guard.py).
+    header_timeout_s: float = 10.0
+    max_connections: int = 64
 
     @property
     def hard_message_bytes(self) -> int:
@@ -30,11 +34,14 @@ class Limits:
 
     def check(self) -> None:
         for name in ("idle_timeout_s", "max_conversation_s", "heartbeat_s", "max_send_lag_s",
-                     "stop_timeout_s"):
+                     "stop_timeout_s", "header_timeout_s"):
             value = getattr(self, name)
             if not 0 < value < float("inf"):  # NaN fails too
                 raise ValueError(f"{name.removesuffix('_s').replace('_', ' ')} must be a "
                                  f"positive number of seconds, not {value}")
+        if self.max_connections < 2:
+            raise ValueError("the connection cap must be at least 2 (a conversation and a "
+                             "health check)")
         if self.max_message_bytes < 8 * 1024:
             raise ValueError("the message size limit must be at least 8192 bytes (a frame of "
                              "PCM is 7680)")

@@ -29,6 +29,7 @@ from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec
 from app.server.config import ServerConfig
 from app.server.connection import Connection
+from app.server.connection_guard import ConnectionGuard
 from app.server.engine_host import EngineHost, Lease
 from app.server.local_origin import foreign_request, is_loopback_name
 from app.server.metrics import ServerMetrics
@@ -72,6 +73,7 @@ class EngineServer:
         self.metrics = metrics or ServerMetrics()
         self._connections: set[Connection] = set()
         self._runner: web.AppRunner | None = None
+        self.guard: ConnectionGuard | None = None  # made at start()
         self.port: int | None = None
 
     def application(self) -> web.Application:
@@ -89,8 +91,15 @@ class EngineServer:
 
     async def start(self) -> str:
         """Listen (port 0: any free port); returns the base URL."""
-        self._runner = web.AppRunner(self.application(), handle_signals=False)
+        limits = self.config.limits
+        # An idle kept-alive connection is closed as soon as a slow request would be.
+        self._runner = web.AppRunner(self.application(), handle_signals=False,
+                                     keepalive_timeout=limits.header_timeout_s)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.guard = ConnectionGuard(limits.max_connections, limits.header_timeout_s,
+                                     self.metrics)
+        self.guard.install(self._runner.server)
         site = web.TCPSite(self._runner, self.config.host, self.config.port,
                            ssl_context=ssl_context(self.config))
         await site.start()

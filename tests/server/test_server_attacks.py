@@ -250,3 +250,56 @@ def test_loopback_names():
     assert foreign_request({"Host": "[::1]:8998"}) is None
     assert foreign_request({"Host": "127.0.0.1:8998", "Origin": "http://[::1]:3000"}) is None
     assert "Host" in foreign_request({"Host": "127.0.0.1.nip.io:8998"})
+
+
+# ---- item 17: half-open requests and the connection cap -----------------------------------
+
+async def _half_open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that starts a request and never finishes its headers."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Trickle: a")
+    await writer.drain()
+    return reader, writer
+
+
+async def _closed_by_server(reader: asyncio.StreamReader, within_s: float) -> bool:
+    try:
+        await asyncio.wait_for(reader.read(), within_s)  # b"" or an answer, then EOF
+        return True
+    except (asyncio.TimeoutError, ConnectionError):
+        return False
+
+
+def test_half_open_requests_are_closed_after_the_header_deadline(tiny_host):
+    async def body(server, url):
+        sockets = [await _half_open(url) for _ in range(40)]
+        closed = await asyncio.gather(*(_closed_by_server(r, 30.0) for r, _ in sockets))
+        for _, writer in sockets:
+            writer.close()
+        return closed, server.metrics.closed["headers too slow"], await health(url)
+
+    closed, counted, status = run_server(tiny_host, body, header_timeout_s=0.5)
+    assert all(closed) and counted == 40
+    assert status["status"] == "ready"  # a whole request still gets its answer
+
+
+def test_past_the_cap_a_connection_gets_503_and_the_others_go_on(tiny_host):
+    async def body(server, url):
+        held = [await _half_open(url) for _ in range(4)]
+        extra_reader, extra_writer = await _half_open(url)
+        answer = await asyncio.wait_for(extra_reader.read(), 30.0)
+        extra_writer.close()
+        for _, writer in held:
+            writer.close()
+        await asyncio.sleep(0)  # let the server see them go
+        for _ in range(200):
+            if server.guard.open_connections == 0:
+                break
+            await asyncio.sleep(0.05)
+        return answer, server.metrics.closed["too many connections"], await health(url)
+
+    answer, refused, status = run_server(tiny_host, body, max_connections=4,
+                                         header_timeout_s=60.0)
+    assert answer.startswith(b"HTTP/1.1 503") and refused == 1
+    assert status["status"] == "ready"
