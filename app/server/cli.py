@@ -114,6 +114,21 @@ def _check_exposure(args: argparse.Namespace) -> None:
                      f"${TOKEN_ENV}), or --allow-anonymous if a proxy in front checks users")
 
 
+def _check_tls(args: argparse.Namespace) -> None:
+    """Load the certificate and key as the server will, so a wrong path or a key that does
+    not match says so at once."""
+    import ssl
+
+    from app.server.config import ServerConfig
+    from app.server.web_app import ssl_context
+
+    try:
+        ssl_context(ServerConfig(ssl_cert=args.ssl_cert, ssl_key=args.ssl_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"TLS: cannot use --ssl-cert {args.ssl_cert} with --ssl-key "
+                         f"{args.ssl_key}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from app.engine.duplex_engine import EngineOptions
     from app.server.config import Limits
@@ -127,6 +142,7 @@ def run_serve(args: argparse.Namespace) -> int:
     options = EngineOptions(seed=args.seed, chunk_limit=args.chunk_limit, voice=args.voice,
                             role=args.role, user_name=args.user_name, user_city=args.user_city)
     conversation = _conversation_config(args)
+    _check_tls(args)  # before the model loads: minutes for a 7B
     if args.cluster:
         return _run_cluster(args, options, conversation, limits)
     import asyncio

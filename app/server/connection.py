@@ -76,6 +76,7 @@ class Connection:
         self._stopping: asyncio.Future[bool] | None = None  # an engine being stopped
         self._number = 0
         self._talking = False  # a frame reached the current conversation
+        self._restart_asked = False  # a reset, voice or context waits for the burst to end
         self._frames_at_start = 0
         self._opened: float | None = None  # the first `ready`: the length limit counts from it
         self._last_heard = time.monotonic()
@@ -134,7 +135,8 @@ class Connection:
 
     # ---- conversations ------------------------------------------------------------------
 
-    async def _open_conversation(self) -> None:
+    async def _open_conversation(self, unheard: int = 0) -> None:
+        """`unheard`: frames the codec has decoded that go to this conversation."""
         loop = asyncio.get_running_loop()
         engine, pipeline = await loop.run_in_executor(None, self.host.build, self.choice)
         conversation = Conversation(engine, pipeline, loop)
@@ -143,7 +145,7 @@ class Connection:
         self._warming = True
         self._number += 1
         self._talking = False
-        self._frames_at_start = self.codec.frames_received
+        self._frames_at_start = self.codec.frames_received - unheard
         self.metrics.sessions[self.codec.protocol] += 1
         self.metrics.sessions_active += 1
         self._forwarder = asyncio.create_task(self._forward(conversation), name="forward")
@@ -174,11 +176,20 @@ class Connection:
         self._engine_stuck = self._engine_stuck or not stopped
         return stopped
 
-    async def _restart(self) -> None:
-        """A new conversation on this connection (context, voice or reset)."""
+    def _ask_restart(self) -> None:
+        """A new conversation on this connection (context, voice or reset), built once the
+        messages already waiting are read: a burst of them costs one engine, not one each.
+        The next conversation has heard nothing yet, so a voice may follow a reset."""
+        self._restart_asked = True
+        self._talking = False
+
+    async def _restart_if_asked(self, unheard: int = 0) -> None:
+        if not self._restart_asked:
+            return
+        self._restart_asked = False
         if not await self._close_conversation():
             raise RuntimeError("the engine did not stop")
-        await self._open_conversation()
+        await self._open_conversation(unheard)
 
     # ---- engine -> client ---------------------------------------------------------------
 
@@ -282,8 +293,12 @@ class Connection:
                 continue
             if self._goodbye is not None:
                 continue  # closing: nothing more is read into the conversation
-            for item in self.codec.decode(message):
+            items = self.codec.decode(message)
+            for index, item in enumerate(items):
                 if isinstance(item, Frame):
+                    # decoded, not yet heard: they are the new conversation's first frames
+                    await self._restart_if_asked(
+                        unheard=sum(isinstance(i, Frame) for i in items[index:]))
                     await self._push(item)
                 elif isinstance(item, wire.WireError):
                     self._refuse(item)
@@ -293,6 +308,8 @@ class Connection:
                     break
                 else:
                     await self._apply(item)
+            if self._inbox.empty():  # a burst of resets and choices: one new conversation
+                await self._restart_if_asked()
 
     def _refuse(self, error: wire.WireError) -> None:
         self.metrics.refused[error.stage] += 1
@@ -312,12 +329,13 @@ class Connection:
 
     async def _apply(self, message: wire.ClientMessage) -> None:
         if isinstance(message, wire.SpanRequest):
+            await self._restart_if_asked()  # a span sent after a reset goes to the new one
             self._inject(message)
             return
         if not self.codec.controls:  # moshi's codec lets only spans through
             return
         if isinstance(message, wire.ResetRequest):
-            await self._restart()
+            self._ask_restart()
             return
         stage = "voice" if isinstance(message, wire.VoiceRequest) else "persona"
         if self._talking:
@@ -340,7 +358,7 @@ class Connection:
                                                        "reach the LLM side"))
             self.choice = replace(self.choice, persona=message.persona, name=message.name,
                                   city=message.city)
-        await self._restart()
+        self._ask_restart()
 
     def _inject(self, request: wire.SpanRequest) -> None:
         conversation = self._conversation

@@ -303,3 +303,50 @@ def test_past_the_cap_a_connection_gets_503_and_the_others_go_on(tiny_host):
                                          header_timeout_s=60.0)
     assert answer.startswith(b"HTTP/1.1 503") and refused == 1
     assert status["status"] == "ready"
+
+
+# ---- item 18: a burst of resets costs one new engine --------------------------------------
+
+def test_a_burst_of_resets_builds_one_new_conversation_not_forty(tiny_host):
+    async def body(server, url):
+        async with await EngineClient.connect(url, TOKEN) as client:
+            await client.send_frame(tone(0))
+            await collect(client, lambda ev: of(AudioFrame, ev))
+            for _ in range(40):
+                await client.reset()
+            await client.send_frame(tone(1))
+            events = await collect(client, lambda ev: of(AudioFrame, ev))
+            return events, await health(url)
+
+    events, status = run_server(tiny_host, body)
+    readies = of(wire.Ready, events)
+    # The first reset may be read alone (the others still on their way): at most two builds.
+    assert 1 <= len(readies) <= 2 and status["sessions_total"] <= 3, (readies, status)
+    assert readies[-1].frames_received == 1  # the frame after the burst went to the last one
+    assert of(AudioFrame, events)[0].index == 1 and not of(wire.Error, events)
+
+
+# ---- item 18: TLS files are checked before the model loads --------------------------------
+
+def test_tls_files_are_checked_before_the_model_loads(monkeypatch, capsys, tmp_path):
+    from pathlib import Path
+
+    from app.server import engine_host
+    from app.server.cli import main
+
+    loads = []
+    monkeypatch.setattr(engine_host.EngineHost, "load", classmethod(
+        lambda cls, *args, **kwargs: loads.append(args) or (_ for _ in ()).throw(
+            AssertionError("the model was loaded"))))
+    tls = Path(__file__).resolve().parents[1] / "tools" / "tls"
+    cert, key = tls / "intranet_test_cert.pem", tls / "intranet_test_key.pem"
+    for cert_path, key_path, said in ((tmp_path / "none.pem", key, "No such file"),
+                                      (cert, cert, "TLS"),
+                                      (cert, None, "both")):
+        argv = ["--model", "tiny", "--ssl-cert", str(cert_path)]
+        if key_path is not None:
+            argv += ["--ssl-key", str(key_path)]
+        assert main(argv) == 1
+        error = capsys.readouterr().err
+        assert said in error and error.startswith("error: "), error
+    assert loads == []
