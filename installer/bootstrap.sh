@@ -26,8 +26,14 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 STAMP="$VENV/.contextspan-setup"
-WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)-${1:-app}"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+MODE="${1:-app}"
+WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)-$MODE"
+HAVE="$(cat "$STAMP" 2>/dev/null || true)"
+# The dev install is the app's plus test tools: after run-tests.sh, run-app.sh has all it needs.
+if [ "$MODE" = app ] && [ "$HAVE" = "${WANT%-app}-dev" ]; then
+    WANT="$HAVE"
+fi
+if [ "$HAVE" != "$WANT" ]; then
     EXTRAS=""
     [ "${1:-app}" = "dev" ] && EXTRAS="[dev]"
     echo "Installing ContextSpan and its dependencies (torch is a few GB on first install) ..." >&2

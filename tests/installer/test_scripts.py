@@ -175,3 +175,24 @@ def test_inno_setup_script_packages_the_one_folder_build():
     assert r'Source: "{#Root}\dist\{#AppName}\*"' in iss
     assert "PrivilegesRequired=lowest" in iss
     assert r"SetupIconFile={#Root}\assets\contextspan.ico" in iss
+
+
+def test_the_app_launcher_after_the_test_command_installs_nothing_again(tmp_path: Path):
+    """run-tests.sh sets the venv up with the dev extra, run-app.sh with the app alone: the
+    dev install holds the app's, so switching between them must not reinstall each time.
+    The venv's python here only records what it is asked (pip is not run)."""
+    venv, calls = tmp_path / "venv", tmp_path / "calls.log"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
+    env = dict(os.environ, CONTEXTSPAN_VENV=str(venv), PYTHON=sys.executable)
+    for mode in ("dev", "app", "dev", "app"):
+        result = run(["bash", str(INSTALLER / "bootstrap.sh"), mode], env=env)
+        assert result.returncode == 0, result.stderr
+    installs = [line for line in calls.read_text().splitlines() if "install --quiet -e" in line]
+    assert len(installs) == 1 and installs[0].endswith("[dev]"), installs
+    (venv / ".contextspan-setup").write_text("another-pyproject-dev\n")  # pyproject changed
+    assert run(["bash", str(INSTALLER / "bootstrap.sh"), "app"], env=env).returncode == 0
+    installs = [line for line in calls.read_text().splitlines() if "install --quiet -e" in line]
+    assert len(installs) == 2 and not installs[1].endswith("[dev]")
