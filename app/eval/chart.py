@@ -54,7 +54,8 @@ def draw_chart(path: Path, bars: list[SetBars], latencies: dict[str, list[float]
                                       HEIGHT - 120), latencies)
     finally:
         painter.end()
-    if not image.save(str(path), "PNG"):
+    # PySide6's stub types the format as bytes, but the call refuses bytes at run time.
+    if not image.save(str(path), "PNG"):  # type: ignore[arg-type]
         raise OSError(f"cannot write {path}")
 
 

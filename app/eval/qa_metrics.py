@@ -6,16 +6,17 @@
 - `ret_rate`: items with at least one retrieval started; `span_rate`: items with a span;
 - `ret_lat_s`: first span's trigger time minus the question's end; `inj_lat_s`: first span's
   landing minus its trigger (both means over items with a span);
-- a verdict of None (nothing to judge) or -1 (unreadable judge) is left out of the averages
-  and counted.
+- a verdict of None (nothing to judge), -1 (unreadable judge) or -2 (the answer attempted
+  nothing) is left out of the averages and counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from app.eval.judge import UNREADABLE
+from app.eval.judge import NOT_ATTEMPTED, UNREADABLE
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,10 @@ def item_row(outcome: ItemOutcome, resp: int | None, ref: int | None) -> dict:
 
 
 def _judged(rows: list[dict], key: str) -> list[int]:
-    return [r[key] for r in rows if r.get(key) is not None and r[key] != UNREADABLE]
+    return [r[key] for r in rows if r.get(key) in (0, 1)]
 
 
-def _mean(values: list[float]) -> float | None:
+def _mean(values: Sequence[float]) -> float | None:
     return round(float(mean(values)), 4) if values else None
 
 
@@ -64,17 +65,20 @@ def summarise(rows: list[dict]) -> dict:
     """The set's metrics from its item rows (fractions, not percentages)."""
     n = len(rows)
     resp, ref = _judged(rows, "resp"), _judged(rows, "ref")
-    given = [r["resp"] for r in rows if r.get("ref") == 1
-             and r.get("resp") is not None and r["resp"] != UNREADABLE]
+    given = [r["resp"] for r in rows if r.get("ref") == 1 and r.get("resp") in (0, 1)]
     spans = [r for r in rows if r["n_span"]]
     return {
         "n": n,
         "resp": _mean(resp), "n_resp_judged": len(resp),
         "resp_unscored": {"empty": sum(1 for r in rows if r.get("resp") is None),
-                          "unreadable": sum(1 for r in rows if r.get("resp") == UNREADABLE)},
+                          "unreadable": sum(1 for r in rows if r.get("resp") == UNREADABLE),
+                          "not_attempted": sum(1 for r in rows
+                                               if r.get("resp") == NOT_ATTEMPTED)},
         "ref": _mean(ref), "n_ref_judged": len(ref),
         "ref_unscored": {"empty": sum(1 for r in spans if r.get("ref") is None),
-                         "unreadable": sum(1 for r in spans if r.get("ref") == UNREADABLE)},
+                         "unreadable": sum(1 for r in spans if r.get("ref") == UNREADABLE),
+                         "not_attempted": sum(1 for r in spans
+                                              if r.get("ref") == NOT_ATTEMPTED)},
         "P(resp|ref)": _mean(given), "n_ref_correct": len(given),
         "ret_rate": round(sum(1 for r in rows if r["n_ret"]) / n, 4) if n else None,
         "span_rate": round(len(spans) / n, 4) if n else None,

@@ -24,7 +24,7 @@ def markdown_table(results: list[ArmResult], judge: str) -> str:
     lines = [
         f"Spoken QA, judged by {judge}. Percentages; latencies in seconds of conversation "
         "time (frames); unscored = items the judge could not score (empty answer / "
-        "unreadable verdict), left out of the averages.",
+        "unreadable verdict / not attempted), left out of the averages.",
         "",
         "| set | arm | n | ref | resp | P(resp\\|ref) | ret_rate | span_rate | ret_lat_s "
         "| inj_lat_s | unscored | paper Gemma 4 ref/resp | paper GPT-4.1 ref/resp |",
@@ -32,7 +32,8 @@ def markdown_table(results: list[ArmResult], judge: str) -> str:
     ]
     for result in results:
         s = result.summary
-        unscored = s["resp_unscored"]["empty"] + s["resp_unscored"]["unreadable"]
+        unscored = sum(s["resp_unscored"].get(k, 0)
+                       for k in ("empty", "unreadable", "not_attempted"))
         paper = paper_numbers(result.set_name)
         cells = [f"{_pct(p[0])}/{_pct(p[1])}" if (p := paper.get(b)) else "–"
                  for b in ("Gemma 4", "GPT-4.1")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.eval.judge import UNREADABLE, Judge, majority, read_verdict
+from app.eval.judge import NOT_ATTEMPTED, UNREADABLE, Judge, majority, read_verdict
 from app.eval.qa_events import text_stream, trigger_events
 from app.eval.qa_metrics import ItemOutcome, item_row, summarise
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
@@ -85,9 +85,9 @@ def test_summary_excludes_and_counts_what_the_judge_could_not_score():
     s = summarise(rows)
     assert s["n"] == 6
     assert s["resp"] == 0.5 and s["n_resp_judged"] == 4  # 1, 0, 1, 0
-    assert s["resp_unscored"] == {"empty": 1, "unreadable": 1}
+    assert s["resp_unscored"] == {"empty": 1, "unreadable": 1, "not_attempted": 0}
     assert s["ref"] == 0.6667  # 1, 1, 0; the unreadable one left out
-    assert s["ref_unscored"] == {"empty": 0, "unreadable": 1}
+    assert s["ref_unscored"] == {"empty": 0, "unreadable": 1, "not_attempted": 0}
     assert s["P(resp|ref)"] == 0.5 and s["n_ref_correct"] == 2  # resp over ref == 1
     assert s["ret_rate"] == round(5 / 6, 4) and s["span_rate"] == round(4 / 6, 4)
     assert s["ret_lat_s"] == 1.0 and s["inj_lat_s"] == 1.0
@@ -100,7 +100,8 @@ def test_empty_set_has_no_rates():
 
 @pytest.mark.parametrize(("reply", "verdict"), [
     ("CORRECT", 1), ("Incorrect.", 0), ("INCORRECT — it says Lyon", 0),
-    ("not attempted", 0), ("NOT_ATTEMPTED", 0), ("The answer is correct", 1),
+    ("not attempted", NOT_ATTEMPTED), ("NOT_ATTEMPTED", NOT_ATTEMPTED),
+    ("The answer is correct", 1),
     ("I cannot tell", UNREADABLE), ("", UNREADABLE)])
 def test_verdicts(reply, verdict):
     assert read_verdict(reply) == verdict
@@ -114,13 +115,13 @@ def test_majority_of_readable_votes():
 
 
 def test_judge_through_the_stand_in():
-    from app.eval.qa_score import judge_backend
+    from app.llm.factory import make_backend
 
     replies = [ScriptedReply(content="CORRECT"), ScriptedReply(content="hmm"),
                ScriptedReply(content="INCORRECT"), ScriptedReply(content="CORRECT")]
     with OllamaStandIn(models=("standin:latest",), script=replies) as standin:
-        judge = Judge(judge_backend("ollama", standin.url, "standin:latest", 10.0, 1.0),
-                      samples=4)
+        judge = Judge(make_backend("ollama", standin.url, "standin:latest", timeout_s=10.0,
+                                   temperature=1.0), samples=4)
         assert judge.grade("short_answer", "q", "Paris", "   ").value is None  # not asked
         verdict = judge.grade("short_answer", "Capital of France?", "Paris | aliases: x",
                               "It is {Paris}.")
@@ -133,8 +134,9 @@ def test_judge_through_the_stand_in():
 
 
 def test_an_unreachable_judge_gives_unreadable_not_a_crash():
-    from app.eval.qa_score import judge_backend
+    from app.llm.factory import make_backend
 
-    judge = Judge(judge_backend("ollama", "http://127.0.0.1:9", "m", 2.0, 0.0))
+    judge = Judge(make_backend("ollama", "http://127.0.0.1:9", "m", timeout_s=2.0,
+                               temperature=0.0))
     verdict = judge.grade("math", "1+1?", "2", "two")
     assert verdict.value == UNREADABLE and verdict.errors
