@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
 
 import numpy as np
 
-SAMPLE_RATE = 24000
+from app.frames import SAMPLE_RATE
 
 
 class AudioFileError(ValueError):
@@ -38,6 +39,16 @@ def read_mono_24k(path: Path) -> np.ndarray:
     return np.ascontiguousarray(pcm)
 
 
+def audio_file_rate(path: Path) -> int:
+    """The sample rate a file holds its audio at (what a reader that does not resample gets)."""
+    import sphn
+
+    try:
+        return int(sphn.FileReader(str(path)).sample_rate)
+    except Exception as exc:  # sphn raises plain exceptions for undecodable files
+        raise AudioFileError(f"cannot read audio from {path}: {exc}") from exc
+
+
 @functools.lru_cache(maxsize=16)
 def _resampler_delay(rate: int) -> int:
     """Output samples by which sphn's resampler delays its input (it depends on the rate)."""
@@ -61,6 +72,33 @@ def _resample_aligned(pcm: np.ndarray, rate: int) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(out, dtype=np.float32)[delay : delay + expected])
 
 
+def partial_path(path: Path) -> Path:
+    """Where a file is written before it is renamed to `path` complete (hidden, beside it)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.partial")
+
+
+PROBE_BYTES = 64 * 1024  # written and synced to prove a file can be made and filled
+
+
+def prove_writable(path: Path) -> None:
+    """Create the temporary file `path` will be written through, fill it with a little
+    data, sync it to the disk and remove it: a folder that exists but refuses files
+    (`/proc`, a read-only mount) or a full disk fails here, before any work, not at the end.
+    Raises OSError."""
+    temporary = partial_path(path)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, bytes(PROBE_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):  # a folder that refused it may refuse this too
+            temporary.unlink(missing_ok=True)
+
+
 def write_wav_24k(path: Path, pcm: np.ndarray) -> None:
     write_wav(path, pcm, SAMPLE_RATE)
 
@@ -72,7 +110,7 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.partial")
+    temporary = partial_path(path)
     try:
         sphn.write_wav(str(temporary), np.asarray(pcm, dtype=np.float32), rate)
         os.replace(temporary, path)

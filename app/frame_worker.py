@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
+from app.frames import FRAME_SAMPLES
+
 END_OF_INPUT = object()
 
 

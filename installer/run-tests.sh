@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set everything up, then run the linter and the test suite. Extra arguments go to pytest.
+# Set everything up, then run the linter, the type checker and the test suite. Extra
+# arguments go to pytest.
 # The tests build the tiny checkpoint themselves (python main.py build tiny) in a temp dir.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,4 +11,6 @@ bash "$ROOT/installer/bootstrap.sh" dev
 VENV="${CONTEXTSPAN_VENV:-$ROOT/.venv}"
 cd "$ROOT"
 "$VENV/bin/python" -m ruff check .
+# The type check: what it checks, and how strictly, is in pyproject.toml ([tool.mypy]).
+"$VENV/bin/python" -m mypy
 exec "$VENV/bin/python" -m pytest "$@"

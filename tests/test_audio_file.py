@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import sphn
 
-from app.audio_file import SAMPLE_RATE, AudioFileError, read_mono_24k, write_wav_24k
+from app.audio_file import AudioFileError, read_mono_24k, write_wav_24k
+from app.frames import SAMPLE_RATE
 
 FRAME_SAMPLES = 1920  # one 80 ms frame at 24 kHz
 

@@ -9,7 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
+from app.frame_worker import END_OF_INPUT, FrameWorker
+from app.frames import FRAME_SAMPLES
 
 
 class SlowStarter(FrameWorker):

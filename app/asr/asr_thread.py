@@ -109,6 +109,7 @@ class StreamingAsr(FrameWorker):
             if item is END_OF_INPUT:
                 self._add_words(stt.flush())
                 return
+            # The input queue holds objects: the frames, and END_OF_INPUT (handled above).
             pcm: np.ndarray = item  # type: ignore[assignment]
             # Drops happen on the feeding thread (a full queue): the turn being heard now
             # is the one that lost them.

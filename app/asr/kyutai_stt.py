@@ -27,10 +27,8 @@ from moshi.models import LMGen
 
 from app.asr.events import AsrWord
 from app.asr.stt_catalog import LoadedStt
+from app.frames import FRAME_S, FRAME_SAMPLES
 
-FRAME_SAMPLES = 1920
-SAMPLE_RATE = 24000
-FRAME_S = FRAME_SAMPLES / SAMPLE_RATE  # 0.08
 END_OF_PADDING_ID = 0  # Kyutai STT: a word starts after this token
 WORD_START_MARK = "▁"  # SentencePiece's mark of a piece that starts a new word
 
@@ -151,9 +149,9 @@ class KyutaiStreamingStt:
         now = self._model_time_s()
         pad = self.stt.lm.text_padding_token_id
         if text_id == END_OF_PADDING_ID:
-            words = list(self._finish_word(now))
+            finished = list(self._finish_word(now))
             self._boundary_s = now
-            return words
+            return finished
         if text_id == pad or self.stt.tokenizer.is_control(text_id):
             return list(self._finish_word(now))
         words: list[AsrWord] = []

@@ -18,13 +18,13 @@ import sentencepiece
 import torch
 from moshi.models import LMModel, MimiModel, loaders
 
-from app.checkpoints.catalog import CatalogError
 from app.checkpoints.loader import (
     CheckpointMissingError,
     file_names,
     info_from_local_files,
     runtime_dtype,
 )
+from app.checkpoints.manifest_folder import CatalogError, load_manifest_folder
 from app.paths import CATALOG_DIR, checkpoints_dir
 
 STT_CATALOG_DIR = CATALOG_DIR / "stt"
@@ -66,6 +66,9 @@ class SttManifest:
     dtype: str
     end_of_speech: EndOfSpeechHeads
     notes: str = ""
+    # The LM keys of the repository's config.json, to size the model before it is downloaded
+    # (app/engine/footprint.py); the downloaded config.json wins once it is on disk.
+    published_config: dict[str, Any] | None = None
 
     def default_folder(self) -> Path:
         return checkpoints_dir() / self.id
@@ -90,6 +93,7 @@ def parse_stt_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> SttMa
             dtype=raw.get("dtype", "bfloat16"),
             end_of_speech=EndOfSpeechHeads(**raw.get("end_of_speech", {})),
             notes=raw.get("notes", ""),
+            published_config=raw.get("published_config"),
         )
     except CatalogError:
         raise
@@ -98,17 +102,7 @@ def parse_stt_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> SttMa
 
 
 def load_stt_catalog(folder: Path = STT_CATALOG_DIR) -> dict[str, SttManifest]:
-    catalog: dict[str, SttManifest] = {}
-    for path in sorted(folder.glob("*.json")):
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise CatalogError(f"{path.name}: not valid JSON ({exc})") from exc
-        manifest = parse_stt_manifest(raw, origin=path.name)
-        if manifest.id in catalog:
-            raise CatalogError(f"{path.name}: STT model id {manifest.id!r} is used twice")
-        catalog[manifest.id] = manifest
-    return catalog
+    return load_manifest_folder(folder, parse_stt_manifest, what="STT model")
 
 
 def get_stt_manifest(model_id: str, folder: Path = STT_CATALOG_DIR) -> SttManifest:

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from app.audio.resampler import StreamingResampler
+from app.frames import SAMPLE_RATE
 
 VAD_RATE = 16000
 VAD_CHUNK = 512  # samples Silero takes at 16 kHz
 CHUNK_S = VAD_CHUNK / VAD_RATE  # 0.032
-IN_RATE = 24000
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,15 @@ class SpeechEnded:
 VadEvent = SpeechStarted | SpeechEnded
 
 
-def load_silero_model() -> torch.nn.Module:
+class SileroModel(Protocol):
+    """Silero's JIT model, as used here: a speech probability per 512-sample chunk, with
+    its recurrent state kept between calls until reset."""
+
+    def __call__(self, chunk: torch.Tensor, sample_rate: int, /) -> torch.Tensor: ...
+    def reset_states(self) -> None: ...
+
+
+def load_silero_model() -> SileroModel:
     """Silero's JIT model from its package (no download).
 
     Importing silero_vad sets torch's thread count to 1 for the whole process; the
@@ -68,12 +78,14 @@ def load_silero_model() -> torch.nn.Module:
 class SileroTurnDetector:
     """Feed 24 kHz frames; get speech start / end events. One thread only."""
 
-    def __init__(self, options: VadOptions | None = None, model: torch.nn.Module | None = None):
+    def __init__(self, options: VadOptions | None = None,
+                 model: SileroModel | None = None) -> None:
         self.options = options or VadOptions()
         self.model = model if model is not None else load_silero_model()
         self.model.reset_states()
-        self._resample = StreamingResampler(24000, 16000)  # the VAD listens at 16 kHz
-        self._pending = np.zeros(0, dtype=np.float32)  # 16 kHz samples not yet in a chunk
+        self._resample = StreamingResampler(SAMPLE_RATE, VAD_RATE)  # the VAD listens at 16 kHz
+        # 16 kHz samples not yet in a chunk
+        self._pending: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         self._chunks = 0  # chunks scored so far
         self._in_speech = False
         self._start_s = 0.0

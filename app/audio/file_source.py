@@ -14,8 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-FRAME_SAMPLES = 1920
-SAMPLE_RATE = 24000
+from app.frames import FRAME_S, FRAME_SAMPLES
 
 
 class FileAudioSource:
@@ -41,7 +40,7 @@ class FileAudioSource:
         self._thread.start()
 
     def _feed(self, on_frame: Callable[[np.ndarray], object]) -> None:
-        period = FRAME_SAMPLES / SAMPLE_RATE
+        period = FRAME_S
         next_at = time.monotonic()
         index = 0
         silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)

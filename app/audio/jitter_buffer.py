@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-FRAME_SAMPLES = 1920  # one engine frame: 80 ms at 24 kHz
+from app.frames import FRAME_SAMPLES
 
 
 class JitterBuffer:

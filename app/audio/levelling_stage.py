@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -72,7 +73,8 @@ class LevellingStage(FrameWorker):
                     if self._on_end_of_input is not None:
                         self._on_end_of_input()
                     return
-                frame, timeout = item  # type: ignore[misc]
+                # The input queue holds objects: frames as _queued packed them, and the end.
+                frame, timeout = cast("tuple[np.ndarray, float | None]", item)
                 out = self._level(frame)
                 for consumer in self._consumers:
                     self._hand_on(consumer, out, timeout)

@@ -28,22 +28,33 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import sounddevice as sd
 
 from app.audio.devices import ResolvedDevice, resolve_device
 from app.audio.jitter_buffer import JitterBuffer
 from app.audio.resampler import StreamingResampler
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 from app.settings.schema import EchoMode
 
-SAMPLE_RATE = 24000
-FRAME_SAMPLES = 1920  # 80 ms: one engine frame
 LEVEL_FLOOR_DB = -100.0
 REFERENCE_SLACK = 960  # 40 ms: callback jitter tolerated before the far end is re-aligned
 
 FrameSink = Callable[[np.ndarray], object]  # returns False when the frame was dropped
 FrameTap = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (mic, far reference, sent)
+
+
+class Canceller(Protocol):
+    """What LiveAudio asks of an echo canceller (app.audio.echo_canceller.EchoCanceller,
+    or a bench's)."""
+
+    def process(self, near: np.ndarray, far: np.ndarray, out: np.ndarray | None = None
+                ) -> np.ndarray: ...
+
+    def set_stream_delay_ms(self, delay_ms: int) -> None: ...
 
 
 def rms_dbfs(samples: np.ndarray) -> float:
@@ -148,14 +159,16 @@ class LiveAudio:
                                    int(jitter_target_frames * FRAME_SAMPLES))
         # The far end as played, at 24 kHz; bounded so the echo path delay stays bounded.
         self._reference = JitterBuffer(4 * FRAME_SAMPLES, 0)
-        self._canceller = None  # created on first start in "cancel" mode (imports livekit)
+        # Created on first start in "cancel" mode (imports livekit).
+        self._canceller: Canceller | None = None
         self._frame = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920] capture accumulator
         self._frame_fill = 0
         self._far = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
         self._clean = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
         self._silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)  # [1920]
         self._pull = np.zeros(SAMPLE_RATE // 100, dtype=np.float32)  # [240] resampled playback
-        self._out_fifo = np.zeros(8192, dtype=np.float32)  # device-rate playback samples
+        # device-rate playback samples
+        self._out_fifo: npt.NDArray[np.float32] = np.zeros(8192, dtype=np.float32)
         self._out_fill = 0
         self._in_resampler: StreamingResampler | None = None
         self._out_resampler: StreamingResampler | None = None
@@ -240,6 +253,7 @@ class LiveAudio:
     def start(self, on_frame: FrameSink | None = None) -> bool:
         """Open and start both streams (optionally with a new `on_frame`). Returns False,
         after calling on_error, when the devices cannot be opened."""
+        error: str | None = None
         with self._life:
             if on_frame is not None:
                 self.on_frame = on_frame
@@ -249,10 +263,7 @@ class LiveAudio:
                 self._open()
             except Exception as exc:  # PortAudioError, ValueError for a bad device, ...
                 self._close_streams(2.0)
-                message = f"could not open the audio devices: {exc}"
-                error = message
-            else:
-                error = None
+                error = f"could not open the audio devices: {exc}"
         if error is not None:
             self._report(error)
             return False
@@ -305,7 +316,7 @@ class LiveAudio:
             )
             self._streams.append(playback)
         if capture is not None and playback is not None:  # no echo without both
-            self._echo_delay_ms = round((capture.latency + playback.latency) * 1000)  # type: ignore[operator]
+            self._echo_delay_ms = round((capture.latency + playback.latency) * 1000)
             if self.echo_mode == "cancel" and self._canceller is None:
                 from app.audio.echo_canceller import EchoCanceller
 

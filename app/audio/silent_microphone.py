@@ -15,11 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from app.frames import FRAME_S, FRAME_SAMPLES
+
 # As in live_audio, which is not imported: it needs PortAudio, and this source is what a
 # machine without any sound stack uses.
-SAMPLE_RATE = 24000
-FRAME_SAMPLES = 1920  # 80 ms: one engine frame
-FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 LEVEL_FLOOR_DB = -100.0
 
 

@@ -117,9 +117,10 @@ def mic_level_probe(device_name: str | None) -> tuple[Callable[[], float], Calla
         level[0] = rms_dbfs(indata[:, 0])  # indata: [frames, 1]
 
     try:
-        stream: sd.InputStream | None = sd.InputStream(
+        opened = sd.InputStream(
             device=device.index, channels=1, dtype="float32", callback=callback)
-        stream.start()
+        opened.start()
+        stream: sd.InputStream | None = opened
     except Exception as exc:
         log.warning("could not open microphone %r: %s", device.name, exc)
         stream = None

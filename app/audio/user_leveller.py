@@ -38,8 +38,8 @@ import noisereduce
 import numpy as np
 import pyloudnorm
 
-SAMPLE_RATE = 24000
-FRAME_SAMPLES = 1920  # 80 ms
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+
 _BS1770_BLOCK_S = 0.4  # pyloudnorm's gating block: it refuses anything shorter
 _NOISEREDUCE_PADDING = 30000  # reduce_noise's default zero padding around its chunk
 _GATE_SMOOTH_S = 0.05  # reduce_noise's default time smoothing of the mask (50 ms)

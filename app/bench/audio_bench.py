@@ -34,12 +34,14 @@ import wave
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import numpy as np
 
-from app.audio.live_audio import FRAME_SAMPLES, SAMPLE_RATE, LiveAudio
+from app.audio.live_audio import Canceller, LiveAudio
 from app.audio.resampler import StreamingResampler
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+from app.settings.schema import EchoMode
 
 NULL_SINK = "vsink"
 
@@ -165,7 +167,7 @@ def _chirp(ms: float = 10.0, f0: float = 500.0, f1: float = 6000.0) -> np.ndarra
 class _Recorder:
     """on_frame for the benches: keeps every frame, replies with the next frame to play."""
 
-    def __init__(self, audio_ref: list[LiveAudio], reply: object) -> None:
+    def __init__(self, audio_ref: list[LiveAudio], reply: Callable[[int], np.ndarray]) -> None:
         self.frames: list[np.ndarray] = []
         self.arrived = threading.Event()
         self._audio_ref = audio_ref
@@ -174,18 +176,18 @@ class _Recorder:
     def __call__(self, frame: np.ndarray) -> bool:
         index = len(self.frames)
         self.frames.append(frame)
-        self._audio_ref[0].play(self._reply(index))  # type: ignore[operator]
+        self._audio_ref[0].play(self._reply(index))
         self.arrived.set()
         return True
 
 
-def _run_live(reply: object, frames: int, echo_mode: str, timeout_s: float,
-              null_sink: bool) -> tuple[list[np.ndarray], dict]:
+def _run_live(reply: Callable[[int], np.ndarray], frames: int, echo_mode: EchoMode,
+              timeout_s: float, null_sink: bool) -> tuple[list[np.ndarray], dict]:
     """Run LiveAudio until `frames` frames were captured (bounded by timeout_s)."""
     errors: list[str] = []
     ref: list[LiveAudio] = []
     recorder = _Recorder(ref, reply)
-    audio = LiveAudio(recorder, errors.append, echo_mode=echo_mode)  # type: ignore[arg-type]
+    audio = LiveAudio(recorder, errors.append, echo_mode=echo_mode)
     ref.append(audio)
     with _loopback(null_sink):
         if not audio.start():
@@ -280,6 +282,9 @@ def _engine_share(frames: int = 60) -> dict:
 ROOM_INSTALL_HINT = ("the simulated room needs pyroomacoustics: pip install 'contextspan[bench]' "
                      "(or pip install pyroomacoustics)")
 USER_PHRASE = "Sorry to interrupt, but how far is Canberra from Sydney by car?"
+MODEL_REPLY = ("The capital of Australia is Canberra. It was chosen as a compromise between "
+               "Sydney and Melbourne, and it became the seat of government in nineteen "
+               "twenty seven. Would you like to hear more about its history?")
 
 
 def espeak(text: str, voice: str = "en-us", words_per_minute: int = 160) -> np.ndarray | None:
@@ -325,10 +330,7 @@ def _synthetic_voice(seconds: float, seed: int, f0_hz: float, syllables_hz: floa
 def speech_like(seconds: float, seed: int = 0) -> np.ndarray:
     """The model's voice for the echo bench: espeak-ng when installed, else a synthetic
     voiced signal. [n] float32 at 24 kHz."""
-    text = ("The capital of Australia is Canberra. It was chosen as a compromise between "
-            "Sydney and Melbourne, and it became the seat of government in nineteen "
-            "twenty seven. Would you like to hear more about its history?")
-    voice = espeak(text)
+    voice = espeak(MODEL_REPLY)
     if voice is None:
         return _synthetic_voice(seconds, seed, 110.0, 4.0)
     return np.resize(voice, int(seconds * SAMPLE_RATE)).astype(np.float32)
@@ -354,7 +356,7 @@ class VoicePlayer:
         self.loop = loop
         self.gate = gate
         self.played_samples = 0
-        self._stream = None
+        self._stream: Any = None  # a sounddevice.OutputStream (untyped), opened by start()
 
     def start(self) -> None:
         import sounddevice as sd
@@ -386,15 +388,6 @@ class VoicePlayer:
             self.played_samples += part.shape[0]
 
 
-class Canceller(Protocol):
-    """What LiveAudio asks of an echo canceller (app.audio.echo_canceller.EchoCanceller)."""
-
-    def process(self, near: np.ndarray, far: np.ndarray, out: np.ndarray | None = None
-                ) -> np.ndarray: ...
-
-    def set_stream_delay_ms(self, delay_ms: int) -> None: ...
-
-
 CancellerFactory = Callable[[], Canceller]
 
 
@@ -402,6 +395,12 @@ def _app_canceller() -> Canceller:
     from app.audio.echo_canceller import EchoCanceller
 
     return EchoCanceller()
+
+
+def _settings_of(canceller: object) -> dict | None:
+    """The canceller's settings in force (EchoCanceller.describe), None for a bench's double."""
+    describe = getattr(canceller, "describe", None)
+    return describe() if callable(describe) else None
 
 
 def near_end_preservation(sent: np.ndarray, near: np.ndarray, taps: int = 1024
@@ -491,18 +490,26 @@ def _room(rt60_s: float = 0.3) -> dict:
 
 
 def run_room_echo(canceller_factory: CancellerFactory | None = None, seconds: float = 12.0,
-                  converge_s: float = 4.0, device_delay_ms: float = 40.0) -> dict:
+                  converge_s: float = 4.0, device_delay_ms: float = 40.0,
+                  voices: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """The echo through a simulated room, offline: no devices, the canceller fed 80 ms frames
-    as LiveAudio's capture callback feeds it (the far end = the frame played)."""
+    as LiveAudio's capture callback feeds it (the far end = the frame played).
+
+    `voices`: (the model's, the user's), [n] float32 at 24 kHz, instead of espeak-ng's through
+    StreamingResampler, whose output differs by a few int16 steps from run to run; AEC3 turns
+    that into about +-0.03 of near-end preservation, so a test passes voices of its own.
+    """
     room = _room()
-    far = speech_like(seconds)  # [n]
+    far = (speech_like(seconds) if voices is None
+           else np.resize(voices[0], int(seconds * SAMPLE_RATE)).astype(np.float32))  # [n]
     n = far.shape[0] - far.shape[0] % FRAME_SAMPLES
     far = far[:n]
     delay = int(device_delay_ms * SAMPLE_RATE / 1000)  # the sound card's output + input latency
     echo = np.zeros(n)
     echo[delay:] = _convolve(far, room["speaker_rir"])[: n - delay]  # [n]
     talk_from = int((converge_s + 1.0) * SAMPLE_RATE)
-    user = user_speech((n - talk_from) / SAMPLE_RATE - 0.5)
+    user_s = (n - talk_from) / SAMPLE_RATE - 0.5
+    user = user_speech(user_s) if voices is None else voices[1][: int(user_s * SAMPLE_RATE)]
     near = np.zeros(n)
     heard = _convolve(user, room["user_rir"])[: user.shape[0]]
     near[talk_from : talk_from + heard.shape[0]] = heard  # [n]
@@ -524,6 +531,7 @@ def run_room_echo(canceller_factory: CancellerFactory | None = None, seconds: fl
         "room": room["describe"],
         "erle_db": _erle(mic[only_model], sent[only_model]),
         "double_talk": _double_talk(sent[talk], near[talk], echo[talk]),
+        "settings": _settings_of(canceller),
     }
 
 
@@ -593,8 +601,9 @@ def run_live_echo(canceller_factory: CancellerFactory | None = None, seconds: fl
         info = {"input": audio.input_name, "output": audio.output_name,
                 "counters": audio.counters(), "errors": errors,
                 "stream_delay_hint_ms": getattr(audio._canceller, "stream_delay_ms", None)}
+        settings = _settings_of(audio._canceller)
         audio.stop()
-    return _live_report(tap, user, warmup, converge_s, null_sink, info)
+    return {**_live_report(tap, user, warmup, converge_s, null_sink, info), "settings": settings}
 
 
 def _live_report(tap: _EchoTap, user: np.ndarray, warmup: int, converge_s: float,
@@ -674,6 +683,8 @@ ECHO_INCLUDES = {
                "during double talk (live: the microphone minus the user's voice, located by "
                "cross-correlation)",
     "echo_level_dbfs": "mean power of the raw microphone over the frames ERLE is measured on",
+    "settings": "the canceller as it ran: the linear echo filter before AEC3 (null: AEC3 alone), "
+               "the APM's switches, the stream delay hint it was told, its chunk and frame sizes",
     "live.loopback.kind": "digital: the null sink returns the played samples exactly (no "
                "acoustics); acoustic: real devices in a room",
     "simulated_room": "no sound card: speech convolved with simulated room impulse responses, "

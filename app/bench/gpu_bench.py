@@ -21,12 +21,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import moshi
 import torch
 from moshi.models import LMModel, MimiModel, loaders
-from moshi.modules import transformer as moshi_transformer
 from moshi.modules.streaming import StreamingModule
 from moshi.modules.transformer import RingKVCache
 from moshi.utils import compile as moshi_compile
@@ -37,17 +36,28 @@ from app.checkpoints.loader import ensure_built, load_checkpoint, runtime_dtype
 from app.engine.conversation_start import Placeholders, placeholder_codes
 from app.engine.device import choose_device, synchronize
 from app.engine.forcing_generator import ForcedStep, ForcingGenerator
-from app.engine.frame_budget import FRAME_MS
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
+from app.frames import FRAME_MS, FRAME_SAMPLES
+from app.moshi_internals import (
+    copy_ring,
+    cuda_graphs_enabled,
+    graph_captured,
+    restore_ring,
+    torch_compile_enabled,
+)
 
 RELEASE = "context-spanning-7b"  # its manifest holds the release's placeholder codes and ids
-FRAME_SAMPLES = 1920
 PREFIX_STEPS = 50  # a persona-like start: silence, 48 text frames, silence
 SETTLE_STEPS = 3  # live frames after the start, before a block
 CHECK_STEPS = 5  # frames compared after a block
 FIRST_TEXT_ID = 14  # random span text stays clear of the control ids (<ret> 4, 12, 13)
-REFERENCE = {
+class _Reference(TypedDict):
+    source: str
+    ms: dict[int, float]  # n -> prefill plus step
+
+
+REFERENCE: _Reference = {
     "source": "Context Spanning README@c05344f: prefill plus one step, RTX PRO 6000 "
               "Blackwell, the trained 7B in bf16 (n = 0: a step alone)",
     "ms": {0: 34.7, 16: 56.1, 64: 57.5, 256: 62.0, 600: 86.1},
@@ -109,7 +119,8 @@ class _Rig:
 
     @property
     def context(self) -> int:
-        return int(self.lm.context)
+        assert self.lm.context is not None, "the rig's models have a context window"
+        return self.lm.context
 
     @property
     def positions(self) -> int:
@@ -147,10 +158,10 @@ class _Saved:
         for state, name, original, copy in self.entries:
             current = getattr(state, name)
             if isinstance(original, RingKVCache) and current is original:
-                cache, end_offset = copy
-                original.cache.copy_(cache)
-                original.end_offset.copy_(end_offset)
+                assert isinstance(copy, tuple)  # what copy_ring made
+                restore_ring(original, copy)
             elif isinstance(original, torch.Tensor) and current is original:
+                assert isinstance(copy, torch.Tensor)  # its clone
                 original.copy_(copy)
             else:  # plain numbers, None, or tensors no graph holds (the pending exit)
                 setattr(state, name, _copy_value(copy))
@@ -163,7 +174,7 @@ def _copy_value(value: object) -> object:
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, RingKVCache):
-        return (value.cache.clone(), value.end_offset.clone())
+        return copy_ring(value)
     if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
         return tuple(v.clone() for v in value)
     if value is None or isinstance(value, (bool, int, float)):
@@ -392,9 +403,8 @@ def _exactness(rig: _Rig, n: int) -> dict[str, Any]:
 def _graphs_used(gen: ForcingGenerator) -> bool:
     state = gen.state
     # moshi's own switch (NO_CUDA_GRAPH, no_cuda_graph()); a graph exists once captured.
-    return (state.device.type == "cuda" and moshi_compile._is_cuda_graph_enabled()
-            and state.graphed_main._graph is not None
-            and state.graphed_depth._graph is not None)
+    return (state.device.type == "cuda" and cuda_graphs_enabled()
+            and graph_captured(state.graphed_main) and graph_captured(state.graphed_depth))
 
 
 def _graph_replay(rig: _Rig, n: int) -> dict[str, Any]:
@@ -427,7 +437,7 @@ def _environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         "cuda": torch.version.cuda if cuda else None,
         "moshi": moshi.__version__,
         # moshi decides at import (NO_TORCH_COMPILE) whether to wrap its hot functions.
-        "torch_compile": hasattr(moshi_transformer._rms_norm, "__wrapped__"),
+        "torch_compile": torch_compile_enabled(),
     }
 
 
@@ -527,8 +537,9 @@ def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype
     random = torch.Generator().manual_seed(seed)
     users = torch.randint(0, int(lm.card), (64, 1, 8, 1), generator=random).to(device)
     pcm = (0.1 * torch.randn(1, 1, FRAME_SAMPLES, generator=random)).to(device)
+    assert lm.context is not None, "the rig's models have a context window"
     prefix = _prefix(placeholders, lm.text_padding_token_id, int(lm.text_card),
-                     min(PREFIX_STEPS, int(lm.context) // 4), random)
+                     min(PREFIX_STEPS, lm.context // 4), random)
     gen = ForcingGenerator(lm, use_sampling=False)
     return _Rig(gen, lm, mimi, device, placeholders, open_id, close_id, prefix, users, pcm,
                 random), name

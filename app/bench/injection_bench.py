@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from typing import Any
 
 import torch
 from moshi.models import LMGen
@@ -18,12 +19,11 @@ from moshi.models import LMGen
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
 from app.engine.device import choose_device, synchronize
-from app.engine.frame_budget import FRAME_MS, largest_k_in_budget
+from app.engine.frame_budget import largest_k_in_budget
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.position_forwards import PositionForwards
 from app.engine.span_injector import prefill
-
-FRAME_SAMPLES = 1920
+from app.frames import FRAME_MS, FRAME_SAMPLES
 
 
 def _median_ms(fn, repeats: int, device: torch.device) -> float:
@@ -79,7 +79,7 @@ def run_injection_bench(
         one_by_one = torch.cat([prefill(gen_b, [i]) for i in ids], dim=1)
         return float((one_pass.float() - one_by_one.float()).abs().max())
 
-    results = []
+    results: list[dict[str, Any]] = []  # one JSON row per k
     with mimi.streaming(1), gen_a.streaming(1), gen_b.streaming(1):
         widen_attention_rings(lm_a, max(ks))
         widen_attention_rings(lm_b, max(ks))
@@ -119,9 +119,10 @@ def run_injection_bench(
                 "max_diff": max_diff,
             })
         if check_wrap:
+            assert lm_a.context is not None, "a model without a context window never wraps"
             gen_a.reset_streaming()
             gen_b.reset_streaming()
-            step_both(int(lm_a.context) + 25)  # past the context window
+            step_both(lm_a.context + 25)  # past the context window
             for row in results:
                 row["max_diff_after_wrap"] = diff(row["k"])
                 step_both(3)
@@ -136,7 +137,7 @@ def run_injection_bench(
         else f"cuda ({torch.cuda.get_device_name(torch_device)})",
         "model": model_id,
         "dtype": str(checkpoint.dtype).removeprefix("torch."),
-        "context_window": int(lm_a.context),
+        "context_window": int(lm_a.context or 0),  # as the engine reads it
         "step_ms": round(step_ms, 3),
         "budget_ms": budget_ms,
         "k": results,

@@ -20,28 +20,23 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrFinal
 from app.asr.vad import VadOptions
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import ensure_built, load_checkpoint
+from app.conversation import assembly
+from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
-from app.engine.device import choose_device
-from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
 from app.engine.events import AudioOut, EngineReady, SpanInjected
-from app.engine.frame_budget import FRAME_MS
-from app.llm.ollama_backend import OllamaBackend, OllamaSettings
+from app.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.orchestrator.events import SpanQueued, TurnCancelled, TurnFailed, TurnLatency
-from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
 from app.paths import REPO_ROOT
-from app.tools.base import ToolRegistry
 
-SAMPLE_RATE = 24000
 QUESTION = "What is six times seven?"
 STT_MODEL = "tiny-stt"
 QUIET_RMS = 0.003  # room noise between questions (about -50 dBFS)
@@ -52,7 +47,7 @@ SCRIPTED_CHUNK_S = 0.002  # between chunks of the answer
 # End-of-turn turns only (a mid-turn question would start before the speech ends), and no
 # "the user spoke again": the tiny STT has random weights, so it babbles words on room noise
 # after every question, which would cancel the turn being measured.
-ORCHESTRATOR_OPTIONS = OrchestratorOptions(mid_turn=False, min_words_to_cancel=10**6)
+ORCHESTRATOR_OPTIONS: dict[str, Any] = {"mid_turn": False, "min_words_to_cancel": 10**6}
 
 STAGES = (
     "end_of_speech_to_turn_ms",
@@ -125,12 +120,6 @@ def _script(body: dict) -> ScriptedReply:
                              chunk_delay_s=SCRIPTED_CHUNK_S)
     return ScriptedReply(tool_calls=[{"name": "calculator", "arguments": {"expression": "6*7"}}],
                          first_token_delay_s=SCRIPTED_FIRST_TOKEN_S)
-
-
-def _tools() -> ToolRegistry:
-    from app.tools.calculator import CalculatorTool
-
-    return ToolRegistry([CalculatorTool()])
 
 
 def spoken(text: str) -> np.ndarray:
@@ -310,28 +299,29 @@ def _run_turn(pipeline: ConversationPipeline, mic: _RealtimeMicrophone, question
 
 def run_pipeline_bench(model_id: str = "tiny", turns: int = 20, device: str | None = None,
                        turn_timeout_s: float = 20.0, vad_hang_s: float = 0.6) -> dict:
-    from app.asr.stt_catalog import get_stt_manifest, load_stt
-
-    manifest = get_manifest(model_id)
     ensure_built_in_child(model_id)
     ensure_built_in_child(STT_MODEL)
-    torch_device = choose_device(device)
-    checkpoint = load_checkpoint(manifest, ensure_built(manifest), torch_device)
-    stt_manifest = get_stt_manifest(STT_MODEL)
+    # The stand-in's address is known once it runs: the LLM side is filled in below.
+    config = ConversationConfig(model_id=model_id, device=device or "auto", stt_model=STT_MODEL,
+                                end_of_turn="vad", backend="ollama", model="standin:latest",
+                                timeout_s=10.0, tools=("calculator",))
+    checkpoint = assembly.load_speech_model(config)
+    torch_device = checkpoint.device
     vad = VadOptions(hang_s=vad_hang_s)
-    asr = StreamingAsr(load_stt(stt_manifest, stt_manifest.default_folder(), torch_device),
-                       AsrOptions(force_vad=True, vad=vad))
+    asr = assembly.build_asr(config, torch_device, vad=vad)
+    assert asr is not None
     question = spoken(QUESTION)
     rows: list[dict[str, float | None]] = []
     decided_after: list[float] = []
     asr_lag: list[float] = []
     failures: list[str] = []
     with OllamaStandIn(script=_script) as standin:
-        backend = OllamaBackend(OllamaSettings(host=standin.url, model="standin:latest",
-                                               timeout_s=10.0))
-        engine = DuplexEngine(checkpoint, EngineOptions(seed=0))
-        orchestrator = Orchestrator(backend, _tools(), engine, ORCHESTRATOR_OPTIONS)
-        pipeline = ConversationPipeline(engine, asr, orchestrator)
+        config = replace(config, host=standin.url)
+        engine = assembly.build_engine(checkpoint, assembly.engine_options(config, seed=0))
+        orchestrator = assembly.build_orchestrator(
+            config, engine, assembly.build_backend(config), assembly.build_tools(config),
+            **ORCHESTRATOR_OPTIONS)
+        pipeline = assembly.join_stages(engine, config, asr, orchestrator)
         mic = _RealtimeMicrophone(pipeline)
         pipeline.start()
         ready: EngineReady | None = None
@@ -348,7 +338,8 @@ def run_pipeline_bench(model_id: str = "tiny", turns: int = 20, device: str | No
                     failures.append(f"turn {turn} timed out: {watch.stuck_at()}")
                 else:
                     rows.append(_turn_stages(watch, said))
-                if said is not None and watch.final is not None:
+                if (said is not None and watch.final is not None
+                        and watch.final_seen_s is not None):  # set together
                     decided_after.append((watch.final.detected_at_s - said.end_audio_s) * 1e3)
                     asr_lag.append((watch.final_seen_s - mic.t0
                                     - watch.final.detected_at_s) * 1e3)
@@ -357,7 +348,7 @@ def run_pipeline_bench(model_id: str = "tiny", turns: int = 20, device: str | No
             pipeline.stop()
     stages = {}
     for name in STAGES:
-        values = [row[name] for row in rows if row[name] is not None]
+        values = [value for row in rows if (value := row[name]) is not None]
         if values:
             stages[name] = _summary(values)
     injected = [row["span_ready_to_injected_ms"] for row in rows

@@ -23,10 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.audio.live_audio import SAMPLE_RATE, LiveAudio
+from app.audio.live_audio import LiveAudio
 from app.bench.audio_bench import PrivatePulseAudio, VoicePlayer, espeak
 from app.bench.pipeline_bench import STT_MODEL, ensure_built_in_child
 from app.conversation.session import CheckpointCache, ConversationSession, SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
+from app.frames import SAMPLE_RATE
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 
@@ -119,7 +121,7 @@ class _Listener:
 
     def __init__(self) -> None:
         self.states: list[str] = []
-        self.entries: dict[tuple, object] = {}
+        self.entries: dict[tuple, TranscriptEntry] = {}
         self.frame_ms: list[float] = []
         self.last: SessionStatus | None = None
         self.ready = threading.Event()
@@ -130,7 +132,7 @@ class _Listener:
         if state in ("running", "paused", "error", "stopped", "model_missing"):
             self.ready.set()
 
-    def on_entry(self, entry) -> None:
+    def on_entry(self, entry: TranscriptEntry) -> None:
         with self._lock:
             self.entries[entry.key] = entry
 

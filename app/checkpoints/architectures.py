@@ -8,16 +8,15 @@ same architectures at a few hundred thousand parameters, for tests on a CPU.
 
 from __future__ import annotations
 
-from moshi.models import loaders
-
 from app.checkpoints.tiny_builder import tiny_lm_config, tiny_mimi_config
+from app.moshi_internals import moshi_7b_config
 
 TINY_CS_TEXT_VOCAB = 512  # byte pieces 4..259 like Moshi's tokenizer, then words
 
 
 def personaplex_7b() -> dict:
     """Moshi 7B with dep_q 16: the depformer also predicts the user's 8 codebooks."""
-    return dict(loaders._lm_kwargs) | {"dep_q": 16}
+    return moshi_7b_config() | {"dep_q": 16}
 
 
 def tiny_cs() -> dict:

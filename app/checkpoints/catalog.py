@@ -1,4 +1,5 @@
-"""The model catalog: one JSON manifest per supported checkpoint, in `models/`.
+"""The model catalog: one JSON manifest per supported checkpoint, in `models/`, and one per
+checkpoint trained here, in `<data dir>/models/` (app/training writes those).
 
 A manifest says where the files come from, how injected spans are wrapped for that
 checkpoint (a property of its training, not a constant in code), the defaults used to
@@ -7,16 +8,12 @@ sample from it, and how a conversation starts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.paths import CATALOG_DIR, checkpoints_dir
-
-
-class CatalogError(ValueError):
-    """A manifest is missing, unknown or malformed."""
+from app.checkpoints.manifest_folder import CatalogError, load_manifest_folder
+from app.paths import CATALOG_DIR, checkpoints_dir, data_dir
 
 
 @dataclass(frozen=True)
@@ -289,21 +286,23 @@ def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
         raise CatalogError(f"{origin}: malformed manifest ({exc})") from exc
 
 
-def load_catalog(folder: Path = CATALOG_DIR) -> dict[str, Manifest]:
-    catalog: dict[str, Manifest] = {}
-    for path in sorted(folder.glob("*.json")):
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise CatalogError(f"{path.name}: not valid JSON ({exc})") from exc
-        manifest = parse_manifest(raw, origin=path.name)
-        if manifest.id in catalog:
-            raise CatalogError(f"{path.name}: model id {manifest.id!r} is used twice")
-        catalog[manifest.id] = manifest
-    if folder == CATALOG_DIR:
-        # Checkpoints the user trained (app/training) are catalog entries like any other.
-        from app.training.user_catalog import load_user_manifests
+def user_manifests_dir() -> Path:
+    """Where the manifests of checkpoints trained here go (app/training writes them): the
+    catalog reads these besides `models/`."""
+    return data_dir() / "models"
 
+
+def load_user_manifests(folder: Path | None = None) -> dict[str, Manifest]:
+    """The manifests of locally trained checkpoints, by id (a later file wins an id)."""
+    return load_manifest_folder(folder or user_manifests_dir(), parse_manifest, name_of=str,
+                                unique=False)
+
+
+def load_catalog(folder: Path = CATALOG_DIR) -> dict[str, Manifest]:
+    """The manifests in `folder`, by id. The shipped catalog also holds the checkpoints the
+    user trained (`user_manifests_dir()`); a shipped id is never replaced by one of those."""
+    catalog = load_manifest_folder(folder, parse_manifest)
+    if folder == CATALOG_DIR:
         catalog |= {k: v for k, v in load_user_manifests().items() if k not in catalog}
     return catalog
 

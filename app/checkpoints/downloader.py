@@ -48,6 +48,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.hf_api import RepoFile
 
 
 class DownloadableManifest(Protocol):
@@ -406,7 +407,7 @@ class CheckpointDownloader:
                     skipped.extend(r.local_name for r in remotes)
                     continue
                 raise self._explain(exc, repo, remotes[0].path) from exc
-            by_path = {e.path: e for e in entries if getattr(e, "size", None) is not None}
+            by_path = {e.path: e for e in entries if isinstance(e, RepoFile)}  # not folders
             for remote in remotes:
                 entry = by_path.get(remote.path)
                 if entry is None:
@@ -593,8 +594,8 @@ class CheckpointDownloader:
                 f"{repo} has no file {path!r}; the model catalog may be out of date"
             )
         if isinstance(exc, HfHubHTTPError):
-            status = exc.response.status_code if exc.response is not None else "?"
-            return DownloadError(f"{hub} answered HTTP {status} for {path}: {_short(exc)}")
+            answer = exc.response.status_code if exc.response is not None else "?"
+            return DownloadError(f"{hub} answered HTTP {answer} for {path}: {_short(exc)}")
         if isinstance(exc, requests.exceptions.ChunkedEncodingError):
             return HubUnreachableError(
                 f"The connection to {hub} dropped while fetching {path} ({_short(exc)}). "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sentencepiece
 import torch
@@ -20,6 +21,7 @@ from app.checkpoints.builders import BUILDERS
 from app.checkpoints.catalog import Manifest
 from app.checkpoints.release_weights import load_lm_weights
 from app.checkpoints.tiny_builder import RANDOM_WEIGHTS_MARKER
+from app.moshi_internals import moshi_7b_config
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -204,9 +206,11 @@ def load_checkpoint(
     random_weights = bool(info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER))
     # Mimi runs with one side's codebooks (8): moshi's own get_mimi would give a dep_q 16
     # checkpoint (PersonaPlex) 16, the agent's and the user's together.
-    per_side = int((info.lm_config or loaders._lm_kwargs)["n_q"]) // 2
+    lm_config: dict[str, Any] = info.lm_config or moshi_7b_config()  # moshi 7B's by default
+    per_side = int(lm_config["n_q"]) // 2
     if random_weights:
         # Random weights of the real architecture: moshi's loaders with no weight file.
+        assert info.lm_config is not None  # read from the same config.json as the marker
         info.lm_config = {k: v for k, v in info.lm_config.items() if k != RANDOM_WEIGHTS_MARKER}
         mimi = loaders.get_mimi(None, info.mimi_config, device=device, num_codebooks=per_side)
         lm = info.get_moshi(device=device, dtype=dtype, load_weight=False)

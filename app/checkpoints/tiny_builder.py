@@ -22,8 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from moshi.models import loaders
+from moshi.models import MimiModel, loaders
 from safetensors.torch import save_file
+
+from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
+from app.moshi_internals import (
+    capturing_codebook_inputs,
+    mark_codebook_initialised,
+    moshi_7b_config,
+)
 
 MOSHI_FILE = "model.safetensors"
 MIMI_FILE = "mimi.safetensors"
@@ -57,9 +64,9 @@ def tiny_mimi_config() -> dict:
         "true_skip": True,
     }
     return {
-        "sample_rate": 24000,
+        "sample_rate": SAMPLE_RATE,
         "channels": 1,
-        "frame_rate": 12.5,
+        "frame_rate": FRAME_RATE,
         "seanet": seanet,
         "quantizer": {
             "dimension": 16,
@@ -140,7 +147,7 @@ def contiguous_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _varied_audio(generator: torch.Generator, seconds: float = 4.0) -> torch.Tensor:
     """Tones of many pitches, noise bursts and silence: material for the codebooks."""
-    rate, frame = 24000, 1920
+    rate, frame = SAMPLE_RATE, FRAME_SAMPLES
     pieces = []
     for _ in range(int(seconds * rate / frame)):
         kind = int(torch.randint(0, 3, (1,), generator=generator))
@@ -156,7 +163,7 @@ def _varied_audio(generator: torch.Generator, seconds: float = 4.0) -> torch.Ten
 
 
 @torch.no_grad()
-def initialise_codebooks(mimi: torch.nn.Module, generator: torch.Generator) -> None:
+def initialise_codebooks(mimi: MimiModel, generator: torch.Generator) -> None:
     """Seed a random Mimi's codebooks from its own latents, like k-means would start.
 
     moshi builds codebooks as zeros, to be filled by k-means in training: left so, every
@@ -168,29 +175,18 @@ def initialise_codebooks(mimi: torch.nn.Module, generator: torch.Generator) -> N
 
     codebooks = [m for m in mimi.modules() if isinstance(m, EuclideanCodebook)]
     audio = _varied_audio(generator)
-    original = EuclideanCodebook._quantize
     for target in codebooks:
-        seen: dict[int, torch.Tensor] = {}
-
-        def capture(self, x, seen=seen):
-            seen.setdefault(id(self), x.detach().clone())  # [N, D]
-            return original(self, x)
-
-        EuclideanCodebook._quantize = capture
-        try:
+        with capturing_codebook_inputs() as seen:  # one encode, to see each codebook's inputs
             mimi.encode(audio)
-        finally:
-            EuclideanCodebook._quantize = original
-        latents = seen[id(target)]
+        latents = seen[id(target)]  # [N, D]
         rows = torch.randint(0, latents.shape[0], (target.codebook_size,), generator=generator)
         jitter = 1e-3 * torch.randn(target.embedding_sum.shape, generator=generator)
         target.embedding_sum.copy_(latents[rows] + jitter)
         target.cluster_usage.fill_(1.0)
-        target._initialized.fill_(1.0)
-        target._embedding = None  # drop the cached (zero) embedding
+        mark_codebook_initialised(target)  # and drop its cached (zero) embedding
 
 
-def _voice_prompt_wave(seconds: float = 1.6, sample_rate: int = 24000) -> np.ndarray:
+def _voice_prompt_wave(seconds: float = 1.6, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """A vowel-like harmonic tone with a slow pitch glide: the tiny persona's 'voice'."""
     t = np.arange(int(seconds * sample_rate)) / sample_rate
     pitch = 140.0 + 30.0 * np.sin(2 * math.pi * 0.7 * t)
@@ -254,7 +250,7 @@ def _write_voices(staging: Path) -> None:
 
     voices = staging / "voices"
     voices.mkdir()
-    sphn.write_wav(str(voices / "TINY0.wav"), _voice_prompt_wave(), 24000)
+    sphn.write_wav(str(voices / "TINY0.wav"), _voice_prompt_wave(), SAMPLE_RATE)
 
 
 def build_tiny(folder: Path, seed: int = 1234) -> Path:
@@ -277,7 +273,7 @@ def build_moshi_7b_random(folder: Path, seed: int = 1234) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     train_tokenizer_in_child(folder / TOKENIZER_FILE, TINY_TEXT_VOCAB, seed)
-    config = dict(loaders._lm_kwargs)  # moshi's own 7B configuration
+    config = moshi_7b_config()  # moshi's own 7B configuration
     config.update(
         {
             "moshi_name": MOSHI_FILE,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from moshi.models import loaders
+from moshi.models import MimiModel, loaders
 from safetensors.torch import save_file
 
 from app.checkpoints.architectures import TINY_CS_TEXT_VOCAB, tiny_cs
@@ -35,6 +35,7 @@ from app.checkpoints.tiny_builder import (
     tiny_mimi_config,
     train_tokenizer_in_child,
 )
+from app.frames import FRAME_SAMPLES
 
 RELEASE_WEIGHTS_FILE = "context_spanning_7b.pt"
 MIMI_FILE = loaders.MIMI_NAME  # the PersonaPlex repository's names
@@ -72,12 +73,12 @@ def release_state_dict(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
     return dict(sorted(compiled.items()))
 
 
-def _voice_codes(mimi: torch.nn.Module, pitch: float) -> torch.Tensor:
+def _voice_codes(mimi: MimiModel, pitch: float) -> torch.Tensor:
     """The Mimi codes [8, P] of a synthetic voice (a harmonic glide at a given pitch)."""
     wave = _voice_prompt_wave()
     t = np.arange(len(wave))
     wave = np.interp(t * pitch, t, wave, right=0.0).astype(np.float32)
-    pad = (-len(wave)) % 1920
+    pad = (-len(wave)) % FRAME_SAMPLES
     pcm = torch.from_numpy(np.concatenate([wave, np.zeros(pad, np.float32)]))[None, None]
     with torch.no_grad():
         codes = mimi.encode(pcm)  # [1, 8, P]

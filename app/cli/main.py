@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
 
@@ -60,9 +61,12 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
 
 
-def _add_model_args(parser: argparse.ArgumentParser) -> None:
+def _add_model_args(parser: argparse.ArgumentParser, mlx: bool = False) -> None:
+    """`mlx`: the command runs the MLX engine too (device "mlx")."""
     parser.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
+    parser.add_argument("--device", default=None, help=(
+        "cuda, mps, cpu, or mlx: the MLX engine (default: best found; mlx on Apple Silicon "
+        "where it is installed)" if mlx else "cuda, mps or cpu (default: best found)"))
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
 
 
@@ -108,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=1234)
 
     run = commands.add_parser("run", help="process an audio file through the engine, headless")
-    _add_model_args(run)
+    _add_model_args(run, mlx=True)
     run.add_argument("--input", type=Path, required=True, help="audio file (any rate, channels)")
     run.add_argument("--output", type=Path, required=True, help="reply audio, 24 kHz WAV")
     run.add_argument("--transcript", type=Path, required=True, help="JSONL transcript")
@@ -133,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="your city, for checkpoints trained on it (context-spanning-7b)")
     run.add_argument("--chunk-limit", type=int, default=None,
                      help="most positions per frame (default: measured on this device)")
+    run.add_argument("--precision", default=None, choices=["fp32", "bf16", "q8", "q4"],
+                     help="the speech model's weights: fp32, bf16, or 8-/4-bit (q8, q4: the "
+                          "MLX engine, --device mlx, only for now)")
     llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
     llm.add_argument("--asr", default=None, metavar="STT_MODEL",
                      help="recognise the input's speech with this STT (e.g. tiny-stt)")
@@ -161,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.server.cli import add_serve_parser  # light: the server loads only when it runs
 
     add_serve_parser(commands)
+    add_plan_parser(commands)
 
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
@@ -186,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     echo = bench_kinds.add_parser("echo", help="dB of the model's voice echo cancellation removes")
     echo.add_argument("--seconds", type=float, default=12.0)
     echo.add_argument("--system-devices", action="store_true")
+    playback = bench_kinds.add_parser(
+        "playback-delay", help="the engine's audio to AudioSource.play(), idle and with a slow "
+                               "transcript listener")
+    playback.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
+    playback.add_argument("--listener-ms", type=float, default=50.0,
+                          help="the slow listener's sleep per call (default 50)")
+    playback.add_argument("--json", action="store_true", help="print one JSON object")
     soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
     soak.add_argument("--minutes", type=float, default=10.0)
     soak.add_argument("--json", action="store_true", help="print one JSON object")
@@ -245,7 +260,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from app.conversation.headless import ConversationConfig, Injection, run_headless
+    from app.conversation.config import ConversationConfig
+    from app.conversation.headless import Injection, run_headless
 
     if len(args.inject) != len(args.at):
         raise ValueError("each --inject needs exactly one --at (and the other way round)")
@@ -259,17 +275,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             tools = () if args.tools == "none" else tuple(
                 t.strip() for t in args.tools.split(",") if t.strip())
         conversation = ConversationConfig(
-            asr_model=args.asr, force_vad=args.vad, llm=args.llm, llm_host=args.llm_host,
-            llm_model=args.llm_model, llm_timeout_s=args.llm_timeout, tools=tools,
-            folders=tuple(args.folder_search), realtime=args.realtime,
-            level_voice=args.level_voice,
+            stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
+            backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
+            timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
+            realtime=args.realtime, level_voice=args.level_voice,
         )
     summary = run_headless(
         args.model, args.input, args.output, args.transcript, injections,
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
         voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
         conversation=conversation, user_name=args.user_name, user_city=args.user_city,
-        ret_at=tuple(args.ret_at),
+        ret_at=tuple(args.ret_at), precision=args.precision,
     )
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
@@ -317,6 +333,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         run = run_latency_bench if args.bench == "audio-latency" else run_echo_bench
         print(json.dumps(run(seconds=args.seconds, null_sink=not args.system_devices),
                          indent=2))
+        return 0
+    if args.bench == "playback-delay":
+        from app.bench.playback_delay_bench import describe as describe_delay
+        from app.bench.playback_delay_bench import run_playback_delay_bench
+
+        if args.seconds <= 0 or args.listener_ms < 0:
+            raise ValueError("--seconds must be positive, --listener-ms 0 or more")
+        result = run_playback_delay_bench(args.seconds, args.listener_ms)
+        print(json.dumps(result) if args.json else describe_delay(result))
         return 0
     if args.bench == "soak":
         from app.bench.soak_bench import run_soak_bench
@@ -372,7 +397,7 @@ def _downloadable_manifest(model_id: str) -> Manifest | SttManifest:
     from app.asr.stt_catalog import load_stt_catalog
     from app.checkpoints.catalog import CatalogError, load_catalog
 
-    entries = {**load_stt_catalog(), **load_catalog()}
+    entries: dict[str, Manifest | SttManifest] = {**load_stt_catalog(), **load_catalog()}
     manifest = entries.get(model_id)
     if manifest is None:
         known = ", ".join(sorted(k for k, m in entries.items() if m.hf_repo))
@@ -507,7 +532,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
     disable_progress_bars()  # huggingface_hub's own bars: ours is drawn instead
     print(f"{manifest.id}: asking {downloader.hub_url} for {manifest.hf_repo}",
           file=sys.stderr)
-    cancel, events = threading.Event(), queue.Queue()
+    cancel = threading.Event()
+    events: queue.Queue[object] = queue.Queue()  # _fetch's reports
     # A daemon: a transfer stalled on the network must not keep a cancelled process alive.
     worker = threading.Thread(target=_fetch, args=(downloader, cancel, events),
                               name="download", daemon=True)
@@ -521,6 +547,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
         if finished is None or finished.result is None:
             return EXIT_INTERRUPTED
     progress.end_line()
+    assert finished is not None  # with no deadline, _follow returns the outcome
     if finished.error is not None:
         raise finished.error
     result = finished.result
@@ -640,5 +667,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handlers = {"models": lambda: _cmd_models(), "build": lambda: _cmd_build(args),
                 "run": lambda: _cmd_run(args), "bench": lambda: _cmd_bench(args),
-                "download": lambda: _cmd_download(args), "serve": lambda: _cmd_serve(args)}
+                "download": lambda: _cmd_download(args), "serve": lambda: _cmd_serve(args),
+                "plan": lambda: run_plan(args)}
     return _guarded(handlers[args.command], args.command, log_file)

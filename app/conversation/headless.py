@@ -20,21 +20,32 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from app.audio_file import read_mono_24k, write_wav_24k
+from app.audio_file import partial_path, prove_writable, read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint
+from app.checkpoints.loader import LoadedCheckpoint
+from app.conversation.assembly import (
+    build_backend,
+    build_engine,
+    build_pipeline,
+    engine_options,
+    load_speech_model,
+)
+from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline, PipelineStalled
 from app.engine import events as ev
-from app.engine.device import choose_device
-from app.engine.duplex_engine import FRAME_SAMPLES, SAMPLE_RATE, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
+from app.llm.backend import LLMBackend
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 
-FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # 12.5 Hz
+if TYPE_CHECKING:
+    from app.asr.stt_catalog import LoadedStt
+
 PACE_FAST = "as fast as it goes"
 PACE_REALTIME = "real time"
 PACE_REPLAY = "replay (LLM latency in frames)"
@@ -53,25 +64,6 @@ class Injection:
 
 
 @dataclass(frozen=True)
-class ConversationConfig:
-    """The LLM side of a headless run: ASR of the input, an LLM backend and its tools."""
-
-    asr_model: str | None = None  # STT catalog id (models/stt); None: no ASR
-    force_vad: bool = False  # end turns by the VAD even if the STT has an end-of-speech head
-    llm: str | None = None  # "ollama", "openai" or None
-    llm_host: str | None = None  # Ollama host or OpenAI-compatible base URL
-    llm_model: str | None = None
-    llm_timeout_s: float = 30.0
-    tools: tuple[str, ...] | None = None  # None: every configured tool
-    folders: tuple[str, ...] = ()  # local folders the local_search tool may read
-    realtime: bool = False  # feed frames at 80 ms, like a microphone (else: replay)
-    level_voice: bool = False  # level the input to -24 LUFS before the model and the ASR
-    # The <ret> deadline in seconds (None: the checkpoint's, 2.5 s); the reference's QA
-    # benchmark allows 10 s.
-    ret_deadline_s: float | None = None
-
-
-@dataclass(frozen=True)
 class RunSummary:
     frames: int
     audio_seconds: float
@@ -87,7 +79,9 @@ def _write(out: TextIO, record: dict) -> None:
 
 
 def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
-    """Fail before the run, not after it: each output must be a file we can create."""
+    """Fail before the run, not after it: each output must be a file we can create. The
+    temporary file each is written through is made, filled a little and removed, since a
+    folder can pass every permission check and still take no file (`/proc`, a full disk)."""
     seen: set[Path] = set()
     for path in outputs:
         path = Path(path)
@@ -108,73 +102,11 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
                                    f"{exc.strerror or exc}") from exc
         if not os.access(folder, os.W_OK):
             raise HeadlessRunError(f"cannot write into {folder}")
-
-
-def build_llm_backend(config: ConversationConfig):
-    """The LLM backend `config` names (Ollama or OpenAI-compatible)."""
-    if config.llm == "ollama":
-        from app.llm.ollama_backend import OllamaBackend, OllamaSettings
-
-        settings = OllamaSettings(timeout_s=config.llm_timeout_s)
-        overrides = {k: v for k, v in (("host", config.llm_host), ("model", config.llm_model))
-                     if v}
-        return OllamaBackend(replace(settings, **overrides))
-    if config.llm == "openai":
-        from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
-
-        if not config.llm_host:
-            raise HeadlessRunError("--llm openai needs --llm-host (the server's base URL)")
-        return OpenAICompatBackend(OpenAICompatSettings(
-            base_url=config.llm_host, model=config.llm_model or "",
-            api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
-            timeout_s=config.llm_timeout_s))
-    raise HeadlessRunError(f"unknown LLM backend {config.llm!r} (choose ollama or openai)")
-
-
-def load_asr_model(config: ConversationConfig, device):
-    """The STT of `config` (built first if it is a tiny one), to share across runs."""
-    from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
-
-    manifest = get_stt_manifest(config.asr_model or "")
-    return load_stt(manifest, ensure_stt_built(manifest), device)
-
-
-def _build_asr(config: ConversationConfig, device, stt=None):
-    from app.asr.asr_thread import AsrOptions, StreamingAsr
-
-    return StreamingAsr(stt if stt is not None else load_asr_model(config, device),
-                        AsrOptions(force_vad=config.force_vad))
-
-
-def build_pipeline(engine: DuplexEngine, config: ConversationConfig | None, device,
-                   replay: bool = False, stt=None, backend=None) -> ConversationPipeline:
-    """`replay`: fed in lock-step, the LLM's latency replayed as frames. `stt`: an STT
-    already loaded (LoadedStt); `backend`: an LLM backend to ask instead of `config.llm`'s."""
-    if config is None:
-        return ConversationPipeline(engine)
-    asr = _build_asr(config, device, stt) if config.asr_model else None
-    leveller = True if config.level_voice else None
-    orchestrator = None
-    if config.llm or backend is not None:
-        from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
-        from app.orchestrator.retrieval import user_profile
-        from app.tools.default_tools import ToolSettings, build_tools
-
-        tools = build_tools(ToolSettings(enabled=config.tools, local_folders=config.folders))
-        # About three characters a token: keep answers inside the injector's span budget.
-        retrieval = engine.checkpoint.manifest.retrieval
-        if retrieval is not None and config.ret_deadline_s is not None:
-            retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
-        options = OrchestratorOptions(
-            max_span_chars=engine.span_tokenizer.max_tokens * 3,
-            retrieval=retrieval,
-            profile=user_profile(engine.options.user_name, engine.options.user_city),
-            replay_llm_latency=replay)
-        if backend is None:
-            backend = build_llm_backend(config)
-        orchestrator = Orchestrator(backend, tools, engine, options)
-    return ConversationPipeline(engine, asr, orchestrator, leveller,
-                                replay=replay and orchestrator is not None)
+        try:
+            prove_writable(path)
+        except OSError as exc:
+            raise HeadlessRunError(f"cannot write {path} (a file in {folder} could not be "
+                                   f"made and filled: {exc.strerror or exc})") from exc
 
 
 def _record(event: object, frame: int) -> dict | None:
@@ -238,12 +170,14 @@ def _record(event: object, frame: int) -> dict | None:
 
 def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict],
                       engine: DuplexEngine, stopped: ev.EngineStopped | None,
-                      failure: list[str], done: int, frames: int) -> None:
+                      failure: list[str], done: int, frames: int,
+                      finish: Callable[[], None] | None = None) -> None:
     """The transcript's last lines, then its final name.
 
     Spans the input ended in the middle of are recorded with the chunks that did land
-    ("complete": false); a span still waiting is a notice. The last line is "end" only when
-    every frame came back; otherwise "error" with the reason."""
+    ("complete": false); a span still waiting is a notice. `finish` (writing the reply
+    audio) runs once every frame came back, before the last line: the last line is "end"
+    only when it all succeeded; otherwise "error" with the first reason."""
     try:
         for record in spans.values():
             if record["chunks"]:
@@ -255,6 +189,11 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
             failure.append(f"the engine returned {done} of {frames} frames")
         if not failure and stopped is None:
             failure.append("the run stopped before the engine did")
+        if not failure and finish is not None:
+            try:
+                finish()
+            except Exception as exc:  # a full disk at the very end is still the run's failure
+                failure.append(str(exc) or type(exc).__name__)
         if failure:
             _write(out, {"type": "error", "message": failure[0], "frames": done})
         else:
@@ -267,8 +206,10 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
 
 def _check_llm_timeout(conversation: ConversationConfig | None) -> None:
     if conversation is not None:
-        low, high = field_range(LlmSettings, "timeout_s")
-        if not low <= conversation.llm_timeout_s <= high:  # NaN fails too
+        limits = field_range(LlmSettings, "timeout_s")
+        assert limits is not None  # the setting declares its range
+        low, high = limits
+        if not low <= conversation.timeout_s <= high:  # NaN fails too
             raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
 
 
@@ -291,11 +232,12 @@ def run_headless(
     user_city: str | None = None,
     engine_hook: Callable[[DuplexEngine], None] | None = None,
     ret_at: tuple[float, ...] = (),
+    precision: str | None = None,
 ) -> RunSummary:
-    """`engine_hook` sees the engine before it starts (instrumentation: tests, benchmarks)."""
-    from app.checkpoints.loader import parse_dtype
-
-    manifest = get_manifest(model_id)
+    """The speech model the arguments name, with the LLM side of `conversation` (None: the
+    speech model alone; its speech-model fields are the arguments'). `engine_hook` sees the
+    engine before it starts (instrumentation: tests, benchmarks)."""
+    get_manifest(model_id)  # an unknown model fails first
     check_output_paths(input_path, [output_path, transcript_path])
     _check_llm_timeout(conversation)
     pcm = read_mono_24k(input_path)
@@ -309,14 +251,13 @@ def run_headless(
         if not 0 <= seconds <= duration:
             raise HeadlessRunError(
                 f"--ret-at {seconds:g} is outside the input (0 to {duration:.2f} s)")
-    torch_device = choose_device(device)
-    checkpoint = load_checkpoint(
-        manifest, ensure_built(manifest, folder), torch_device,
-        parse_dtype(dtype) if dtype else None,
-    )
-    options = EngineOptions(seed=seed, chunk_limit=chunk_limit, voice=voice, role=role,
-                            user_name=user_name, user_city=user_city,
-                            forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at))
+    config = replace(conversation or ConversationConfig(), model_id=model_id,
+                     custom_folder=str(folder) if folder else None, device=device or "auto",
+                     dtype=dtype or "auto", voice=voice, role=role, user_name=user_name,
+                     user_city=user_city, precision=precision or "auto")
+    checkpoint = load_speech_model(config)
+    options = engine_options(config, seed=seed, chunk_limit=chunk_limit,
+                             forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at))
     return run_conversation(checkpoint, pcm, output_path, transcript_path, options,
                             injections=injections, conversation=conversation,
                             timeout_s=timeout_s, engine_hook=engine_hook,
@@ -335,21 +276,26 @@ def run_conversation(
     timeout_s: float = 3600.0,
     engine_hook: Callable[[DuplexEngine], None] | None = None,
     input_name: str = "",
-    stt=None,
-    backend=None,
+    stt: LoadedStt | None = None,
+    backend: LLMBackend | None = None,
 ) -> RunSummary:
     """One conversation on an already loaded checkpoint: `pcm` (24 kHz mono) in, the reply
     audio and the JSONL transcript out. `stt` (a loaded STT) lets a series of runs share
-    what is slow to load; `backend`: an LLM backend to ask instead of `conversation.llm`'s
-    (the conversation closes it when it ends)."""
+    what is slow to load; `backend`: an LLM backend to ask instead of
+    `conversation.backend`'s (the conversation closes it when it ends)."""
     _check_llm_timeout(conversation)
-    engine = DuplexEngine(checkpoint, options)
+    config = conversation or ConversationConfig()  # None: the speech model alone
+    if backend is None and config.has_llm:
+        try:
+            backend = build_backend(config)
+        except ValueError as exc:  # an unknown backend, a server without its URL
+            raise HeadlessRunError(str(exc)) from exc
+    engine = build_engine(checkpoint, options)
     if engine_hook is not None:
         engine_hook(engine)
-    realtime = bool(conversation and conversation.realtime)
-    has_llm = bool(conversation and (conversation.llm or backend is not None))
-    pace = PACE_REALTIME if realtime else PACE_REPLAY if has_llm else PACE_FAST
-    pipeline = build_pipeline(engine, conversation, checkpoint.device,
+    has_llm = backend is not None
+    pace = PACE_REALTIME if config.realtime else PACE_REPLAY if has_llm else PACE_FAST
+    pipeline = build_pipeline(engine, config, checkpoint.device,
                               replay=pace == PACE_REPLAY, stt=stt, backend=backend)
     for injection in injections:
         engine.inject(injection.text, injection.source,
@@ -357,7 +303,7 @@ def run_conversation(
     frames = -(-len(pcm) // FRAME_SAMPLES)
     padded = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
     padded[: len(pcm)] = pcm
-    llm_timeout = conversation.llm_timeout_s if conversation else 0.0
+    llm_timeout = conversation.timeout_s if conversation else 0.0
     feeder = _Feeder(pipeline, padded, pace, timeout_s, llm_timeout + REPLAY_MARGIN_S)
     header = {"input": input_name, "frames": frames, "paced": pace,
               "trigger": (checkpoint.manifest.retrieval.trigger if pipeline.orchestrator
@@ -366,11 +312,18 @@ def run_conversation(
     pipeline.start()
     feeder.start()
     follower = _Follower(engine, pipeline, frames, header)
-    follower.follow(transcript_path, feeder, timeout_s)
+
+    def write_reply() -> None:
+        try:
+            write_wav_24k(output_path, follower.out_pcm[: len(pcm)])
+        except OSError as exc:
+            raise HeadlessRunError(f"cannot write the reply audio {output_path}: "
+                                   f"{exc.strerror or exc}") from exc
+
+    follower.follow(transcript_path, feeder, timeout_s, write_reply)
     elapsed = time.perf_counter() - start
     if follower.failure:
         raise HeadlessRunError(follower.failure[0])
-    write_wav_24k(output_path, follower.out_pcm[: len(pcm)])
     return RunSummary(frames, len(pcm) / SAMPLE_RATE, elapsed, follower.landed,
                       "".join(follower.text_parts))
 
@@ -447,11 +400,13 @@ class _Follower:
         self.last_frame = -1
         self.stopped: ev.EngineStopped | None = None
 
-    def follow(self, transcript_path: Path, feeder: _Feeder, timeout_s: float) -> None:
-        """Until the engine stops (or the feeder fails, or `timeout_s`). The transcript is
-        written beside its final name and renamed at the end: a run that fails keeps what it
-        wrote, closed by an "error" line, never an "end" line."""
-        partial = transcript_path.with_name(f".{transcript_path.name}.partial")
+    def follow(self, transcript_path: Path, feeder: _Feeder, timeout_s: float,
+               finish: Callable[[], None] | None = None) -> None:
+        """Until the engine stops (or the feeder fails, or `timeout_s`), then `finish` (the
+        reply audio). The transcript is written beside its final name and renamed at the
+        end: a run that fails, in `finish` too, keeps what it wrote, closed by an "error"
+        line, never an "end" line."""
+        partial = partial_path(transcript_path)
         out = partial.open("w", encoding="utf-8", errors="backslashreplace")
         try:
             deadline = time.monotonic() + timeout_s
@@ -475,7 +430,7 @@ class _Follower:
             feeder.stop(10.0)
             self.failure.extend(feeder.failure)
             _close_transcript(out, partial, transcript_path, self.spans, self.engine,
-                              self.stopped, self.failure, self.done, self.frames)
+                              self.stopped, self.failure, self.done, self.frames, finish)
 
     def _on_event(self, event: object, out: TextIO) -> None:
         if isinstance(event, ev.EngineReady):
@@ -530,6 +485,6 @@ class _Follower:
         elif isinstance(event, ev.EngineStopped):
             self.stopped = event
         else:
-            record = _record(event, self.last_frame)
-            if record is not None:
-                _write(out, record)
+            line = _record(event, self.last_frame)
+            if line is not None:
+                _write(out, line)

@@ -3,8 +3,11 @@
 Audio frames fan out to the engine and the ASR, through the voice leveller's thread when
 there is one (both then hear the same levelled voice, as the reference serves it). All
 stages emit into one queue; a router thread forwards what the orchestrator needs (the
-user's words, the model's words and its <ret>, span landings, audio frames) and passes every
-event on to `events` for the UI or a transcript.
+user's words, the model's words and its <ret>, span landings, the frame clock) and passes
+every event on to `events` for the UI or a transcript. The model's voice goes first, to the
+audio sink when there is one (the session's speaker: `set_audio_sink`), from the router's
+own thread, so nothing the reader of `events` does (settings, the transcript, a slow
+listener) can hold it back on its way to the jitter buffer.
 
 A file fed faster than real time with an LLM side (`replay`) goes in lock-step:
 `wait_for_frame(i)` returns once every stage has handled frame i - 1 and every event it gave,
@@ -16,9 +19,11 @@ and the engine run.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,7 +35,11 @@ from app.engine.duplex_engine import DuplexEngine
 from app.engine.events import AudioOut, EngineStopped
 from app.orchestrator.orchestrator import Orchestrator
 
+log = logging.getLogger(__name__)
+
 _ASR_EVENTS = (AsrWord, AsrPartial, AsrFinal, AsrError)
+
+AudioSink = Callable[[AudioOut], None]
 
 
 class AsrStage(Protocol):
@@ -39,7 +48,7 @@ class AsrStage(Protocol):
 
     def start(self) -> None: ...
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool: ...
-    def finish_input(self, timeout: float = 10.0) -> None: ...
+    def finish_input(self, timeout: float | None = 10.0) -> None: ...
     def stop(self, timeout: float = 10.0) -> bool: ...
     def wait_frames(self, count: int, timeout: float) -> bool: ...
 
@@ -86,6 +95,7 @@ class ConversationPipeline:
         self._engine_stopped = False
         self._held: list[object] = []  # replay: recogniser events until the next barrier
         self._holding = replay
+        self._audio_sink: AudioSink | None = None
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
     def _consumers(self) -> list:
@@ -113,6 +123,12 @@ class ConversationPipeline:
         self.orchestrator = orchestrator  # the router reads it per event
         if old is not None and old is not orchestrator:
             old.stop(timeout)
+
+    def set_audio_sink(self, sink: AudioSink | None) -> None:
+        """Hand the model's audio frames to `sink` (called on the router's thread, the
+        moment the router has the frame, before anything else sees it) instead of putting
+        them in `events`. None: the frames go to `events`, as a headless run records them."""
+        self._audio_sink = sink
 
     def set_level_voice(self, enabled: bool) -> None:
         if self.leveller is not None:
@@ -235,13 +251,15 @@ class ConversationPipeline:
             self._deliver(event)
 
     def _deliver(self, event: object) -> None:
+        played = isinstance(event, AudioOut) and self._play(event)
         orchestrator = self.orchestrator
         if orchestrator is not None:
             if isinstance(event, _ASR_EVENTS):
                 orchestrator.on_asr_event(event)
             else:
                 orchestrator.on_engine_event(event)
-        self.events.put(event)
+        if not played:
+            self.events.put(event)
         if isinstance(event, (AudioOut, EngineStopped)):
             with self._progress:
                 if isinstance(event, AudioOut):
@@ -249,3 +267,14 @@ class ConversationPipeline:
                 else:
                     self._engine_stopped = True
                 self._progress.notify_all()
+
+    def _play(self, audio: AudioOut) -> bool:
+        """The frame to the audio sink; False when there is none (it goes to `events`)."""
+        sink = self._audio_sink
+        if sink is None:
+            return False
+        try:
+            sink(audio)
+        except Exception:  # a failing speaker must not stop the conversation
+            log.exception("the audio sink failed on frame %d", audio.frame_index)
+        return True

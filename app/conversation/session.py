@@ -2,7 +2,9 @@
 
 No Qt here: the desktop app wraps a session in a QObject that turns the listener's calls
 into signals. Loading and running happen on the session's own thread; every call from the
-GUI thread returns at once (changes it asks for run on the session's thread).
+GUI thread returns at once: what it asks is a message (session_messages.py) that the
+session's thread handles, in order, so the transcript has one writer. The model's voice
+does not wait on that thread: the pipeline's router hands each frame to the speaker.
 
 Text always works. Without a microphone the model hears silence at a microphone's pace
 (`SilentMicrophone`), without a speaker its audio is dropped: typed questions are answered,
@@ -18,42 +20,51 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
-from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import (
-    CheckpointMissingError,
-    LoadedCheckpoint,
-    ensure_built,
-    load_checkpoint,
-    parse_dtype,
+from app.checkpoints.loader import CheckpointMissingError, LoadedCheckpoint
+from app.conversation.assembly import (
+    build_backend,
+    build_engine,
+    build_orchestrator,
+    build_pipeline,
+    build_tools,
+    engine_options,
+    load_speech_model,
 )
+from app.conversation.audio_source import (
+    AudioSource,
+    HasWarnings,
+    OpensOneStream,
+    ReportsErrors,
+    SwitchesEchoMode,
+)
+from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
+from app.conversation.session_messages import (
+    ApplySettings,
+    InjectText,
+    SendText,
+    SessionMessage,
+)
 from app.conversation.transcript.builder import TranscriptBuilder, llm_label
 from app.conversation.transcript.entries import TranscriptEntry
 from app.engine import events as ev
 from app.engine.device import choose_device
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine
 from app.orchestrator import events as oe
 from app.remote import events as remote
 from app.settings.schema import AppSettings, LlmSettings
 
+if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model
+    import numpy as np
+
+    from app.remote.remote_engine import RemoteEngine
+
 log = logging.getLogger(__name__)
 
 MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut, with a notice
-
-
-class AudioSource(Protocol):
-    muted: bool
-
-    def start(self, on_frame: Callable[[np.ndarray], object]) -> None: ...
-    def play(self, frame: np.ndarray) -> None: ...
-    def levels(self) -> tuple[float, float]: ...
-    def counters(self) -> dict[str, int]: ...
-    def stop(self, timeout: float = 5.0) -> bool: ...
+SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
 
 
 @dataclass(frozen=True)
@@ -145,74 +156,6 @@ def _llm_changed(old: LlmSettings, new: LlmSettings) -> bool:
     return any(getattr(old, name) != getattr(new, name) for name in _LIVE_LLM_FIELDS)
 
 
-def _make_backend(llm: LlmSettings):
-    if llm.backend == "ollama":
-        from app.llm.ollama_backend import OllamaBackend, OllamaSettings
-
-        return OllamaBackend(OllamaSettings(host=llm.host, model=llm.model or
-                                            OllamaSettings().model, timeout_s=llm.timeout_s))
-    from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
-
-    return OpenAICompatBackend(OpenAICompatSettings(base_url=llm.host, model=llm.model,
-                                                    timeout_s=llm.timeout_s))
-
-
-def _make_tools(llm: LlmSettings, notice):
-    from app.tools.default_tools import ToolSettings, build_tools
-
-    enabled = tuple(llm.tools) if llm.tools_enabled else ()
-    try:
-        return build_tools(ToolSettings(enabled=enabled, local_folders=llm.search_folders))
-    except ValueError as exc:
-        notice(f"Tools are off: {exc}", "warning")
-        return build_tools(ToolSettings(enabled=()))
-
-
-def _make_orchestrator(settings: AppSettings, engine, backend, tools):
-    from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
-    from app.orchestrator.retrieval import user_profile
-
-    speech = settings.speech
-    if isinstance(engine, DuplexEngine):
-        max_tokens, retrieval = (engine.span_tokenizer.max_tokens,
-                                 engine.checkpoint.manifest.retrieval)
-    else:  # a RemoteEngine: what the app's catalog says about the server's model
-        max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
-    options = OrchestratorOptions(max_span_chars=max_tokens * 3, retrieval=retrieval,
-                                  profile=user_profile(speech.user_name, speech.user_city))
-    return Orchestrator(backend, tools, engine, options)
-
-
-def _make_asr(llm: LlmSettings, device, notice):
-    if llm.stt_model == "none":
-        return None
-    try:
-        from app.asr.asr_thread import AsrOptions, StreamingAsr
-        from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
-
-        manifest = get_stt_manifest(llm.stt_model)
-        return StreamingAsr(load_stt(manifest, ensure_stt_built(manifest), device),
-                            AsrOptions(force_vad=llm.end_of_turn == "vad"))
-    except CheckpointMissingError:  # the app offers the download when Start is pressed
-        notice(f"Speech recognition is off: {llm.stt_model} is not on disk. Typed questions "
-               "still reach the LLM; press Start again to download it, or choose \"None "
-               "(typed questions only)\" in Settings.", "warning")
-    except Exception as exc:  # speech recognition is optional: typing still reaches the LLM
-        notice(f"Speech recognition is off ({exc}); typed questions still reach the LLM.",
-               "warning")
-    return None
-
-
-def _build_llm_side(settings: AppSettings, engine, device, notice):
-    """ASR and orchestrator from settings; what cannot be had is a notice, not a failure."""
-    llm = settings.llm
-    if llm.backend == "none":
-        return None, None
-    orchestrator = _make_orchestrator(settings, engine, _make_backend(llm),
-                                      _make_tools(llm, notice))
-    return _make_asr(llm, device, notice), orchestrator
-
-
 class ConversationSession:
     def __init__(
         self,
@@ -234,16 +177,23 @@ class ConversationSession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
-        self._engine = None  # DuplexEngine, or RemoteEngine (app/remote) for a server's model
+        # The engine once it is up; a RemoteEngine (app/remote) for a server's model.
+        self._engine: DuplexEngine | RemoteEngine | None = None
         self._remote_down = False  # the server's connection dropped: paused until it is back
         self._audio: AudioSource | None = None
+        # Where the model's voice goes: the audio in use once it started (None while the
+        # devices are being opened). Read by the pipeline's router thread, which plays.
+        self._speaker: AudioSource | None = None
         self._status = SessionStatus()
         self._muted = False
-        self._pending: list[Callable[[], None]] = []  # texts sent before the engine is up
-        self._lock = threading.Lock()
         self._audio_error: str | None = None  # set from the audio's error callback
         self._resume = threading.Event()
-        self._control: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        # The GUI thread's requests, in the order asked; handled once the engine is up.
+        self._control: queue.SimpleQueue[SessionMessage] = queue.SimpleQueue()
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            ApplySettings: self._on_apply_settings, SendText: self._on_send_text,
+            InjectText: self._on_inject_text,
+        }
         self._audio_missing: tuple[str, ...] = ()  # "microphone", "speaker": not in use now
         self._audio_said: set[tuple[str, ...]] = set()  # no-device notices already shown
 
@@ -303,37 +253,48 @@ class ConversationSession:
         """Apply at once what can be (the LLM side, tools, echo mode, voice levelling; mute
         is `set_muted`); returns what applies only after a restart, in words."""
         needs_restart = restart_needed(self._started_with, settings)
-        self._when_running(lambda: self._apply(settings))  # before what is typed after it
+        self._control.put(ApplySettings(settings))  # before what is typed after it
         return needs_restart
 
     def send_text(self, text: str) -> None:
         """A typed question: shown as the user's, and asked to the LLM."""
         text = text.strip()
-        if not text:
-            return
-        for entry in self._builder.typed(text):
-            self._listener.on_entry(entry)
-        self._when_running(lambda: self._typed(text))
+        if text:
+            self._control.put(SendText(text))
 
     def inject_text(self, text: str, source: str) -> None:
         """'Read this': text the user pasted or dropped goes in as a span, as-is."""
+        self._control.put(InjectText(text, source))
+
+    # ---- session thread: the GUI thread's requests, one handler each --------------------
+
+    def _run_control(self) -> None:
+        """What the GUI thread asked since the last time, in order (a question typed after
+        new settings goes to the new LLM)."""
+        while True:
+            try:
+                message = self._control.get_nowait()
+            except queue.Empty:
+                return
+            self._handlers[type(message)](message)
+
+    def _on_apply_settings(self, message: ApplySettings) -> None:
+        self._apply(message.settings)
+
+    def _on_send_text(self, message: SendText) -> None:
+        for entry in self._builder.typed(message.text):
+            self._listener.on_entry(entry)
+        self._typed(message.text)
+
+    def _on_inject_text(self, message: InjectText) -> None:
+        text, source = message.text, message.source
         if len(text) > MAX_DROPPED_TEXT_CHARS:
-            self._listener.on_entry(self._builder.notice(
-                f"{source}: only the first {MAX_DROPPED_TEXT_CHARS} characters are read",
-                "warning"))
+            self._notice(f"{source}: only the first {MAX_DROPPED_TEXT_CHARS} characters are "
+                         "read", "warning")
             text = text[:MAX_DROPPED_TEXT_CHARS]
-        self._when_running(lambda: self._inject(text, source))
+        self._inject(text, source)
 
     # ---- session thread ---------------------------------------------------------------
-
-    def _when_running(self, action: Callable[[], None]) -> None:
-        """Run `action` on the session's thread, in the order asked (a question typed after
-        new settings goes to the new LLM), once the engine is up."""
-        with self._lock:
-            if self._engine is None:
-                self._pending.append(action)
-                return
-        self._control.put(action)
 
     def _typed(self, text: str) -> None:
         pipeline = self._pipeline
@@ -359,52 +320,40 @@ class ConversationSession:
     def _notice(self, message: str, severity: str = "warning") -> None:
         self._listener.on_entry(self._builder.notice(message, severity))
 
-    def _load(self) -> LoadedCheckpoint:
-        speech = self.settings.speech
-        manifest = get_manifest(speech.model_id)
-        folder = Path(speech.custom_folder) if speech.custom_folder else None
-        device = choose_device(speech.device)
-        dtype = None if speech.dtype == "auto" else parse_dtype(speech.dtype)
-        # speech.quantize is ignored: 8-bit weights are not wired to a verified path yet.
-        key = (manifest.id, str(folder), str(device), str(dtype))
-
-        def load() -> LoadedCheckpoint:
-            self._listener.on_state("loading", f"Loading {manifest.display_name} on {device}…")
-            return load_checkpoint(manifest, ensure_built(manifest, folder), device, dtype)
-
-        return self._cache.get(key, load)
+    def _load(self, config: ConversationConfig) -> LoadedCheckpoint:
+        return load_speech_model(config, cache=self._cache,
+                                 on_loading=lambda what: self._listener.on_state("loading", what))
 
     def _run(self) -> None:
         # The final state is announced only after every stage has shut down, so that a
         # new session (sharing the cached checkpoint) never starts beside a dying one.
         final = ("stopped", "Stopped")
         try:
+            config = ConversationConfig.from_settings(self.settings)
+            engine: DuplexEngine | RemoteEngine
             if self.settings.engine.mode == "server":
-                engine = self._connect_remote()
-                if engine is None:  # stopped while connecting
+                remote = self._connect_remote()
+                if remote is None:  # stopped while connecting
                     return
-                device = choose_device(self.settings.speech.device)  # for the recogniser
+                engine = remote
+                device = choose_device(config.device)  # for the recogniser
             else:
-                checkpoint = self._load()
+                checkpoint = self._load(config)
                 if self._stop.is_set():
                     return
                 self._listener.on_state("loading", "Warming up the speech model…")
-                speech = self.settings.speech
-                engine = DuplexEngine(checkpoint, EngineOptions(
-                    voice=speech.voice, role=speech.role, user_name=speech.user_name,
-                    user_city=speech.user_city))
+                engine = build_engine(checkpoint, engine_options(config))
                 device = checkpoint.device
-            asr, orchestrator = _build_llm_side(self.settings, engine, device, self._notice)
-            pipeline = ConversationPipeline(engine, asr, orchestrator,
-                                            leveller=self.settings.audio.level_voice)
+            # What cannot be had (the recogniser, the tools) is a notice, not a failure.
+            pipeline = build_pipeline(engine, config, device, notice=self._notice, live=True,
+                                      host_flag=SETTINGS_HOST)
+            orchestrator = pipeline.orchestrator
             self._pipeline = pipeline
+            pipeline.set_audio_sink(self._play)  # the voice never waits on this thread
             pipeline.start()
             self._wait_ready(pipeline)
-            with self._lock:
-                self._engine = engine
-                pending, self._pending = self._pending, []
-            for action in pending:
-                action()
+            self._engine = engine
+            self._run_control()  # what was asked while the engine loaded, in order
             self._status = self._first_status(engine, orchestrator is not None)
             self._start_audio(pipeline)
             self._pump(pipeline)
@@ -418,7 +367,7 @@ class ConversationSession:
             self._shutdown()
             self._listener.on_state(*final)
 
-    def _connect_remote(self):
+    def _connect_remote(self) -> RemoteEngine | None:
         """The speech model on a server: connected and its `ready` heard, or None when the
         conversation was stopped meanwhile. Raises RemoteEngineError with the reason."""
         from app.remote.remote_engine import RemoteEngine, RemoteOptions
@@ -432,7 +381,8 @@ class ConversationSession:
             role=speech.role, user_name=speech.user_name, user_city=speech.user_city))
         return engine if engine.connect(cancel=self._stop) else None
 
-    def _first_status(self, engine, llm_on: bool) -> SessionStatus:
+    def _first_status(self, engine: DuplexEngine | RemoteEngine,
+                      llm_on: bool) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
         if isinstance(engine, DuplexEngine):
             checkpoint = engine.checkpoint
@@ -458,7 +408,7 @@ class ConversationSession:
             raise TimeoutError("the speech model did not get ready within 10 minutes")
 
     @staticmethod
-    def _next(pipeline: ConversationPipeline, timeout: float):
+    def _next(pipeline: ConversationPipeline, timeout: float) -> object | None:
         try:
             return pipeline.events.get(timeout=timeout)
         except queue.Empty:
@@ -469,7 +419,7 @@ class ConversationSession:
     def _open_audio(self) -> AudioSource:
         audio = self._audio_factory(self.settings)
         audio.muted = self._muted
-        if hasattr(audio, "on_error"):  # live devices report unplugging and stream failures
+        if isinstance(audio, ReportsErrors):  # live devices: unplugging, stream failures
             audio.on_error = self._on_audio_error
         return audio
 
@@ -481,10 +431,12 @@ class ConversationSession:
         audio = self._open_audio()
         self._audio = audio
         started = audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is not False
-        for warning in getattr(audio, "warnings", ()):  # e.g. a saved device is gone
-            self._notice(str(warning), "warning")
+        if isinstance(audio, HasWarnings):
+            for warning in audio.warnings:  # e.g. a saved device is gone
+                self._notice(str(warning), "warning")
         if started and self._audio_error is None:
             self._audio_missing = ()
+            self._speaker = audio
             self._listener.on_state("running", "Listening")
             return
         reason = self._audio_error or "the audio devices could not be opened"
@@ -498,30 +450,30 @@ class ConversationSession:
         for a missing microphone, a missing speaker's audio is dropped."""
         from app.audio.silent_microphone import SilentMicrophone
 
-        def push(frame):
+        def push(frame: np.ndarray) -> bool:
             return pipeline.push_frame(frame, 0.0)
 
         audio: AudioSource | None = None
         missing: tuple[str, ...] = ("microphone", "speaker")
-        only = getattr(failed, "only", None)  # LiveAudio can open one stream alone
-        if callable(only):
-            speaker = only("output")
+        if isinstance(failed, OpensOneStream):  # LiveAudio can open one stream alone
+            speaker = failed.only("output")
             if speaker.start(push) is not False:
                 audio, missing = SilentMicrophone(speaker), ("microphone",)
             else:
-                microphone = only("input")
+                microphone = failed.only("input")
                 if microphone.start(push) is not False:
                     audio, missing = microphone, ("speaker",)
         if audio is None:
             audio = SilentMicrophone()
         if isinstance(audio, SilentMicrophone):
             audio.start(push)
-            if audio.speaker is not None and hasattr(audio.speaker, "on_error"):
+            if isinstance(audio.speaker, ReportsErrors):
                 audio.speaker.on_error = self._on_audio_error
-        elif hasattr(audio, "on_error"):
+        elif isinstance(audio, ReportsErrors):
             audio.on_error = self._on_audio_error
         audio.muted = self._muted
         self._audio, self._audio_missing = audio, missing
+        self._speaker = audio
         self._audio_error = None
         self._say_without_devices(missing, reason)
 
@@ -548,11 +500,13 @@ class ConversationSession:
 
         message = self._audio_error or "audio device problem"
         self._audio_error = None
+        self._speaker = None
         if self._audio is not None:
             self._audio.stop()
         audio = SilentMicrophone()
         audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
         self._audio, self._audio_missing = audio, ("microphone", "speaker")
+        self._speaker = audio
         self._notice(
             f"Audio stopped: {message}. The conversation goes on without audio (paused): "
             "typed questions and \"Read this\" still work. Check the device, then press "
@@ -561,6 +515,7 @@ class ConversationSession:
 
     def _reopen_audio(self, pipeline: ConversationPipeline) -> None:
         """Resume: open the devices from the settings again."""
+        self._speaker = None
         if self._audio is not None:
             self._audio.stop()
         self._start_audio(pipeline)
@@ -574,10 +529,9 @@ class ConversationSession:
             return
         if settings.audio.level_voice != old.audio.level_voice:
             pipeline.set_level_voice(settings.audio.level_voice)
-        if settings.audio.echo_mode != old.audio.echo_mode:
-            set_echo_mode = getattr(self._audio, "set_echo_mode", None)
-            if callable(set_echo_mode):
-                set_echo_mode(settings.audio.echo_mode)
+        if settings.audio.echo_mode != old.audio.echo_mode and isinstance(
+                self._audio, SwitchesEchoMode):
+            self._audio.set_echo_mode(settings.audio.echo_mode)
         if _llm_changed(old.llm, settings.llm):
             self._reconfigure_llm(pipeline, settings)
 
@@ -590,27 +544,25 @@ class ConversationSession:
             self._status = _with(self._status, llm_state="off", llm_message="")
             self._notice("The assistant (LLM) is off now.", "info")
             return
-        backend, tools = _make_backend(llm), _make_tools(llm, self._notice)
+        config = ConversationConfig.from_settings(settings)
+        try:
+            backend = build_backend(config, SETTINGS_HOST)
+        except ValueError as exc:  # the conversation goes on with the LLM side it had
+            self._notice(f"The assistant keeps its previous settings: {exc}", "warning")
+            return
+        tools = build_tools(config, self._notice)
         self._builder.set_llm(llm_label(llm.backend, llm.model))
         orchestrator = pipeline.orchestrator
         if orchestrator is None:
             engine = self._engine
             if engine is None:
                 return
-            pipeline.set_orchestrator(_make_orchestrator(settings, engine, backend, tools))
+            pipeline.set_orchestrator(build_orchestrator(config, engine, backend, tools))
         else:
             orchestrator.reconfigure(backend, tools)
         self._status = _with(self._status, llm_state="idle", llm_message="")
         model = f" {llm.model}" if llm.model else ""
         self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}.", "info")
-
-    def _run_control(self) -> None:
-        while True:
-            try:
-                action = self._control.get_nowait()
-            except queue.Empty:
-                return
-            action()
 
     # ---- the event loop -----------------------------------------------------------------
 
@@ -624,15 +576,14 @@ class ConversationSession:
                 self._resume.clear()
                 if self._audio_missing:
                     self._reopen_audio(pipeline)
-                if self._remote_down:
-                    self._engine.reconnect_now()
+                engine = self._engine
+                if self._remote_down and engine is not None and not isinstance(
+                        engine, DuplexEngine):
+                    engine.reconnect_now()
             audio = self._audio
             event = self._next(pipeline, 0.05)
             if event is not None:
-                if isinstance(event, ev.AudioOut):
-                    if audio is not None:
-                        audio.play(event.pcm)  # straight to the jitter buffer, never via Qt
-                elif isinstance(event, ev.EngineStopped):
+                if isinstance(event, ev.EngineStopped):
                     if event.reason == "error":
                         raise RuntimeError("the speech engine stopped after an error")
                     return
@@ -656,6 +607,14 @@ class ConversationSession:
                                          network_rtt_ms=stats.rtt_ms,
                                          late_frames=stats.late_frames)
                 self._listener.on_status(self._status)
+
+    def _play(self, audio: ev.AudioOut) -> None:
+        """The model's voice, called on the pipeline's router thread as soon as the frame is
+        out of the engine: straight to the jitter buffer, never behind this thread's work
+        (settings, the transcript, the listener) and never via Qt."""
+        speaker = self._speaker
+        if speaker is not None:
+            speaker.play(audio.pcm)
 
     def _engine_dropped(self) -> int:
         pipeline = self._pipeline
@@ -710,15 +669,15 @@ class ConversationSession:
                 self._listener.on_state("running", "Listening")
 
     def _shutdown(self) -> None:
+        self._speaker = None
         if self._audio is not None:
             self._audio.stop()
         if self._pipeline is not None:
             self._pipeline.stop()
-        with self._lock:
-            self._engine = None
+        self._engine = None
 
 
-def _with(status: SessionStatus, **changes) -> SessionStatus:
+def _with(status: SessionStatus, **changes: Any) -> SessionStatus:
     from dataclasses import replace
 
     return replace(status, **changes)

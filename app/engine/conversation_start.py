@@ -30,9 +30,8 @@ from moshi.models import MimiModel
 
 from app.checkpoints.catalog import ConversationStart, Manifest
 from app.engine.forcing_generator import ForcedStep
+from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 
-FRAME_SAMPLES = 1920
-SAMPLE_RATE = 24000
 VOICE_LUFS = -24.0
 _AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 
@@ -109,7 +108,7 @@ def placeholder_codes(mimi: MimiModel, agent: tuple[int, ...] | None,
     if agent is None:
         agent = tuple(encode_pcm(mimi, np.zeros(FRAME_SAMPLES, np.float32))[:, 0].tolist())
     if user is None:
-        user = tuple(encode_pcm(mimi, tone(FRAME_SAMPLES / SAMPLE_RATE))[:, 0].tolist())
+        user = tuple(encode_pcm(mimi, tone(FRAME_S))[:, 0].tolist())
     return Placeholders(tuple(int(c) for c in agent), tuple(int(c) for c in user))
 
 

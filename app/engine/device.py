@@ -1,11 +1,48 @@
-"""Pick the device the engine runs on: CUDA, then Apple MPS, then the CPU."""
+"""Pick the device the engine runs on: CUDA, then Apple MPS, then the CPU; or MLX.
+
+"mlx" is the MLX engine (app/engine/mlx/): the LM on `mlx.core`, chosen automatically on
+Apple Silicon where mlx imports (the 7B keeps real time there only through MLX), and
+selectable anywhere it imports (`mlx[cpu]` on Linux). Its torch part, Mimi, runs on the CPU.
+"""
 
 from __future__ import annotations
 
+import platform
+import sys
+
 import torch
+
+MLX = "mlx"
+
+
+def mlx_importable() -> bool:
+    try:
+        import mlx.core  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def on_apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def uses_mlx(preference: str | None = None) -> bool:
+    """Whether the engine for `preference` is the MLX one: asked for ("mlx"; an error
+    where mlx does not import), or "auto" on Apple Silicon with mlx installed."""
+    if preference == MLX:
+        if not mlx_importable():
+            raise ValueError("device 'mlx' was asked for, but mlx does not import here "
+                             "(pip install mlx; on Linux, mlx[cpu])")
+        return True
+    return (not preference or preference == "auto") and on_apple_silicon() and mlx_importable()
 
 
 def choose_device(preference: str | None = None) -> torch.device:
+    """The torch device. "mlx": the CPU, where the MLX engine's Mimi runs ("auto" stays
+    torch's choice: the recogniser and the benchmarks still use the GPU or MPS)."""
+    if preference == MLX and uses_mlx(preference):
+        return torch.device("cpu")
     if preference and preference != "auto":
         device = torch.device(preference)
         if device.type == "cuda" and not torch.cuda.is_available():

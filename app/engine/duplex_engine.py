@@ -18,7 +18,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -35,22 +37,23 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     EngineStopped,
+    FirstAudioAfterSpan,
     FrameStats,
     RetToken,
     SpanChunkInjected,
+    SpanInjected,
     TextPiece,
 )
 from app.engine.forcing_generator import ForcingGenerator
-from app.engine.frame_budget import FRAME_MS, AdaptiveChunkLimit, measure_chunk_budget
+from app.engine.frame_budget import AdaptiveChunkLimit, ChunkBudget, measure_chunk_budget
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
 from app.engine.span_injector import SpanInjector, prefill, warmup_sizes
 from app.engine.span_text import SpanTokenizer
-from app.frame_worker import END_OF_INPUT, FRAME_SAMPLES, FrameWorker
+from app.frame_worker import END_OF_INPUT, FrameWorker
+from app.frames import FRAME_MS, FRAME_SAMPLES
 
 log = logging.getLogger(__name__)
-
-SAMPLE_RATE = 24000
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,24 @@ class EngineOptions:
     forced_ret_frames: frozenset[int] = frozenset()
 
 
+class _SamplingArguments(TypedDict):
+    """The sampling arguments moshi's LMGen and the forcing generator share."""
+
+    use_sampling: bool
+    temp: float
+    temp_text: float
+    top_k: int
+    top_k_text: int
+
+
 class EngineStoppedError(RuntimeError):
     """A span offered to an engine that has stopped."""
 
 
 class DuplexEngine(FrameWorker):
+    # The framework's part (the MLX engine, app/engine/mlx/mlx_engine.py, has its own).
+    injector_class: type[SpanInjector] = SpanInjector
+
     def __init__(
         self,
         checkpoint: LoadedCheckpoint,
@@ -87,15 +103,7 @@ class DuplexEngine(FrameWorker):
         super().__init__(self.options.input_queue_frames, "duplex-engine")
         self.checkpoint = checkpoint
         manifest = checkpoint.manifest
-        sampling = manifest.sampling
-        self.lm_gen: LMGen | ForcingGenerator
-        sampling_kwargs = dict(
-            use_sampling=not self.options.greedy, temp=sampling.temp,
-            temp_text=sampling.temp_text, top_k=sampling.top_k, top_k_text=sampling.top_k_text)
-        if manifest.generator == "forcing":
-            self.lm_gen = ForcingGenerator(checkpoint.lm, **sampling_kwargs)
-        else:
-            self.lm_gen = LMGen(checkpoint.lm, cfg_coef=sampling.cfg_coef, **sampling_kwargs)
+        self.lm_gen = self._make_generator()
         self.context_window = int(checkpoint.lm.context or 0)
         self.ledger = ContextLedger(self.context_window)
         retrieval = manifest.retrieval
@@ -118,7 +126,7 @@ class DuplexEngine(FrameWorker):
             self.max_chunk = max(1, min(manifest.max_chunk_positions, self.options.chunk_limit
                                         or manifest.max_chunk_positions))
         self.placeholders: Placeholders | None = None  # block codes, set before streaming
-        self.injector = SpanInjector(
+        self.injector = self.injector_class(
             self.lm_gen, self.span_tokenizer, self.ledger, self.max_chunk,
             block_columns=self._block_columns if self.blocks else None,
         )
@@ -126,8 +134,19 @@ class DuplexEngine(FrameWorker):
         self.events: queue.SimpleQueue[EngineEvent] = events or queue.SimpleQueue()
         self.frame_index = 0
         self.ready = threading.Event()
-        self.budget = None
+        self.budget: ChunkBudget | None = None
         self.adaptive: AdaptiveChunkLimit | None = None  # None: a fixed chunk limit
+
+    def _make_generator(self) -> LMGen | ForcingGenerator:
+        """The generator the checkpoint was trained with (its manifest's `generator`)."""
+        manifest = self.checkpoint.manifest
+        sampling = manifest.sampling
+        sampling_kwargs = _SamplingArguments(
+            use_sampling=not self.options.greedy, temp=sampling.temp,
+            temp_text=sampling.temp_text, top_k=sampling.top_k, top_k_text=sampling.top_k_text)
+        if manifest.generator == "forcing":
+            return ForcingGenerator(self.checkpoint.lm, **sampling_kwargs)
+        return LMGen(self.checkpoint.lm, cfg_coef=sampling.cfg_coef, **sampling_kwargs)
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -148,7 +167,7 @@ class DuplexEngine(FrameWorker):
     def _emit(self, event: EngineEvent) -> None:
         self.events.put(event)
 
-    def _block_columns(self, ids) -> torch.Tensor:
+    def _block_columns(self, ids: Sequence[int]) -> torch.Tensor:
         assert self.placeholders is not None
         return block_columns(ids, self.placeholders, self.checkpoint.lm.num_codebooks)
 
@@ -275,7 +294,8 @@ class DuplexEngine(FrameWorker):
         # None while the delays fill.
         if self.ready.is_set() and self.frame_index in self.options.forced_ret_frames:
             ret = torch.tensor([self.ret_id], device=ck.device)
-            tokens = self.lm_gen.step(codes, None, ret)  # type: ignore[call-arg]
+            assert isinstance(self.lm_gen, ForcingGenerator)  # forced <ret>: checked in __init__
+            tokens = self.lm_gen.step(codes, None, ret)
         else:
             tokens = self.lm_gen.step(codes)
         if tokens is None:
@@ -316,6 +336,7 @@ class DuplexEngine(FrameWorker):
                 if self.adaptive is not None and isinstance(event, SpanChunkInjected):
                     self.adaptive.observe_chunk(event.k, event.prefill_ms)
             model_start = time.perf_counter()
+            # The input queue holds objects: the frames, and END_OF_INPUT (handled above).
             text_id, pcm_out = self._model_frame(item)  # type: ignore[arg-type]
             block = self.injector.last_block
             if self.adaptive is not None or block is not None:
@@ -336,7 +357,12 @@ class DuplexEngine(FrameWorker):
             if shown is not None:
                 piece = tokenizer.id_to_piece(shown).replace("▁", " ")
                 self._emit(TextPiece(self.frame_index, piece, shown))
-            self._emit(AudioOut(self.frame_index, pcm_out))
+            audio = AudioOut(self.frame_index, pcm_out)
+            self._emit(audio)
+            for event in span_events:  # what the user hears first of each span landed now
+                if isinstance(event, SpanInjected):
+                    self._emit(FirstAudioAfterSpan(event.span_id, self.frame_index,
+                                                   audio.monotonic_s))
             frame_ms = (time.perf_counter() - start) * 1000.0
             self._emit(FrameStats(self.frame_index, frame_ms, inject_ms, self.ledger.usage()))
             self.frame_index += 1

@@ -71,6 +71,17 @@ class SpanInjected:
 
 
 @dataclass(frozen=True)
+class FirstAudioAfterSpan:
+    """The first frame of the model's audio made after span `span_id` landed: emitted right
+    after that frame's AudioOut, with the same time, once per landed span (what the user
+    hears first of an answer; the orchestrator times a turn's latency by it)."""
+
+    span_id: int
+    frame_index: int
+    monotonic_s: float  # the frame's AudioOut.monotonic_s
+
+
+@dataclass(frozen=True)
 class SpanLate:
     """A span that answers a <ret> but reached the frame loop after its deadline: dropped,
     as the checkpoint was trained (answers later than that never appeared in training)."""
@@ -149,6 +160,7 @@ EngineEvent = (
     | SpanAccepted
     | SpanChunkInjected
     | SpanInjected
+    | FirstAudioAfterSpan
     | SpanRejected
     | SpanLate
     | RetToken

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import torch
 from moshi.models import LMModel
@@ -45,6 +46,7 @@ from moshi.utils.compile import CUDAGraphed
 from moshi.utils.sampling import sample_token
 
 from app.engine.position_forwards import PositionForwards
+from app.moshi_internals import initial_tokens, streaming_state
 
 RING = 4  # columns kept: the input, the target, the target's delayed rows, one spare
 UNGENERATED = -2  # moshi's "nothing here yet"
@@ -87,10 +89,11 @@ class _ForcingState(State):
         if self.lm_model is not None:
             self.lm_model.reset_streaming()
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.exit_stack.__enter__()
 
-    def __exit__(self, exc_type, exc_value, traceback):
+    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.exit_stack.__exit__(exc_type, exc_value, traceback)
 
 
@@ -138,7 +141,7 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
         provided = torch.zeros_like(ring, dtype=torch.bool)
         disable = device.type != "cuda"
         state = _ForcingState(
-            batch_size, device, ring, provided, lm._get_initial_token(),
+            batch_size, device, ring, provided, initial_tokens(lm),
             CUDAGraphed(lm.forward_text, disable=disable),
             CUDAGraphed(self._depformer_step, disable=disable),
             PositionForwards(lm),
@@ -149,7 +152,7 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
 
     @property
     def state(self) -> _ForcingState:
-        state = self._streaming_state
+        state = streaming_state(self)
         if state is None:
             raise RuntimeError("the generator is not streaming")
         return state

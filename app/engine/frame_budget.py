@@ -6,8 +6,9 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-FRAME_MS = 80.0  # 1920 samples at 24 kHz
+from app.frames import FRAME_MS
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def measure_chunk_budget(
     budget_ms = FRAME_MS * (1.0 - margin)
     step_ms = median_ms(run_frame, frame_repeats, sync)
     sizes = sorted({1, max(1, cap // 16), max(1, cap // 4), cap})
-    prefill_ms = {k: median_ms(lambda k=k: run_prefill(k), prefill_repeats, sync) for k in sizes}
+    prefill_ms = {k: median_ms(partial(run_prefill, k), prefill_repeats, sync) for k in sizes}
     # At least one position per frame, so that a span always progresses on a slow device.
     limit = max(1, largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap))
     return ChunkBudget(step_ms, prefill_ms, budget_ms, limit)

@@ -10,7 +10,9 @@ would show it: the attention mask (delta < context) is unchanged, only storage g
 from __future__ import annotations
 
 from moshi.models import LMModel
-from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention
+from moshi.modules.transformer import StreamingMultiheadAttention
+
+from app.moshi_internals import kv_ring, ring_capacity, ring_end, widen_kv_ring
 
 
 def widen_attention_rings(lm: LMModel, max_chunk: int) -> int:
@@ -23,23 +25,13 @@ def widen_attention_rings(lm: LMModel, max_chunk: int) -> int:
     for module in lm.transformer.modules():
         if not isinstance(module, StreamingMultiheadAttention) or module.cross_attention:
             continue
-        state = module._streaming_state
-        if state is None or state.kv_cache is None or module.context is None:
+        ring = kv_ring(module)
+        if ring is None or module.context is None:
             raise RuntimeError("widen_attention_rings needs the LM in streaming mode")
-        ring = state.kv_cache
-        if int(ring.end_offset.max()) != 0:
+        if ring_end(ring) != 0:
             raise RuntimeError("widen_attention_rings must run before the first step")
         capacity = module.context + max(1, max_chunk) - 1
-        if ring.capacity >= capacity:
+        if ring_capacity(ring) >= capacity:
             continue
-        _, batch, heads, _, dim_per_head = ring.cache.shape
-        state.kv_cache = RingKVCache(
-            batch,
-            heads,
-            dim_per_head,
-            capacity,
-            respect_exec_mask=ring.respect_exec_mask,
-            device=ring.cache.device,
-            dtype=ring.cache.dtype,
-        )
+        widen_kv_ring(module, capacity)
     return capacity

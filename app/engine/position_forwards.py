@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import torch
 from moshi.models import LMModel
-from moshi.utils.compile import CUDAGraphed, _is_cuda_graph_enabled
+from moshi.utils.compile import CUDAGraphed
+
+from app.moshi_internals import cuda_graphs_enabled
 
 
 def piece_sizes(n: int) -> list[int]:
@@ -38,7 +40,7 @@ class PositionForwards:
     def __call__(self, codes: torch.Tensor, sum_condition: torch.Tensor | None = None,
                  cross_condition: torch.Tensor | None = None) -> torch.Tensor:
         """Forward codes [B, 17, n]; returns the transformer output [B, n, dim]."""
-        graphs = not self._disable and _is_cuda_graph_enabled()
+        graphs = not self._disable and cuda_graphs_enabled()
         if not (graphs if self._pieces is None else self._pieces):
             out, _text_logits = self._lm.forward_text(codes, sum_condition, cross_condition)
             return out

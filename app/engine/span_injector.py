@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from moshi.models import LMGen
+from moshi.models import LMModel
 
 from app.engine.context_ledger import ContextLedger
 from app.engine.device import synchronize
@@ -42,18 +42,41 @@ from app.engine.events import (
 )
 from app.engine.position_forwards import PositionForwards
 from app.engine.span_text import SpanTokenizer, SpanTokens
+from app.frames import FRAME_S
+from app.moshi_internals import HasStreamingState, streaming_state
 
-FRAME_S = 0.08
+
+class _StreamingConditions(Protocol):
+    """The part of a generator's streaming state that the positions path reads."""
+
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def condition_sum(self) -> torch.Tensor | None: ...
+    @property
+    def condition_cross(self) -> torch.Tensor | None: ...
 
 
-def span_positions(lm_gen: LMGen, token_ids: Sequence[int]) -> torch.Tensor:
+class PrefillTarget(HasStreamingState[_StreamingConditions], Protocol):
+    """What the positions path reads from a generator: moshi's LMGen, or the forcing
+    generator (which declares the CFG switches off for this reader)."""
+
+    @property
+    def lm_model(self) -> LMModel: ...
+    @property
+    def cfg_coef(self) -> float: ...
+    @property
+    def cfg_is_no_text(self) -> bool: ...
+
+
+def span_positions(lm_gen: PrefillTarget, token_ids: Sequence[int]) -> torch.Tensor:
     """The K injected positions as codes [B', 17, K]: text in stream 0, -1 elsewhere.
 
     B' is the LM's streaming batch: doubled under classifier-free guidance, where the
     null branch sees no text when the checkpoint's CFG drops text.
     """
     lm = lm_gen.lm_model
-    state = lm_gen._streaming_state  # moshi keeps no public accessor for it
+    state = streaming_state(lm_gen)
     if state is None:
         raise RuntimeError("the LMGen is not streaming")
     batch = state.batch_size
@@ -70,7 +93,7 @@ def span_positions(lm_gen: LMGen, token_ids: Sequence[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def prefill(lm_gen: LMGen, token_ids: Sequence[int],
+def prefill(lm_gen: PrefillTarget, token_ids: Sequence[int],
             forwards: PositionForwards | None = None) -> torch.Tensor:
     """Run the temporal transformer over the positions of `token_ids`.
 
@@ -78,8 +101,9 @@ def prefill(lm_gen: LMGen, token_ids: Sequence[int],
     with it, the graphed power-of-two pieces of position_forwards.py. Either way the same
     state tensors are updated in place, so the step's CUDA graph replay is intact.
     """
-    state = lm_gen._streaming_state
-    codes = span_positions(lm_gen, token_ids)
+    codes = span_positions(lm_gen, token_ids)  # raises unless streaming
+    state = streaming_state(lm_gen)
+    assert state is not None
     if forwards is not None:
         return forwards(codes, state.condition_sum, state.condition_cross)
     transformer_out, _text_logits = lm_gen.lm_model.forward_text(
@@ -133,7 +157,7 @@ class SpanInjector:
 
     def __init__(
         self,
-        lm_gen: LMGen,
+        lm_gen: PrefillTarget,
         span_tokenizer: SpanTokenizer,
         ledger: ContextLedger,
         chunk_limit: int,
@@ -147,12 +171,22 @@ class SpanInjector:
         self.chunk_limit = max(1, chunk_limit)
         self._block_columns = block_columns
         self.last_block: tuple[int, int, float] | None = None  # (span id, n, prefill ms)
-        self.forwards = PositionForwards(lm_gen.lm_model)  # positions: graphed by size
+        self.forwards = self._position_forwards(lm_gen)  # positions: graphed by size
         self._incoming: queue.Queue[_PreparedSpan] = queue.Queue(self.MAX_QUEUED_SPANS)
         self._waiting: list[_PreparedSpan] = []
         self._active: _ActiveSpan | None = None
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
+
+    # The framework's part, overridden by the MLX engine's injector (app/engine/mlx/).
+    def _position_forwards(self, lm_gen: PrefillTarget) -> PositionForwards | None:
+        return PositionForwards(lm_gen.lm_model)
+
+    def _read_positions(self, token_ids: Sequence[int]) -> None:
+        prefill(self._lm_gen, token_ids, self.forwards)
+
+    def _synchronize(self) -> None:
+        synchronize(self._lm_gen.lm_model.device)
 
     @property
     def blocks(self) -> bool:
@@ -236,10 +270,9 @@ class SpanInjector:
         active = self._active
         ids = active.span.tokens.ids
         chunk = ids[active.cursor : active.cursor + self.chunk_limit]
-        device = self._lm_gen.lm_model.device
         start = time.perf_counter()
-        prefill(self._lm_gen, chunk, self.forwards)
-        synchronize(device)
+        self._read_positions(chunk)
+        self._synchronize()
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         self._ledger.add_span_positions(len(chunk))
         if active.first_frame < 0:
@@ -265,6 +298,7 @@ class SpanInjector:
     def _block_before_frame(self, frame_index: int) -> list[EngineEvent]:
         events: list[EngineEvent] = []
         self.last_block = None
+        # block_columns is given only with the forcing generator, a BlockReader (__init__).
         reader: BlockReader = self._lm_gen  # type: ignore[assignment]
         if not reader.can_inject_block():
             return events  # before the first frame out: spans wait
@@ -281,7 +315,7 @@ class SpanInjector:
             block = self._block_columns(span.tokens.ids)  # [17, n]
             start = time.perf_counter()
             n = reader.inject_block(block)
-            synchronize(self._lm_gen.lm_model.device)
+            self._synchronize()
             elapsed_ms = (time.perf_counter() - start) * 1000.0
             self._ledger.add_span_positions(n)
             self.last_block = (span.span_id, n, elapsed_ms)

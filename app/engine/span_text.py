@@ -251,6 +251,3 @@ class SpanTokenizer:
             original_content_tokens=original,
             truncated=original > budget,
         )
-
-    def piece_text(self, token_id: int) -> str:
-        return self._sp.id_to_piece(token_id).replace("\u2581", " ")

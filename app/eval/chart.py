@@ -1,17 +1,29 @@
 """The QA results as a PNG, drawn with Qt's QPainter (already a dependency; no plotting
-library): resp with and without injection per set, and the distribution of the latencies
-(<ret> after the question's end, span after <ret>). Works headless (offscreen platform)."""
+library): per set and arm, ref, resp and P(resp|ref) as bars with the paper's ref and resp as
+marks across the set, so the picture answers "how far from the paper"; and the distribution
+of the latencies (<ret> after the question's end, span after <ret>). Works headless
+(offscreen platform). `draw_chart` returns what it drew and where (the legend, a pixel inside
+each bar and mark), for the report's readers and the tests."""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 WIDTH, HEIGHT = 1200, 520
 MARGIN = 56
+PLOT_TOP, PLOT_BELOW = 50, 150  # the panels' top, and the room under them for the legends
 ARM_COLOURS = {"inject": "#2f6fb3", "gold": "#d08a1c", "no-inject": "#9a9a9a"}
+# Each arm's bars in its colour: ref lighter, P(resp|ref) darker (QColor.lighter/darker %).
+METRIC_SHADES = {"ref": ("lighter", 165), "resp": ("lighter", 100),
+                 "P(resp|ref)": ("darker", 160)}
+METRIC_LABELS = {"ref": "ref (judge on the spans)", "resp": "resp (judge on the words)",
+                 "P(resp|ref)": "P(resp|ref)"}
+PAPER_COLOURS = {"Gemma 4": {"ref": "#f0a04b", "resp": "#c0392b"},  # the paper's marks
+                 "GPT-4.1": {"ref": "#8e8e8e", "resp": "#1b1b1b"}}
+MARK_PX = 3  # a paper mark's thickness
 LATENCY_COLOURS = {"ret_lat_s": "#6a3d9a", "inj_lat_s": "#2f9e5a"}
 LATENCY_BINS_S = 0.25
 
@@ -20,6 +32,43 @@ LATENCY_BINS_S = 0.25
 class SetBars:
     set_name: str
     resp: dict[str, float | None]  # arm -> resp (fraction) or None
+    ref: dict[str, float | None] = field(default_factory=dict)  # arm -> ref
+    given: dict[str, float | None] = field(default_factory=dict)  # arm -> P(resp|ref)
+    paper: dict[str, tuple[float, float]] = field(default_factory=dict)  # backend: (ref, resp)
+
+    def value(self, metric: str, arm: str) -> float | None:
+        return {"ref": self.ref, "resp": self.resp, "P(resp|ref)": self.given}[metric].get(arm)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One drawn bar or paper mark: (x, y) is a pixel inside it, painted `colour`."""
+
+    set_name: str
+    series: str  # the arm, or "paper <backend>"
+    metric: str
+    value: float
+    x: int
+    y: int
+    colour: str  # #rrggbb
+
+
+@dataclass(frozen=True)
+class ChartDrawing:
+    legend: tuple[tuple[str, str], ...]  # (label, #rrggbb) as shown
+    marks: tuple[Mark, ...]
+
+
+def metric_colour(arm: str, metric: str) -> str:
+    from PySide6.QtGui import QColor
+
+    way, factor = METRIC_SHADES[metric]
+    base = QColor(ARM_COLOURS.get(arm, "#555555"))
+    return (base.lighter(factor) if way == "lighter" else base.darker(factor)).name()
+
+
+def paper_colour(backend: str, metric: str) -> str:
+    return PAPER_COLOURS.get(backend, {}).get(metric, "#555555")
 
 
 def _application():
@@ -34,7 +83,7 @@ def _application():
 
 
 def draw_chart(path: Path, bars: list[SetBars], latencies: dict[str, list[float]],
-               title: str) -> None:
+               title: str) -> ChartDrawing:
     from PySide6.QtCore import QRectF, Qt
     from PySide6.QtGui import QColor, QFont, QImage, QPainter
 
@@ -49,14 +98,17 @@ def draw_chart(path: Path, bars: list[SetBars], latencies: dict[str, list[float]
         painter.setFont(font)
         painter.drawText(QRectF(0, 6, WIDTH, 24), Qt.AlignmentFlag.AlignCenter, title)
         half = WIDTH / 2
-        _draw_resp(painter, QRectF(MARGIN, 50, half - 1.5 * MARGIN, HEIGHT - 120), bars)
-        _draw_latency(painter, QRectF(half + MARGIN / 2, 50, half - 1.5 * MARGIN,
-                                      HEIGHT - 120), latencies)
+        height = HEIGHT - PLOT_TOP - PLOT_BELOW
+        drawing = _draw_resp(painter, QRectF(MARGIN, PLOT_TOP, half - 1.5 * MARGIN, height),
+                             bars)
+        _draw_latency(painter, QRectF(half + MARGIN / 2, PLOT_TOP, half - 1.5 * MARGIN,
+                                      height), latencies)
     finally:
         painter.end()
     # PySide6's stub types the format as bytes, but the call refuses bytes at run time.
-    if not image.save(str(path), "PNG"):  # type: ignore[arg-type]
+    if not image.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise OSError(f"cannot write {path}")
+    return drawing
 
 
 def _axes(painter, area, y_label: str, top: float, steps: int, fmt) -> None:
@@ -79,7 +131,8 @@ def _axes(painter, area, y_label: str, top: float, steps: int, fmt) -> None:
                      Qt.AlignmentFlag.AlignLeft, y_label)
 
 
-def _legend(painter, x: float, y: float, entries: list[tuple[str, str]]) -> None:
+def _legend(painter, x: float, y: float, entries: list[tuple[str, str]]
+            ) -> list[tuple[str, str]]:
     from PySide6.QtCore import QRectF, Qt
     from PySide6.QtGui import QColor
 
@@ -88,36 +141,70 @@ def _legend(painter, x: float, y: float, entries: list[tuple[str, str]]) -> None
         advance = painter.fontMetrics().horizontalAdvance(label)
         painter.drawText(QRectF(x + 16, y, advance + 8, 18), Qt.AlignmentFlag.AlignLeft, label)
         x += 28 + advance
+    return entries
 
 
-def _draw_resp(painter, area, bars: list[SetBars]) -> None:
+def _draw_resp(painter, area, bars: list[SetBars]) -> ChartDrawing:
     from PySide6.QtCore import QRectF, Qt
     from PySide6.QtGui import QColor
 
-    _axes(painter, area, "resp (judge on the model's words), by arm", 1.0, 5,
-          lambda v: f"{v * 100:.0f}%")
-    arms = [a for a in ARM_COLOURS if any(b.resp.get(a) is not None for b in bars)]
+    _axes(painter, area, "ref, resp and P(resp|ref) by arm; the paper's ref and resp marked",
+          1.0, 5, lambda v: f"{v * 100:.0f}%")
+    arms = [a for a in ARM_COLOURS
+            if any(b.value(m, a) is not None for b in bars for m in METRIC_SHADES)]
+    backends = [k for k in PAPER_COLOURS if any(k in b.paper for b in bars)]
     if not bars or not arms:
         painter.drawText(area, Qt.AlignmentFlag.AlignCenter, "no judged items")
-        return
+        return ChartDrawing((), ())
+    marks: list[Mark] = []
     group = area.width() / len(bars)
-    width = min(40.0, group * 0.8 / len(arms))
+    metrics = list(METRIC_SHADES)
+    width = min(24.0, group * 0.85 / (len(arms) * len(metrics)))
+    small = painter.font()
+    small.setPixelSize(10)
     for i, entry in enumerate(bars):
-        left = area.left() + group * i + (group - width * len(arms)) / 2
+        left = area.left() + group * i + (group - width * len(arms) * len(metrics)) / 2
         for j, arm in enumerate(arms):
-            value = entry.resp.get(arm)
-            if value is None:
+            for k, metric in enumerate(metrics):
+                value = entry.value(metric, arm)
+                if value is None:
+                    continue
+                x = left + (j * len(metrics) + k) * width
+                height = area.height() * value
+                colour = metric_colour(arm, metric)
+                painter.fillRect(QRectF(x, area.bottom() - height, width - 1, height),
+                                 QColor(colour))
+                marks.append(Mark(entry.set_name, arm, metric, value, int(x + width / 2 - 1),
+                                  int(area.bottom() - height / 2), colour))
+                saved = painter.font()
+                painter.setFont(small)
+                painter.drawText(QRectF(x - 8, area.bottom() - height - 14, width + 16, 12),
+                                 Qt.AlignmentFlag.AlignCenter, f"{value * 100:.0f}")
+                painter.setFont(saved)
+        # The paper's numbers across the whole set, drawn over the bars.
+        for backend in backends:
+            if backend not in entry.paper:
                 continue
-            height = area.height() * value
-            painter.fillRect(QRectF(left + j * width, area.bottom() - height, width - 2,
-                                    height), QColor(ARM_COLOURS[arm]))
-            painter.drawText(QRectF(left + j * width - 10, area.bottom() - height - 18,
-                                    width + 20, 16), Qt.AlignmentFlag.AlignCenter,
-                             f"{value * 100:.0f}")
+            for metric, value in zip(("ref", "resp"), entry.paper[backend], strict=True):
+                y = round(area.bottom() - area.height() * value)
+                colour = paper_colour(backend, metric)
+                x0 = area.left() + group * i + 2
+                painter.fillRect(QRectF(x0, y - MARK_PX // 2, group - 4, MARK_PX),
+                                 QColor(colour))
+                marks.append(Mark(entry.set_name, f"paper {backend}", metric, value,
+                                  int(x0 + 1), y, colour))
         painter.drawText(QRectF(area.left() + group * i, area.bottom() + 4, group, 36),
                          Qt.AlignmentFlag.AlignHCenter | Qt.TextFlag.TextWordWrap,
                          entry.set_name)
-    _legend(painter, area.left(), area.bottom() + 42, [(a, ARM_COLOURS[a]) for a in arms])
+    legend = _legend(painter, area.left(), area.bottom() + 42,
+                     [(a, ARM_COLOURS[a]) for a in arms])
+    reference = arms[0]
+    legend += _legend(painter, area.left(), area.bottom() + 62,
+                      [(METRIC_LABELS[m], metric_colour(reference, m)) for m in metrics])
+    legend += _legend(painter, area.left(), area.bottom() + 82,
+                      [(f"paper {b} {m}", paper_colour(b, m)) for b in backends
+                       for m in ("ref", "resp")])
+    return ChartDrawing(tuple(legend), tuple(marks))
 
 
 def _draw_latency(painter, area, latencies: dict[str, list[float]]) -> None:

@@ -241,14 +241,16 @@ def _run_sets(args: argparse.Namespace) -> bool:
 def _score(args: argparse.Namespace) -> None:
     from app.eval.judge import Judge
     from app.eval.qa_report import write_report
-    from app.eval.qa_score import arm_folders, judge_backend, score_arm
+    from app.eval.qa_score import arm_folders, score_arm
     from app.llm.backend import LLMError
+    from app.llm.factory import make_backend
 
     temperature = args.judge_temperature
     if temperature is None:
         temperature = 0.0 if args.judge_samples == 1 else 1.0
-    backend = judge_backend(args.judge, args.judge_host, args.judge_model,
-                            args.judge_timeout, temperature)
+    backend = make_backend(args.judge, args.judge_host, args.judge_model,
+                           timeout_s=args.judge_timeout, temperature=temperature,
+                           flag="--judge-host")
     try:
         backend.list_models()
     except LLMError as exc:

@@ -11,7 +11,8 @@ Each prompt says how its judge replies, and the reply is read that way (`REPLY_F
 our prompts ask for one word; the reference's judges (moshi-rag's) ask for "the score is
 [Correct]" after a reasoning, a JSON object whose "judgment" field decides, or "Yes"/"No" on
 the first line. A reply is never read by the first label it happens to mention: "not correct
-... the score is [Incorrect]" is incorrect.
+... the score is [Incorrect]" is incorrect. Those prompts are also shown the gold answer as
+the reference shows it: the list of every valid answer (`shown_gold`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,31 @@ class Verdict:
     errors: list[str] = field(default_factory=list)  # failed requests (counted unreadable)
 
 
+_ALIASES = re.compile(r"\s*\|\s*aliases:\s*")
+
+
+def answer_variants(gold: str) -> list[str]:
+    """Every valid answer in a gold string, as the reference's judges are shown them:
+    "x | aliases: a, b" gives x, a and b, and "x; y" both; each once, ignoring case, in the
+    order given."""
+    answer, *aliases = _ALIASES.split(str(gold), maxsplit=1)
+    names = [part.strip() for part in answer.split(";")]
+    for listed in aliases:
+        names += [part.strip() for part in listed.split(",")]
+    variants: list[str] = []
+    for name in names:
+        if name and name.lower() not in {v.lower() for v in variants}:
+            variants.append(name)
+    return variants
+
+
+def shown_gold(kind: str, gold: str) -> str:
+    """The gold answer as the prompt `kind` shows it: the reference-style prompts (those in
+    `REPLY_FORMATS`) get the list of every valid answer, written as the reference's judges
+    see it (`['x', 'a', 'b']`); ours get the gold string itself ("x | aliases: a, b")."""
+    return str(answer_variants(gold)) if kind in REPLY_FORMATS else gold.strip()
+
+
 class Judge:
     def __init__(self, backend: LLMBackend, samples: int = 1) -> None:
         if samples < 1:
@@ -151,7 +177,8 @@ class Judge:
             prompt = self._prompts[kind] = load_prompt(kind)
         # str.replace, not format: questions and answers may hold braces.
         text = (prompt.replace("{question}", question.strip())
-                .replace("{gold}", gold.strip()).replace("{response}", response.strip()))
+                .replace("{gold}", shown_gold(kind, gold))
+                .replace("{response}", response.strip()))
         verdict = Verdict(None)
         for _ in range(self.samples):
             try:

@@ -1,4 +1,4 @@
-"""An item's run, read from its JSONL transcript (app/headless_run.py) into what the scorer
+"""An item's run, read from its JSONL transcript (app/conversation/headless.py) into what the scorer
 needs, in the reference's terms: the model's text stream and one event per trigger that
 started a retrieval (`t`: its time; `inject`: the span that landed for it, `t_inj`: when).
 
@@ -12,7 +12,14 @@ import json
 import re
 from pathlib import Path
 
-FRAME_S = 0.08
+from app.frames import FRAME_S
+
+# A retrieval whose answer had not come back when the input ended: it never completed, so
+# the reference's runner, which records a retrieval when its answer comes back, has no event
+# for it. Kept here for the record; not counted in `ret_rate` (qa_metrics.completed).
+IN_FLIGHT = "in flight when the input ended"
+IN_FLIGHT_OUTCOMES = (IN_FLIGHT, "no answer")  # the second: events.json of earlier runs
+
 # Control markers the text stream may carry; the judged answer is the words alone.
 _MARKERS = re.compile(r"</?(ret|span)>|\[ret\]|<0x[0-9A-Fa-f]+>")
 
@@ -50,7 +57,7 @@ def trigger_events(records: list[dict]) -> list[dict]:
     events = []
     for turn_id, frame, question in starts:
         event = {"turn_id": turn_id, "q": question, "t": round(frame * FRAME_S, 3),
-                 "inject": None, "src": None, "t_inj": None, "outcome": "no answer"}
+                 "inject": None, "src": None, "t_inj": None, "outcome": IN_FLIGHT}
         span_id = span_of_turn.get(turn_id)
         span = landed.get(span_id) if span_id is not None else None
         if span is not None and span.get("chunks"):

@@ -3,7 +3,10 @@
 - `resp`: the judge on the model's text stream (markers removed); `ref`: the judge on the
   joined texts of the spans that landed (only items with a span have one);
 - `P(resp|ref)`: mean resp over items whose ref is 1;
-- `ret_rate`: items with at least one retrieval started; `span_rate`: items with a span;
+- `ret_rate`: items with at least one completed retrieval (its answer came back: a span, a
+  late or empty answer, a failed LLM); one still in flight when the input ended is counted
+  apart (`n_ret_in_flight`), as the reference records none for it; `span_rate`: items with
+  a span;
 - `ret_lat_s`: first span's trigger time minus the question's end; `inj_lat_s`: first span's
   landing minus its trigger (both means over items with a span);
 - a verdict of None (nothing to judge), -1 (unreadable judge) or -2 (the answer attempted
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from statistics import mean
 
 from app.eval.judge import NOT_ATTEMPTED, UNREADABLE
+from app.eval.qa_events import IN_FLIGHT_OUTCOMES
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class ItemOutcome:
         return [e for e in self.events if e.get("inject")]
 
     @property
+    def completed(self) -> list[dict]:
+        """Retrievals whose answer came back before the input ended."""
+        return [e for e in self.events if e.get("outcome") not in IN_FLIGHT_OUTCOMES]
+
+    @property
     def reference_text(self) -> str:
         return " ".join(str(e["inject"]) for e in self.spans)
 
@@ -43,7 +52,8 @@ def item_row(outcome: ItemOutcome, resp: int | None, ref: int | None) -> dict:
     """An item's line in results.json. `ref` is None when the item has no span."""
     spans = outcome.spans
     row: dict = {"id": outcome.item_id, "resp": resp, "ref": ref if spans else None,
-                 "n_span": len(spans), "n_ret": len(outcome.events),
+                 "n_span": len(spans), "n_ret": len(outcome.completed),
+                 "n_ret_in_flight": len(outcome.events) - len(outcome.completed),
                  "text": outcome.text[:300]}
     if spans:
         first = spans[0]
@@ -81,6 +91,7 @@ def summarise(rows: list[dict]) -> dict:
                                               if r.get("ref") == NOT_ATTEMPTED)},
         "P(resp|ref)": _mean(given), "n_ref_correct": len(given),
         "ret_rate": round(sum(1 for r in rows if r["n_ret"]) / n, 4) if n else None,
+        "ret_in_flight": sum(r.get("n_ret_in_flight", 0) for r in rows),
         "span_rate": round(len(spans) / n, 4) if n else None,
         "ret_lat_s": _mean([r["ret_lat_s"] for r in rows if "ret_lat_s" in r]),
         "inj_lat_s": _mean([r["inj_lat_s"] for r in rows if "inj_lat_s" in r]),

@@ -24,7 +24,10 @@ def markdown_table(results: list[ArmResult], judge: str) -> str:
     lines = [
         f"Spoken QA, judged by {judge}. Percentages; latencies in seconds of conversation "
         "time (frames); unscored = items the judge could not score (empty answer / "
-        "unreadable verdict / not attempted), left out of the averages.",
+        "unreadable verdict / not attempted), left out of the averages. ret_rate counts "
+        "retrievals whose answer came back; one still in flight when the input ended is "
+        "listed below, not counted (the reference records none). Question ends are to "
+        "0.01 s, as the reference's.",
         "",
         "| set | arm | n | ref | resp | P(resp\\|ref) | ret_rate | span_rate | ret_lat_s "
         "| inj_lat_s | unscored | paper Gemma 4 ref/resp | paper GPT-4.1 ref/resp |",
@@ -43,6 +46,11 @@ def markdown_table(results: list[ArmResult], judge: str) -> str:
             f"{_pct(s['span_rate'])} | {_seconds(s['ret_lat_s'])} | "
             f"{_seconds(s['inj_lat_s'])} | {unscored} | {cells[0]} | {cells[1]} |")
     lines += ["", PAPER_NOTE, ""]
+    in_flight = [f"- {r.set_name}/{r.arm}: {r.summary['ret_in_flight']} retrieval(s) still in "
+                 "flight when the input ended (not in ret_rate)"
+                 for r in results if r.summary.get("ret_in_flight")]
+    if in_flight:
+        lines += ["Retrievals not completed:", "", *in_flight, ""]
     problems = [f"- {r.set_name}/{r.arm}: {p}" for r in results for p in r.problems]
     if problems:
         lines += ["Items left out:", "", *problems, ""]
@@ -66,13 +74,17 @@ def write_report(out: Path, results: list[ArmResult], judge: str, judge_samples:
     paths["json"].write_text(json.dumps(payload, ensure_ascii=False, indent=1),
                              encoding="utf-8")
     paths["markdown"].write_text(markdown_table(results, judge), encoding="utf-8")
-    sets: dict[str, dict[str, float | None]] = {}
+    by_set: dict[str, list[ArmResult]] = {}
     latencies: dict[str, list[float]] = {"ret_lat_s": [], "inj_lat_s": []}
     for result in results:
-        sets.setdefault(result.set_name, {})[result.arm] = result.summary["resp"]
+        by_set.setdefault(result.set_name, []).append(result)
         if result.arm != "no-inject":
             for key, series in latencies.items():
                 series.extend(row[key] for row in result.rows if key in row)
-    draw_chart(paths["chart"], [SetBars(name, resp) for name, resp in sets.items()],
-               latencies, f"ContextSpan spoken QA (judge: {judge})")
+    bars = [SetBars(name, {r.arm: r.summary["resp"] for r in arms},
+                    ref={r.arm: r.summary["ref"] for r in arms},
+                    given={r.arm: r.summary["P(resp|ref)"] for r in arms},
+                    paper=paper_numbers(name))
+            for name, arms in by_set.items()]
+    draw_chart(paths["chart"], bars, latencies, f"ContextSpan spoken QA (judge: {judge})")
     return paths

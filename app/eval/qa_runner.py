@@ -23,25 +23,28 @@ from typing import TextIO
 import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k
-from app.conversation.headless import (
-    FRAME_RATE,
-    ConversationConfig,
-    HeadlessRunError,
-    build_llm_backend,
-    load_asr_model,
-    run_conversation,
+from app.conversation.assembly import (
+    build_backend,
+    engine_options,
+    load_speech_model,
+    load_stt_model,
 )
-from app.engine.duplex_engine import SAMPLE_RATE, EngineOptions
+from app.conversation.config import ConversationConfig
+from app.conversation.headless import HeadlessRunError, run_conversation
 from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events
 from app.eval.qa_sets import QaItem, QaSet
+from app.frames import FRAME_RATE, SAMPLE_RATE
 from app.llm.backend import LLMBackend
 
 log = logging.getLogger(__name__)
 
 ARMS = ("inject", "no-inject", "gold")
 TAIL_S = 14.0  # silence after the question: the answer's window (the reference's)
+# item.json's question end, in seconds to this many decimals: the reference's (its ret_lat_s is
+# measured from the rounded value, so a third decimal would move latencies by up to 0.01 s).
+QUESTION_END_DECIMALS = 2
 PROFILE_CITY = "Seoul"  # the reference's profile for every run
 RET_DEADLINE_S = 10.0
 
@@ -139,19 +142,13 @@ class _Runner:
         self.report = report
 
     def run(self, todo: list[QaItem], total: int) -> None:
-        from app.checkpoints.catalog import get_manifest
-        from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
-        from app.engine.device import choose_device
-
         options = self.options
-        manifest = get_manifest(options.model)
-        device = choose_device(options.device)
-        checkpoint = load_checkpoint(manifest, ensure_built(manifest, options.folder), device,
-                                     parse_dtype(options.dtype) if options.dtype else None)
         conversation = self._conversation()
-        stt = load_asr_model(conversation, device)
+        checkpoint = load_speech_model(conversation)
+        manifest, device = checkpoint.manifest, checkpoint.device
+        stt = load_stt_model(conversation, device)
         # The LLM client is made per item: a conversation closes its clients when it ends.
-        llm = (lambda: build_llm_backend(conversation)) \
+        llm = (lambda: _backend(conversation)) \
             if options.llm and options.arm != "no-inject" else None
         trigger = manifest.retrieval.trigger if manifest.retrieval else "end_of_turn"
         bar = ProgressBar(total, self.stream, f"{self.qa_set.name}/{options.arm}")
@@ -180,9 +177,12 @@ class _Runner:
             folders = (str(self.qa_set.search_folder),)
             tools = tuple(dict.fromkeys((*(tools or ()), "local_search")))
         return ConversationConfig(
-            asr_model=o.asr_model, force_vad=o.force_vad, llm=o.llm, llm_host=o.llm_host,
-            llm_model=o.llm_model, llm_timeout_s=o.llm_timeout_s, tools=tools, folders=folders,
-            ret_deadline_s=o.ret_deadline_s)
+            model_id=o.model, custom_folder=str(o.folder) if o.folder else None,
+            device=o.device or "auto", dtype=o.dtype or "auto", voice=o.voice, role=o.role,
+            user_name=o.user_name, user_city=o.user_city, stt_model=o.asr_model,
+            end_of_turn="vad" if o.force_vad else "auto", backend=o.llm or "none",
+            host=o.llm_host or "", model=o.llm_model or "", timeout_s=o.llm_timeout_s,
+            tools=tools, search_folders=folders, ret_deadline_s=o.ret_deadline_s)
 
     def _run_item(self, item: QaItem, checkpoint, conversation: ConversationConfig, stt,
                   llm: Callable[[], LLMBackend] | None, trigger: str) -> None:
@@ -190,6 +190,7 @@ class _Runner:
         question = read_mono_24k(item.audio)
         question_end_s = len(question) / SAMPLE_RATE
         pcm = np.concatenate([question, np.zeros(int(o.tail_s * SAMPLE_RATE), np.float32)])
+        backend: LLMBackend
         if o.arm == "gold" and item.knowledge:
             backend, reference = GoldPassageBackend(item.knowledge), "gold passage"
         elif o.arm == "no-inject" or llm is None:  # (gold arm: an item without a passage
@@ -199,15 +200,14 @@ class _Runner:
         forced: frozenset[int] = frozenset()
         if o.force_ret_after_s is not None:
             forced = frozenset({int((question_end_s + o.force_ret_after_s) * FRAME_RATE)})
-        engine_options = EngineOptions(seed=o.seed, chunk_limit=o.chunk_limit, voice=o.voice,
-                                       role=o.role, user_name=o.user_name,
-                                       user_city=o.user_city, forced_ret_frames=forced)
+        options = engine_options(conversation, seed=o.seed, chunk_limit=o.chunk_limit,
+                                 forced_ret_frames=forced)
         folder = self.folder / item.item_id
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "item.json").unlink(missing_ok=True)  # not done until rewritten
         summary = run_conversation(
             checkpoint, pcm, folder / "output.wav", folder / "transcript.jsonl",
-            engine_options, conversation=conversation, timeout_s=o.item_timeout_s,
+            options, conversation=conversation, timeout_s=o.item_timeout_s,
             input_name=str(item.audio), stt=stt, backend=backend)
         records = read_transcript(folder / "transcript.jsonl")
         text = text_stream(records)
@@ -218,10 +218,19 @@ class _Runner:
         _write_json(folder / "item.json", {
             "set": self.qa_set.name, "id": item.item_id, "question": item.question,
             "answer": item.answer, "knowledge": item.knowledge,
-            "question_start_s": 0.0, "question_end_s": round(question_end_s, 3),
+            "question_start_s": 0.0, "question_end_s": round(question_end_s, QUESTION_END_DECIMALS),
             "arm": o.arm, "reference": reference, "trigger": trigger, "model": o.model,
             "seed": o.seed, "frames": summary.frames,
             "elapsed_s": round(summary.elapsed_seconds, 3), "audio": str(item.audio)})
+
+
+def _backend(conversation: ConversationConfig) -> LLMBackend:
+    """The item's LLM client; a backend that cannot be built skips the item, as a run
+    that cannot be run does."""
+    try:
+        return build_backend(conversation)
+    except ValueError as exc:
+        raise HeadlessRunError(str(exc)) from exc
 
 
 def _jsonable(value):

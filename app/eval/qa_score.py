@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -25,27 +25,6 @@ class ArmResult:
     rows: list[dict]
     summary: dict
     problems: list[str]
-
-
-def judge_backend(kind: str, host: str | None, model: str | None, timeout_s: float,
-                  temperature: float):
-    """An LLM backend for the judge: Ollama or an OpenAI-compatible server (its key from
-    OPENAI_API_KEY when the server needs one)."""
-    if kind == "ollama":
-        from app.llm.ollama_backend import OllamaBackend, OllamaSettings
-
-        settings = OllamaSettings(timeout_s=timeout_s, options={"temperature": temperature})
-        overrides = {k: v for k, v in (("host", host), ("model", model)) if v}
-        return OllamaBackend(replace(settings, **overrides))
-    if kind == "openai":
-        from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
-
-        if not host:
-            raise ValueError("--judge openai needs --judge-host (the server's base URL)")
-        return OpenAICompatBackend(OpenAICompatSettings(
-            base_url=host, model=model or "", timeout_s=timeout_s, temperature=temperature,
-            api_key=os.environ.get("OPENAI_API_KEY") or "not-needed"))
-    raise ValueError(f"unknown judge backend {kind!r} (choose ollama or openai)")
 
 
 def arm_folders(out: Path) -> list[tuple[str, str, Path]]:

@@ -64,8 +64,10 @@ class LineSeparatorSafeTransport(httpx.BaseTransport):
             return response  # compressed bytes are not text: leave them alone
         headers = [(k, v) for k, v in response.headers.multi_items()
                    if k.lower() != "content-length"]  # the escapes change the length
+        stream = response.stream
+        assert isinstance(stream, httpx.SyncByteStream)  # what a sync transport returns
         return httpx.Response(response.status_code, headers=headers,
-                              stream=_EscapingStream(response.stream),
+                              stream=_EscapingStream(stream),
                               extensions=response.extensions, request=request)
 
     def close(self) -> None:

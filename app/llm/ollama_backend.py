@@ -10,9 +10,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import ollama
@@ -100,7 +100,8 @@ class OllamaBackend(LLMBackend):
     ) -> ChatResult:
         start = time.monotonic()
         # Builds and validates the request now; the HTTP exchange starts on the first next().
-        stream = self._client.chat(
+        # ollama annotates the stream as an Iterator; it is a generator (closed below).
+        stream = cast(Generator[ollama.ChatResponse, None, None], self._client.chat(
             model=model,
             messages=[message_to_wire(m) for m in messages],
             tools=[tool_to_wire(t) for t in tools],
@@ -108,7 +109,7 @@ class OllamaBackend(LLMBackend):
             options=dict(self.settings.options) or None,
             keep_alive=self.settings.keep_alive,
             think=self.settings.think,
-        )
+        ))
         parts: list[str] = []
         calls: list[ToolCall] = []
         first_token_s: float | None = None
@@ -164,7 +165,8 @@ class OllamaBackend(LLMBackend):
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _translated(self, stream: Iterator[ollama.ChatResponse]) -> Iterator[ollama.ChatResponse]:
+    def _translated(self, stream: Iterator[ollama.ChatResponse]
+                    ) -> Generator[ollama.ChatResponse, None, None]:
         """The stream, with the client's and the transport's errors turned into LLMError.
         Exceptions raised by the caller's own code (on_delta) pass through untouched."""
         try:

@@ -2,7 +2,7 @@
 
 Ollama cannot be installed on the machines that build and test ContextSpan, so the tests and
 the pipeline benchmark run the real `ollama` client against this server instead. It follows
-`notes/ollama-wire.md`: NDJSON streaming on /api/chat, /api/tags, /api/show, and
+`notes/ollama-wire.md`: NDJSON streaming on /api/chat, /api/tags, /api/show, /api/ps, and
 `{"error": ...}` bodies for failures. Each /api/chat reply is a `ScriptedReply`: what to say,
 which tools to call, how slowly, and which fault to inject.
 
@@ -18,9 +18,9 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -43,6 +43,26 @@ class ScriptedReply:
 
 
 _DEFAULT_REPLY = ScriptedReply(content="Hello from the Ollama stand-in.")
+
+
+@dataclass(frozen=True)
+class StandInModel:
+    """What the stand-in says of one model, in Ollama's terms: the size of its file
+    (/api/tags), its details and model_info (/api/show), and, when it is loaded, what it
+    holds in memory and on the GPU (/api/ps `size` and `size_vram`)."""
+
+    file_bytes: int = 1024
+    family: str = "standin"
+    parameter_size: str = "1M"
+    quantization_level: str = "Q4_0"
+    model_info: Mapping[str, Any] = field(
+        default_factory=lambda: {"general.architecture": "standin"})
+    loaded_bytes: int | None = None  # None: not loaded, so absent from /api/ps
+    loaded_vram_bytes: int | None = None  # None: all of it on the GPU
+    context_length: int = 4096  # the loaded model's context (Ollama's default)
+
+
+_DEFAULT_MODEL = StandInModel()
 
 
 class _Server(ThreadingHTTPServer):
@@ -95,7 +115,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/":
             self._send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
         elif self.path == "/api/tags":
-            self._send_json(200, {"models": [_model_entry(name) for name in standin.models]})
+            entries = [_model_entry(name, standin.facts(name)) for name in standin.models]
+            self._send_json(200, {"models": entries})
+        elif self.path == "/api/ps":
+            self._send_json(200, {"models": [
+                _loaded_entry(name, standin.facts(name)) for name in standin.models
+                if standin.facts(name).loaded_bytes is not None]})
         elif self.path == "/api/version":
             self._send_json(200, {"version": "0.0.0-standin"})
         else:
@@ -117,17 +142,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _show(self, body: dict) -> None:
         name = str(body.get("model") or body.get("name") or "")
-        if not self.server.standin.knows(name):
+        standin = self.server.standin
+        if not standin.knows(name):
             self._send_json(404, {"error": f"model '{name}' not found"})
             return
+        facts = standin.facts(name)
         self._send_json(
             200,
             {
                 "modelfile": f"FROM {name}",
                 "parameters": "",
                 "template": "{{ .Prompt }}",
-                "details": _model_entry(name)["details"],
-                "model_info": {"general.architecture": "standin"},
+                "details": _model_entry(name, facts)["details"],
+                "model_info": dict(facts.model_info),
                 "capabilities": ["completion", "tools"],
             },
         )
@@ -278,19 +305,37 @@ def _counters(body: dict, reply: ScriptedReply) -> dict[str, Any]:
     }
 
 
-def _model_entry(name: str) -> dict[str, Any]:
+def _model_entry(name: str, facts: StandInModel = _DEFAULT_MODEL) -> dict[str, Any]:
     return {
         "model": name,
         "name": name,
         "modified_at": "2026-11-29T00:00:00Z",
         "digest": "0" * 64,
-        "size": 1024,
+        "size": facts.file_bytes,
         "details": {
             "format": "gguf",
-            "family": "standin",
-            "parameter_size": "1M",
-            "quantization_level": "Q4_0",
+            "family": facts.family,
+            "parameter_size": facts.parameter_size,
+            "quantization_level": facts.quantization_level,
         },
+    }
+
+
+def _loaded_entry(name: str, facts: StandInModel) -> dict[str, Any]:
+    """One /api/ps row: Ollama's own shape for a model loaded in memory."""
+    entry = _model_entry(name, facts)
+    loaded = facts.loaded_bytes or 0
+    vram = loaded if facts.loaded_vram_bytes is None else facts.loaded_vram_bytes
+    expires = datetime.now(timezone.utc) + timedelta(minutes=5)  # Ollama's keep_alive default
+    return {
+        "name": name,
+        "model": name,
+        "size": loaded,
+        "digest": entry["digest"],
+        "details": entry["details"],
+        "expires_at": expires.isoformat().replace("+00:00", "Z"),
+        "size_vram": vram,
+        "context_length": facts.context_length,
     }
 
 
@@ -305,11 +350,14 @@ class OllamaStandIn:
         self,
         script: Callable[[dict], ScriptedReply] | Sequence[ScriptedReply] = (),
         models: Sequence[str] = ("standin:latest",),
+        model_facts: Mapping[str, StandInModel] | None = None,
     ) -> None:
+        """`model_facts`: sizes and details by model name (the rest get a 1 kB stand-in)."""
         self._lock = threading.Lock()
         self._script = script
         self._next_index = 0
         self.models = tuple(models)
+        self.model_facts = {_full_name(k): v for k, v in (model_facts or {}).items()}
         self.url = ""
         self.requests: list[dict] = []
         self.hangups: list[float] = []  # monotonic times a client closed its connection early
@@ -340,6 +388,9 @@ class OllamaStandIn:
 
     def knows(self, model: str) -> bool:
         return _full_name(model) in {_full_name(m) for m in self.models}
+
+    def facts(self, model: str) -> StandInModel:
+        return self.model_facts.get(_full_name(model), _DEFAULT_MODEL)
 
     def next_reply(self, body: dict) -> ScriptedReply:
         with self._lock:

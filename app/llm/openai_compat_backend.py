@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 
@@ -26,6 +26,12 @@ from app.llm.backend import (
     check_cancel,
 )
 from app.llm.http_abort import cancellable, client_options
+
+if TYPE_CHECKING:  # the request's shapes, for the checker (their module names vary by version)
+    from openai.types.chat import (
+        ChatCompletionMessageParam,
+        ChatCompletionMessageToolCallParam,
+    )
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"  # llama.cpp server; LM Studio is :1234/v1
 
@@ -279,14 +285,14 @@ def _usage_counts(usage: Any) -> tuple[int | None, int | None]:
     )
 
 
-def messages_to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def messages_to_wire(messages: Sequence[ChatMessage]) -> list[ChatCompletionMessageParam]:
     """ChatMessages in OpenAI's shape. Our messages carry no call ids, so ids are made up
     here and each tool result is paired with the earliest open call of the same tool."""
-    wire: list[dict[str, Any]] = []
+    wire: list[ChatCompletionMessageParam] = []
     open_calls: list[tuple[str, str]] = []  # (id, tool name) not yet answered
     for position, message in enumerate(messages):
         if message.role == "assistant" and message.tool_calls:
-            calls = []
+            calls: list[ChatCompletionMessageToolCallParam] = []
             for number, call in enumerate(message.tool_calls):
                 call_id = f"call_{position}_{number}"
                 open_calls.append((call_id, call.name))
@@ -303,15 +309,18 @@ def messages_to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         elif message.role == "tool":
             match = next((c for c in open_calls if c[1] == message.tool_name), None)
             match = match or (open_calls[0] if open_calls else None)
-            entry: dict[str, Any] = {"role": "tool", "content": message.content}
             if match is not None:
                 open_calls.remove(match)
-                entry["tool_call_id"] = match[0]
+                call_id = match[0]
             else:
-                entry["tool_call_id"] = f"call_{position}_orphan"
-            wire.append(entry)
+                call_id = f"call_{position}_orphan"
+            wire.append({"role": "tool", "content": message.content, "tool_call_id": call_id})
+        elif message.role == "assistant":
+            wire.append({"role": "assistant", "content": message.content})
+        elif message.role == "system":
+            wire.append({"role": "system", "content": message.content})
         else:
-            wire.append({"role": message.role, "content": message.content})
+            wire.append({"role": "user", "content": message.content})
     return wire
 
 

@@ -3,7 +3,14 @@
 One control thread owns all decisions (single writer, no locks on its state); each LLM
 turn runs on a worker thread and reports back through the control queue, so a slow or
 dead backend never blocks anything, and a stale turn's result is simply dropped. The
-frame loop is never waited on: spans go to the engine's non-blocking `inject`.
+frame loop is never waited on: spans go to the engine's non-blocking `inject`. Everything
+posted to the control queue is a named message (messages.py), handled by the one handler of
+its type; a worker gets what it reads of the conversation as a snapshot taken on the control
+thread, never the live log.
+
+Of the engine's audio the orchestrator keeps only the clock: each frame made (`FrameMade`,
+the newest frame is the conversation's time) and, once per landed span, the first frame
+after it (`FirstAudioAfterSpan`), which ends the turn's latency.
 
 What starts a turn is the checkpoint's (its manifest's `retrieval`): the user's end of turn
 for models never trained to ask, or the model's own <ret> token (retrieval.py) for the
@@ -12,10 +19,11 @@ questions start a turn either way.
 
 Replay (`replay_llm_latency`, for runs fed from a file faster than real time, in lock-step
 with the pipeline's barrier): each LLM request holds the conversation's clock where it was
-asked and lets it advance one frame per 80 ms of the request's wall time (`frame_limit`,
-read by the feeder). Its answer is handled when the conversation reaches the frame it would
-have reached in real time (after that frame's other events), and lands before it. A slow
-laptop and a fast GPU then give the same conversation for the same LLM latency.
+asked and lets it advance one frame per 80 ms of the request's wall time (the feeder
+waits in `wait_until_feedable`). Its answer is handled when the conversation reaches the
+frame it would have reached in real time (after that frame's other events), and lands
+before it. A slow laptop and a fast GPU then give the same conversation for the same LLM
+latency.
 """
 
 from __future__ import annotations
@@ -28,11 +36,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.asr.events import AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
-from app.engine.events import AudioOut, RetToken, SpanInjected, SpanLate, TextPiece
+from app.engine.events import (
+    AudioOut,
+    FirstAudioAfterSpan,
+    RetToken,
+    SpanInjected,
+    SpanLate,
+    TextPiece,
+)
+from app.frames import FRAME_S
 from app.llm.backend import CancelEvent, ChatMessage, LLMBackend, LLMError
 from app.orchestrator.conversation_log import ConversationLog
 from app.orchestrator.events import (
@@ -49,8 +65,19 @@ from app.orchestrator.events import (
     TurnLatency,
     TurnStarted,
 )
+from app.orchestrator.messages import (
+    Cancel,
+    Configure,
+    Fence,
+    FrameMade,
+    InboxMessage,
+    Received,
+    Stop,
+    TurnAnswer,
+    TurnError,
+    Typed,
+)
 from app.orchestrator.retrieval import (
-    FRAME_S,
     UtteranceTracker,
     frames_of,
     normalise_question,
@@ -58,7 +85,7 @@ from app.orchestrator.retrieval import (
 )
 from app.orchestrator.span_writer import speakable_span
 from app.orchestrator.turn_policy import is_clear_question, normalize
-from app.tools.base import ToolRegistry
+from app.tools.base import ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +137,6 @@ class _Turn:
     span_ready: float | None = None
     span_id: int | None = None
     injected: float | None = None
-    injected_before_frame: int | None = None
     ret_frame: int | None = None  # a turn the model's <ret> started
 
 
@@ -125,23 +151,6 @@ class _PendingRetrieval:
     span_id: int | None = None
 
 
-@dataclass(frozen=True)
-class _TurnAnswer:
-    turn_id: int
-    text: str
-    tools: tuple[str, ...]
-    first_token: float | None
-    no_information: bool = False
-    arrival_frame: int | None = None  # replay: the frame it would have reached in real time
-
-
-@dataclass(frozen=True)
-class _TurnError:
-    turn_id: int
-    error: LLMError
-    arrival_frame: int | None = None
-
-
 @dataclass
 class _Hold:
     """Replay: an LLM request in flight holds the conversation's clock."""
@@ -149,9 +158,6 @@ class _Hold:
     asked_frame: int  # the newest frame the engine had produced when it was asked
     started: float  # clock time it was asked
     frozen: int | None = None  # the answer is back: the last frame before it lands
-
-
-_STOP = object()
 
 
 class Orchestrator:
@@ -171,7 +177,7 @@ class Orchestrator:
         self.options = options or OrchestratorOptions()
         self.events: queue.SimpleQueue[OrchestratorEvent] = events or queue.SimpleQueue()
         self._clock = clock
-        self._inbox: queue.Queue[object] = queue.Queue()
+        self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._log = ConversationLog()
         self._ids = itertools.count(1)
         self._current: _Turn | None = None  # the turn whose answer we still want
@@ -185,8 +191,19 @@ class Orchestrator:
         self._frame = -1  # the newest frame the engine produced: the conversation's clock
         self._holds: dict[int, _Hold] = {}  # replay: turn id -> its request's hold
         self._holds_changed = threading.Condition()
-        self._due: list[tuple[float, _TurnAnswer | _TurnError]] = []  # replay: not yet reached
+        self._due: list[TurnAnswer | TurnError] = []  # replay: not reached yet
         self._fenced = 0  # replay: every event of the frames before this one is handled
+        # One handler per inbox message type, and per type of event a `Received` carries.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
+            Cancel: self._on_cancel, Configure: self._on_configure, Fence: self._on_fence,
+            TurnAnswer: self._on_result, TurnError: self._on_result,
+        }
+        self._event_handlers: dict[type, Callable[[Any, float], None]] = {
+            AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
+            RetToken: self._on_ret, SpanLate: self._on_span_late, TextPiece: self._on_text,
+            SpanInjected: self._on_span_injected, FirstAudioAfterSpan: self._on_first_audio,
+        }
 
     # ---- any thread -------------------------------------------------------------------
 
@@ -195,7 +212,7 @@ class Orchestrator:
         self._thread.start()
 
     def on_asr_event(self, event: object) -> None:
-        self._inbox.put((self._clock(), event))
+        self._inbox.put(Received(event, self._clock()))
 
     @property
     def model_triggered(self) -> bool:
@@ -203,32 +220,35 @@ class Orchestrator:
         return self._ret_policy is not None
 
     def on_engine_event(self, event: object) -> None:
-        if isinstance(event, (TextPiece, SpanInjected, AudioOut, RetToken, SpanLate)):
-            self._inbox.put((self._clock(), event))
+        """An engine event; of an AudioOut only its frame is kept (the clock)."""
+        if isinstance(event, AudioOut):
+            self._inbox.put(FrameMade(event.frame_index))
+        elif type(event) in self._event_handlers:
+            self._inbox.put(Received(event, self._clock()))
 
     def on_typed_text(self, text: str) -> None:
-        self._inbox.put((self._clock(), ("typed", text)))
+        self._inbox.put(Typed(text, self._clock()))
 
     def after_pending(self, callback: Callable[[], None]) -> None:
         """Call `callback` on the control thread once everything queued before it has been
         handled (the replay feeder's barrier)."""
-        self._inbox.put((self._clock(), ("fence", callback)))
+        self._inbox.put(Fence(callback))
 
     def cancel_pending(self, reason: str = "cancelled by the user") -> None:
         """Drop the LLM request in flight (Esc, the Cancel button): its connection is closed
         at once and a TurnCancelled says so. Nothing happens when no request is pending."""
-        self._inbox.put((self._clock(), ("cancel", reason)))
+        self._inbox.put(Cancel(reason))
 
     def reconfigure(self, backend: LLMBackend, tools: ToolRegistry) -> None:
         """Settings changed during the conversation: the next turn asks `backend` with
         `tools`. A turn in flight finishes with what it started with."""
-        self._inbox.put((self._clock(), ("configure", backend, tools)))
+        self._inbox.put(Configure(backend, tools))
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Cancelling closes the requests in flight, so their workers end at once; all the
         joins share one deadline."""
         deadline = time.monotonic() + timeout
-        self._inbox.put((self._clock(), _STOP))
+        self._inbox.put(Stop())
         with self._holds_changed:  # a feeder waiting on the clock is let go
             self._holds.clear()
             self._holds_changed.notify_all()
@@ -259,13 +279,6 @@ class Orchestrator:
                     except Exception:  # closing must not stop the rest from closing
                         log.exception("closing %r failed", close)
 
-    def frame_limit(self) -> int | None:
-        """Replay: the last frame the feeder may feed while LLM requests are in flight
-        (asked frame + one frame per 80 ms of wall time, or the frame before the answer
-        lands once it is back); None when nothing holds the clock."""
-        with self._holds_changed:
-            return self._limit_locked()
-
     def wait_until_feedable(self, frame: int, timeout: float) -> bool:
         """Replay: block until `frame` may be fed (False when `timeout` passed first)."""
         deadline = time.monotonic() + timeout
@@ -282,6 +295,9 @@ class Orchestrator:
                 self._holds_changed.wait(min(remaining, self._until_reached(frame)))
 
     def _limit_locked(self) -> int | None:
+        """Replay: the last frame the feeder may feed while LLM requests are in flight
+        (asked frame + one frame per 80 ms of wall time, or the frame before the answer
+        lands once it is back); None when nothing holds the clock."""
         if not self._holds:
             return None
         now = self._clock()
@@ -327,83 +343,100 @@ class Orchestrator:
     def _run(self) -> None:
         while True:
             try:
-                received, item = self._inbox.get(timeout=0.2)
+                message = self._inbox.get(timeout=0.2)
             except queue.Empty:
                 self._workers = [w for w in self._workers if w.is_alive()]
                 continue
-            if item is _STOP:
+            if isinstance(message, Stop):
                 return
             try:
-                self._handle(received, item)
+                self._handle(message)
             except Exception as exc:  # the conversation goes on; the status says why
-                log.exception("orchestrator failed on %r", item)
+                log.exception("orchestrator failed on %r", message)
                 self._emit(LlmStatus("error", f"internal error: {exc}"))
 
-    def _handle(self, received: float, item: object) -> None:
-        if isinstance(item, AsrWord):
-            self._tracker.on_word(item)
-        elif isinstance(item, AsrFinal):
-            self._tracker.on_final(item)
-            if self.model_triggered:
-                self._on_final_for_retrieval(item)
-            else:
-                self._on_final(received, item)
-        elif isinstance(item, AsrPartial):
-            self._tracker.on_partial(item)
-            if not self.model_triggered:
-                self._on_partial(received, item)
-        elif isinstance(item, RetToken):
-            self._on_ret(item)
-        elif isinstance(item, SpanLate):
-            if self._retrieval is not None and self._retrieval.span_id == item.span_id:
-                self._retrieval = None
-        elif isinstance(item, tuple) and item and item[0] == "typed":
-            self._log.add_user(item[1])
-            self._start_turn(item[1], None, "typed", end_of_speech=received)
-        elif isinstance(item, tuple) and item and item[0] == "cancel":
-            self._cancel_pending(item[1])
-        elif isinstance(item, tuple) and item and item[0] == "configure":
-            # A turn in flight may still be asking the old backend: closed at stop().
-            self._retired.append((self.backend, self.tools))
-            self.backend, self.tools = item[1], item[2]
-        elif isinstance(item, TextPiece):
-            self._log.add_assistant_piece(item.text, item.frame_index)
-        elif isinstance(item, SpanInjected):
-            turn = self._awaiting.get(item.span_id)
-            if turn is not None:
-                turn.injected = item.monotonic_s
-                turn.injected_before_frame = item.last_frame
-            if self._retrieval is not None and self._retrieval.span_id == item.span_id:
-                self._retrieval = None
-        elif isinstance(item, AudioOut):
-            self._on_audio(item)
-        elif isinstance(item, (_TurnAnswer, _TurnError)):
-            if item.arrival_frame is None or item.arrival_frame <= self._fenced:
-                self._settle(received, item)
-            else:  # replay: handled at the barrier before its arrival frame
-                self._due.append((received, item))
-        elif isinstance(item, tuple) and item and item[0] == "fence":
-            try:
-                self._fenced = self._frame + 1
-                due, self._due = self._due, []
-                for received_at, result in due:
-                    if (result.arrival_frame or 0) <= self._fenced:
-                        self._settle(received_at, result)
-                    else:
-                        self._due.append((received_at, result))
-            finally:
-                item[1]()
+    def _handle(self, message: InboxMessage) -> None:
+        self._handlers[type(message)](message)
 
-    def _settle(self, received: float, result: _TurnAnswer | _TurnError) -> None:
+    # ---- the inbox's messages, one handler each -----------------------------------------
+
+    def _on_received(self, received: Received) -> None:
+        handler = self._event_handlers.get(type(received.event))
+        if handler is not None:  # the recogniser's other events are not the LLM's business
+            handler(received.event, received.at)
+
+    def _on_frame(self, frame: FrameMade) -> None:
+        self._frame = frame.frame_index
+        self._settle_waiting()
+
+    def _on_typed(self, typed: Typed) -> None:
+        self._log.add_user(typed.text)
+        self._start_turn(typed.text, None, "typed", end_of_speech=typed.at)
+
+    def _on_cancel(self, cancel: Cancel) -> None:
+        self._cancel_pending(cancel.reason)
+
+    def _on_configure(self, configure: Configure) -> None:
+        # A turn in flight may still be asking the old backend: closed at stop().
+        self._retired.append((self.backend, self.tools))
+        self.backend, self.tools = configure.backend, configure.tools
+
+    def _on_fence(self, fence: Fence) -> None:
         try:
-            if isinstance(result, _TurnAnswer):
-                self._on_answer(received, result)
+            self._fenced = self._frame + 1
+            due, self._due = self._due, []
+            for result in due:
+                if (result.arrival_frame or 0) <= self._fenced:
+                    self._settle(result)
+                else:
+                    self._due.append(result)
+        finally:
+            fence.callback()
+
+    def _on_result(self, result: TurnAnswer | TurnError) -> None:
+        if result.arrival_frame is None or result.arrival_frame <= self._fenced:
+            self._settle(result)
+        else:  # replay: handled at the barrier before its arrival frame
+            self._due.append(result)
+
+    def _settle(self, result: TurnAnswer | TurnError) -> None:
+        try:
+            if isinstance(result, TurnAnswer):
+                self._on_answer(result)
             else:
                 self._on_error(result)
         finally:  # replay: the clock goes on only once the span is queued (or is not)
             self._release(result.turn_id)
 
-    def _on_partial(self, received: float, partial: AsrPartial) -> None:
+    # ---- the events a `Received` carries, one handler each ------------------------------
+
+    def _on_word(self, word: AsrWord, _at: float) -> None:
+        self._tracker.on_word(word)
+
+    def _on_text(self, piece: TextPiece, _at: float) -> None:
+        self._log.add_assistant_piece(piece.text, piece.frame_index)
+
+    def _on_span_late(self, late: SpanLate, _at: float) -> None:
+        if self._retrieval is not None and self._retrieval.span_id == late.span_id:
+            self._retrieval = None
+
+    def _on_span_injected(self, injected: SpanInjected, _at: float) -> None:
+        turn = self._awaiting.get(injected.span_id)
+        if turn is not None:
+            turn.injected = injected.monotonic_s
+        if self._retrieval is not None and self._retrieval.span_id == injected.span_id:
+            self._retrieval = None
+
+    def _on_first_audio(self, heard: FirstAudioAfterSpan, _at: float) -> None:
+        """The user hears the answer from this frame on: the turn's latency is complete."""
+        turn = self._awaiting.pop(heard.span_id, None)
+        if turn is not None:
+            self._emit(TurnLatency(turn.turn_id, *self._stages(turn, heard.monotonic_s)))
+
+    def _on_partial(self, partial: AsrPartial, _at: float) -> None:
+        self._tracker.on_partial(partial)
+        if self.model_triggered:
+            return
         current = self._current
         if current is not None and current.utterance_start_s is not None and (
                 current.utterance_start_s < partial.start_s
@@ -414,7 +447,11 @@ class Orchestrator:
         if (self.options.mid_turn and current is None and is_clear_question(partial.text)):
             self._start_turn(partial.text, partial.start_s, "mid_turn", end_of_speech=None)
 
-    def _on_final(self, received: float, final: AsrFinal) -> None:
+    def _on_final(self, final: AsrFinal, received: float) -> None:
+        self._tracker.on_final(final)
+        if self.model_triggered:
+            self._on_final_for_retrieval(final)
+            return
         if not final.text.strip():
             return
         self._log.add_user(final.text)
@@ -472,7 +509,7 @@ class Orchestrator:
 
     # ---- model-triggered retrieval (the checkpoint's <ret>) -----------------------------
 
-    def _on_ret(self, ret: RetToken) -> None:
+    def _on_ret(self, ret: RetToken, _at: float) -> None:
         policy = self._ret_policy
         if policy is None:
             return
@@ -522,16 +559,18 @@ class Orchestrator:
         self._emit(TurnStarted(turn.turn_id, question, "ret"))
         self._emit(LlmStatus("thinking", f"asking {self.backend.name}"))
         self._hold(turn)
-        worker = threading.Thread(target=self._work_retrieval, args=(turn,),
+        # What the model said, read here: the log is the control thread's alone.
+        said = self._assistant_said()
+        worker = threading.Thread(target=self._work_retrieval, args=(turn, said),
                                   name=f"llm-retrieval-{turn.turn_id}", daemon=True)
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
         worker.start()
 
-    def _on_retrieval_answer(self, received: float, answer: _TurnAnswer) -> None:
+    def _on_retrieval_answer(self, answer: TurnAnswer) -> None:
         pending, policy = self._retrieval, self._ret_policy
         assert pending is not None and pending.turn is not None and policy is not None
         turn = pending.turn
-        turn.first_token, turn.span_ready = answer.first_token, received
+        turn.first_token, turn.span_ready = answer.first_token, answer.posted_at
         self._emit(LlmStatus("idle", f"{self.backend.name} answered"))
         if not answer.text:
             reason = ("the LLM found no information" if answer.no_information
@@ -558,32 +597,32 @@ class Orchestrator:
     def _assistant_said(self) -> str:
         return " ".join(m.content for m in self._log.messages(2000) if m.role == "assistant")
 
-    def _work_retrieval(self, turn: _Turn) -> None:
+    def _work_retrieval(self, turn: _Turn, assistant_said: str) -> None:
         first_token: list[float] = []
 
         def on_delta(_fragment: str) -> None:
             if not first_token:
                 first_token.append(self._clock())
 
-        def on_tool(name: str, arguments: dict, outcome) -> None:
+        def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
             self.events.put(ToolCalled(turn.turn_id, name, arguments, outcome.ok, outcome.error,
                                        outcome.source, len(outcome.content), outcome.truncated))
 
         backend, registry = self._asked_with(turn)
         try:
-            answer = retrieve(backend, registry, turn.question, self._assistant_said(),
+            answer = retrieve(backend, registry, turn.question, assistant_said,
                               self.options.profile, self.options.max_span_chars, turn.cancel,
                               on_delta, on_tool)
         except LLMError as exc:
-            self._post(_TurnError(turn.turn_id, exc))
+            self._post(TurnError(turn.turn_id, exc))
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("retrieval failed")
-            self._post(_TurnError(turn.turn_id,
+            self._post(TurnError(turn.turn_id,
                                   LLMError("malformed", f"{backend.name} failed: {exc}")))
             return
         tools = (answer.tool,) if answer.tool and answer.text else ()
-        self._post(_TurnAnswer(turn.turn_id, answer.text, tools,
+        self._post(TurnAnswer(turn.turn_id, answer.text, tools,
                                first_token[0] if first_token else None, answer.no_information))
 
     def _retrieval_turn(self, turn_id: int) -> bool:
@@ -592,16 +631,16 @@ class Orchestrator:
 
     # ---- answers ---------------------------------------------------------------------
 
-    def _on_answer(self, received: float, answer: _TurnAnswer) -> None:
+    def _on_answer(self, answer: TurnAnswer) -> None:
         if self._retrieval_turn(answer.turn_id):
-            self._on_retrieval_answer(received, answer)
+            self._on_retrieval_answer(answer)
             return
         turn = self._current
         if turn is None or turn.turn_id != answer.turn_id:
             return  # stale: cancelled while the LLM was still working
         self._current = None
         turn.first_token = answer.first_token
-        turn.span_ready = received
+        turn.span_ready = answer.posted_at
         self._emit(LlmStatus("idle", f"{self.backend.name} answered"))
         if not answer.text:
             self._emit(TurnLatency(turn.turn_id, *self._stages(turn)))
@@ -615,7 +654,7 @@ class Orchestrator:
         self._awaiting[span_id] = turn
         self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
 
-    def _on_error(self, error: _TurnError) -> None:
+    def _on_error(self, error: TurnError) -> None:
         if self._retrieval_turn(error.turn_id):
             self._retrieval = None
             if error.error.kind != "cancelled":
@@ -630,15 +669,6 @@ class Orchestrator:
             return
         self._emit(TurnFailed(turn.turn_id, error.error.kind, str(error.error)))
         self._emit(LlmStatus("error", str(error.error)))
-
-    def _on_audio(self, audio: AudioOut) -> None:
-        self._frame = audio.frame_index
-        self._settle_waiting()
-        for span_id, turn in list(self._awaiting.items()):
-            if turn.injected_before_frame is not None and (
-                    audio.frame_index >= turn.injected_before_frame):
-                del self._awaiting[span_id]
-                self._emit(TurnLatency(turn.turn_id, *self._stages(turn, audio.monotonic_s)))
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float | None:
@@ -661,7 +691,7 @@ class Orchestrator:
         backend = turn.backend if turn.backend is not None else self.backend
         return backend, turn.tools if turn.tools is not None else self.tools
 
-    def _post(self, result: _TurnAnswer | _TurnError) -> None:
+    def _post(self, result: TurnAnswer | TurnError) -> None:
         """A request's outcome to the control thread. Replay: first the clock is frozen
         where the answer lands, asked frame + ceil(wall latency / 80 ms): the feeder feeds
         up to the frame before, and the control thread injects at that frame."""
@@ -672,22 +702,22 @@ class Orchestrator:
                 arrival = hold.asked_frame + max(1, math.ceil(elapsed / FRAME_S))
                 hold.frozen = arrival - 1
                 result = replace(result, arrival_frame=arrival)
-        self._inbox.put((self._clock(), result))
+        self._inbox.put(replace(result, posted_at=self._clock()))
 
     def _work(self, turn: _Turn, history: list[ChatMessage]) -> None:
         try:
             answer = self._tool_loop(turn, history)
         except LLMError as exc:
-            self._post(_TurnError(turn.turn_id, exc))
+            self._post(TurnError(turn.turn_id, exc))
             return
         except Exception as exc:  # a backend bug becomes a failed turn, not a dead thread
             log.exception("LLM turn failed")
             error = LLMError("malformed", f"{self._asked_with(turn)[0].name} failed: {exc}")
-            self._post(_TurnError(turn.turn_id, error))
+            self._post(TurnError(turn.turn_id, error))
             return
         self._post(answer)
 
-    def _tool_loop(self, turn: _Turn, history: list[ChatMessage]) -> _TurnAnswer:
+    def _tool_loop(self, turn: _Turn, history: list[ChatMessage]) -> TurnAnswer:
         backend, tools = self._asked_with(turn)
         messages = [ChatMessage("system", self.options.system_prompt), *history]
         first_token: list[float] = []
@@ -709,7 +739,7 @@ class Orchestrator:
             if not result.tool_calls or not allow_tools:
                 text = speakable_span(result.content, self.options.max_span_chars)
                 if text:
-                    return _TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
+                    return TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
                                        first_token[0] if first_token else None)
                 # Nothing to say is a failed turn the user sees, never a silent one: the
                 # last round (tools withheld) still asking for tools, or an empty answer.

@@ -25,14 +25,15 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from app.asr.events import AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
+from app.frames import FRAME_S
 from app.llm.backend import ChatMessage, LLMBackend
 from app.orchestrator.span_writer import speakable_span
-from app.tools.base import ToolRegistry
+from app.tools.base import ToolRegistry, ToolResult
 
-FRAME_S = 0.08
 CONTEXT_CHARS = 480  # each part of the router's user message, as the reference caps it
 NO_INFORMATION = "(no information found)"
 TOOL_PREFIX = "(tool result) "
@@ -130,7 +131,8 @@ class RetrievalAnswer:
 def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_said: str,
              profile: str, max_chars: int, cancel: threading.Event,
              on_delta: Callable[[str], None] | None = None,
-             on_tool: Callable[[str, dict, object], None] | None = None) -> RetrievalAnswer:
+             on_tool: Callable[[str, dict[str, Any], ToolResult], None] | None = None,
+             ) -> RetrievalAnswer:
     """One router call: a tool call (its result read as "(tool result) ...") or one
     spoken sentence. Raises LLMError when the backend fails."""
     system = ROUTER_PROMPT + (f"\nThe user's profile: {profile}" if profile else "")

@@ -48,6 +48,8 @@ class EngineEventMapper:
         # Positions before this conversation: a reconnect adds a whole window, so spans of
         # the lost conversation count as out of the model's context (they are).
         self._earlier_positions = 0
+        # Landed spans whose first frame of audio has not come yet: app id -> landing frame.
+        self._unheard: dict[int, int] = {}
 
     def sent(self, span_id: int, span: SentSpan) -> None:
         with self._lock:
@@ -94,6 +96,16 @@ class EngineEventMapper:
             span_positions_in_window=self._span_positions_in_window,
             wrapped=bool(window) and used > window)
         return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
+
+    def first_audio(self, audio: ev.AudioOut) -> list[ev.FirstAudioAfterSpan]:
+        """After `audio` is out: the spans it is the first frame after, as a local engine
+        says it (its span landings come from the server before the frame they precede)."""
+        heard = [span_id for span_id, landed in self._unheard.items()
+                 if audio.frame_index >= landed]
+        for span_id in heard:
+            del self._unheard[span_id]
+        return [ev.FirstAudioAfterSpan(span_id, audio.frame_index, audio.monotonic_s)
+                for span_id in heard]
 
     # ---- events ---------------------------------------------------------------------------
 
@@ -157,6 +169,7 @@ class EngineEventMapper:
         if app_id is None or span is None:
             return []
         last = self._local(event.landed_frame) or 0
+        self._unheard[app_id] = last
         return [ev.SpanInjected(app_id, span.source, last, last, event.frames, event.chunks,
                                 origin_frame=span.origin_frame)]
 

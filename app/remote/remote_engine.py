@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -43,6 +44,9 @@ from app.wire.client import (
     ServerBusy,
     Unauthorized,
 )
+
+if TYPE_CHECKING:  # the catalog is imported when a conversation starts
+    from app.checkpoints.catalog import Retrieval
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +102,8 @@ class RemoteEngine:
         self.device = ""
         self.context_window = 0
         self.max_span_tokens = DEFAULT_SPAN_TOKENS
-        self.retrieval = None  # the catalog's Retrieval for the model (None: end of turn)
+        # The catalog's Retrieval for the model (None: end of turn).
+        self.retrieval: Retrieval | None = None
         self.display_name = ""
         self._mapper = EngineEventMapper()
         self._ids = itertools.count(1)
@@ -485,4 +490,6 @@ class RemoteEngine:
                 self.late_frames += 1
         audio, stats = self._mapper.audio(frame.pcm)
         self._put(audio)
+        for heard in self._mapper.first_audio(audio):
+            self._put(heard)
         self._put(stats)

@@ -28,19 +28,19 @@ from pathlib import Path
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.paths import REPO_ROOT
 from app.server.config import ServerConfig
 from app.server.engine_host import ConversationChoice, EngineHost
 from app.server.web_app import EngineServer
 
-FRAME_S = 0.08
 TOKEN = "bench"
 ROUNDS = 5
 
 
 def _frame(index: int) -> np.ndarray:
-    t = (np.arange(FRAME_SAMPLES) + index * FRAME_SAMPLES) / 24000
+    t = (np.arange(FRAME_SAMPLES) + index * FRAME_SAMPLES) / SAMPLE_RATE
     return (0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
@@ -92,7 +92,7 @@ async def _moshi_round_trips(url: str, frames: int) -> tuple[list[float], int, i
     import aiohttp
     import sphn
 
-    writer = sphn.OpusStreamWriter(24000)
+    writer = sphn.OpusStreamWriter(SAMPLE_RATE)
     chat = url.replace("http", "ws", 1) + f"/api/chat?token={TOKEN}"
     sent_bytes = received_bytes = 0
     rtts: list[float] = []
@@ -135,7 +135,7 @@ async def transport_round_trips(frames: int) -> list[float]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     out: list[float] = []
     try:
         async with aiohttp.ClientSession() as session, session.ws_connect(
@@ -190,6 +190,7 @@ def _start_servers(count: int, model: str, device: str, chunk_limit: int | None,
         urls.append(f"http://127.0.0.1:{port}")
     for process in processes:  # each says where it serves once its model is loaded
         deadline = time.monotonic() + 600
+        assert process.stderr is not None  # a PIPE, as opened above
         while time.monotonic() < deadline:
             line = process.stderr.readline()
             if not line:

@@ -10,6 +10,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
+    from app.conversation.config import ConversationConfig
+    from app.engine.duplex_engine import EngineOptions
+    from app.server.config import Limits
 
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
 
@@ -90,19 +96,20 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return serve
 
 
-def _conversation_config(args: argparse.Namespace):
+def _conversation_config(args: argparse.Namespace) -> ConversationConfig | None:
     if not (args.asr or args.llm or args.level_voice):
         return None
-    from app.conversation.headless import ConversationConfig
+    from app.conversation.config import ConversationConfig
 
     tools: tuple[str, ...] | None = None
     if args.tools is not None:
         tools = () if args.tools == "none" else tuple(
             t.strip() for t in args.tools.split(",") if t.strip())
     return ConversationConfig(
-        asr_model=args.asr, force_vad=args.vad, llm=args.llm, llm_host=args.llm_host,
-        llm_model=args.llm_model, llm_timeout_s=args.llm_timeout, tools=tools,
-        folders=tuple(args.folder_search), level_voice=args.level_voice)
+        stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
+        backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
+        timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
+        level_voice=args.level_voice)
 
 
 def _check_exposure(args: argparse.Namespace) -> None:
@@ -166,7 +173,8 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_cluster(args, options, conversation, limits) -> int:
+def _run_cluster(args: argparse.Namespace, options: EngineOptions,
+                 conversation: ConversationConfig | None, limits: Limits) -> int:
     try:
         from app.server.cluster import ClusterSettings, run_cluster
     except ImportError as exc:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray import serve
+from ray.serve import Application
 from ray.serve.config import HTTPOptions, RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from starlette.applications import Starlette
@@ -34,7 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from app.conversation.headless import ConversationConfig
+from app.conversation.config import ConversationConfig
 from app.engine.duplex_engine import EngineOptions
 from app.server.auth import presented_token, token_matches
 from app.server.codec import Codec
@@ -111,7 +113,7 @@ class EngineReplica:
         log.info("replica ready: %s on %s in %.1f s", self.host.model_id, self.host.device,
                  time.monotonic() - started)
 
-    def authorized(self, headers, query) -> bool:
+    def authorized(self, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         if token_matches(presented_token(headers, query), self.settings.token):
             return True
         self.metrics.unauthorized += 1
@@ -181,7 +183,7 @@ ASGI_APP = Starlette(routes=[WebSocketRoute("/ws", _reference_ws),
                              Route("/health", _health), Route("/metrics", _metrics)])
 
 
-def build_application(settings: ClusterSettings):
+def build_application(settings: ClusterSettings) -> Application:
     """The Serve application: the engine deployment, its resources and its scaling."""
     settings.check()
     options: dict = {
@@ -190,7 +192,10 @@ def build_application(settings: ClusterSettings):
         "max_ongoing_requests": 2,
         "ray_actor_options": {"num_gpus": settings.gpus_per_replica,
                               "num_cpus": settings.cpus_per_replica},
-        "request_router_config": RequestRouterConfig(request_router_class=LeastLoadedFirst),
+        # Ray declares the field `str | Callable`, but its pydantic-v1 model reads to the
+        # checker as taking a dict.
+        "request_router_config": RequestRouterConfig(
+            request_router_class=LeastLoadedFirst),  # type: ignore[arg-type]
         "graceful_shutdown_timeout_s": settings.limits.stop_timeout_s,
     }
     if settings.min_replicas == settings.max_replicas:

@@ -57,6 +57,7 @@ class ConnectionGuard:
                 deadline.cancel()
             return make_request(message, payload, protocol, writer, task, *rest)
 
+        # The server's public callbacks, hooked on this one server object (module docstring).
         server.connection_made = connection_made  # type: ignore[method-assign]
         server.connection_lost = connection_lost  # type: ignore[method-assign]
         server.request_factory = request_factory

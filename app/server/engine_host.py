@@ -2,8 +2,8 @@
 
 A conversation takes the slot (a `Lease`) and gives it back only once its engine thread has
 ended: two engines must never stream on the same model at once. Each conversation gets a
-fresh DuplexEngine; the LLM side, when the server has one, is built by headless_run's
-`build_pipeline`, the one place that builds it.
+fresh DuplexEngine; the LLM side, when the server has one, is built with it by
+app/conversation/assembly.py, where every conversation is assembled.
 """
 
 from __future__ import annotations
@@ -11,12 +11,22 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.checkpoints.loader import LoadedCheckpoint
-from app.conversation.headless import ConversationConfig, build_pipeline, load_asr_model
+from app.conversation.assembly import (
+    build_engine,
+    build_pipeline,
+    load_speech_model,
+    load_stt_model,
+)
+from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
 from app.engine.conversation_start import list_voices
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
+
+if TYPE_CHECKING:
+    from app.asr.stt_catalog import LoadedStt
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +43,8 @@ class ConversationChoice:
 
 class EngineHost:
     def __init__(self, checkpoint: LoadedCheckpoint, engine_options: EngineOptions | None = None,
-                 conversation: ConversationConfig | None = None, stt=None) -> None:
+                 conversation: ConversationConfig | None = None,
+                 stt: LoadedStt | None = None) -> None:
         """`stt`: the speech recogniser of `conversation`, loaded once (None: each
         conversation loads its own, if it has one)."""
         self.checkpoint = checkpoint
@@ -54,17 +65,15 @@ class EngineHost:
     def load(cls, model_id: str, device: str | None = None, dtype: str | None = None,
              folder: Path | None = None, engine_options: EngineOptions | None = None,
              conversation: ConversationConfig | None = None) -> EngineHost:
-        """Load the checkpoint (minutes for a 7B); blocks."""
-        from app.checkpoints.catalog import get_manifest
-        from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
-        from app.engine.device import choose_device
-
-        manifest = get_manifest(model_id)
-        checkpoint = load_checkpoint(manifest, ensure_built(manifest, folder),
-                                     choose_device(device), parse_dtype(dtype) if dtype else None)
+        """Load the checkpoint (minutes for a 7B); blocks. `conversation`: the LLM side
+        (None: the speech model alone); the arguments name the speech model."""
+        speech = replace(conversation or ConversationConfig(), model_id=model_id,
+                         custom_folder=str(folder) if folder else None,
+                         device=device or "auto", dtype=dtype or "auto")
+        checkpoint = load_speech_model(speech)
         stt = None
-        if conversation is not None and conversation.asr_model:
-            stt = load_asr_model(conversation, checkpoint.device)  # not once per conversation
+        if conversation is not None and conversation.has_stt:
+            stt = load_stt_model(conversation, checkpoint.device)  # not once per conversation
         return cls(checkpoint, engine_options, conversation, stt)
 
     @property
@@ -97,9 +106,9 @@ class EngineHost:
 
     def build(self, choice: ConversationChoice) -> tuple[DuplexEngine, ConversationPipeline]:
         """A fresh engine and its pipeline, not started (blocks: an STT may load)."""
-        engine = DuplexEngine(self.checkpoint, self.options_for(choice))
-        return engine, build_pipeline(engine, self.conversation, self.checkpoint.device,
-                                      stt=self.stt)
+        engine = build_engine(self.checkpoint, self.options_for(choice))
+        return engine, build_pipeline(engine, self.conversation or ConversationConfig(),
+                                      self.checkpoint.device, stt=self.stt)
 
 
 class Lease:

@@ -1,6 +1,6 @@
 """One conversation's engine, ASR and LLM events as the wire's events (app/wire/events.py).
 
-The same reading as the headless transcript (headless_run.py `_record`): the model's <ret>
+The same reading as the headless transcript (conversation/headless.py `_record`): the model's <ret>
 is `ret`, the question the LLM was asked is `question`, an answer that came too late is
 `late` (dropped by the orchestrator or by the engine), a <ret> without an answer is
 `no_span`, a span block's frame is `slot`. A landed span is one `span` event carrying its
@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial
 from app.engine import events as ev
+from app.frames import FRAME_RATE
 from app.orchestrator import events as oe
 from app.wire import events as wire
-
-FRAME_RATE = 12.5  # frames a second: 1920 samples at 24 kHz
 
 
 @dataclass

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 
-from app.engine.frame_budget import FRAME_MS
+from app.frames import FRAME_MS
 
 # Engine time per frame, milliseconds: the 80 ms frame and its fractions, then overruns.
 FRAME_MS_BUCKETS = (5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 200.0, 500.0)
@@ -45,7 +46,8 @@ class ServerMetrics:
     def render(self, busy: bool) -> str:
         lines: list[str] = []
 
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]):
+        def metric(name: str, kind: str, help_text: str,
+                   samples: Sequence[tuple[str, float]]) -> None:
             lines.append(f"# HELP {PREFIX}_{name} {help_text}")
             lines.append(f"# TYPE {PREFIX}_{name} {kind}")
             for suffix_labels, value in samples:
@@ -58,7 +60,8 @@ class ServerMetrics:
                [("", self.sessions_active)])
         metric("engine_busy", "gauge", "1 while the engine holds a conversation.",
                [("", int(busy))])
-        cumulative, samples = 0, []
+        cumulative = 0
+        samples: list[tuple[str, float]] = []
         for bound, count in zip(FRAME_MS_BUCKETS, self._frame_buckets, strict=True):
             cumulative += count
             samples.append((f'_bucket{{le="{bound:g}"}}', cumulative))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.frame_worker import FRAME_SAMPLES
+from app.frames import FRAME_SAMPLES
 from app.server.codec import Frame, Inbound
 from app.server.wire_socket import Incoming
 from app.wire import events as wire

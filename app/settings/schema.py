@@ -19,7 +19,7 @@ EngineMode = Literal["local", "server"]  # the speech model on this computer, or
 class SpeechModelSettings:
     model_id: str = "moshika"  # catalog id (models/*.json)
     custom_folder: str | None = None  # a local checkpoint folder instead of the catalog's
-    device: str = "auto"  # auto, cuda, mps, cpu
+    device: str = "auto"  # auto, cuda, mps, cpu, mlx (the MLX engine)
     dtype: str = "auto"  # auto (the manifest's), bfloat16, float16, float32
     quantize: bool = False  # 8-bit weights (CUDA only), for GPUs with less memory
     voice: str | None = None  # persona checkpoints: voice prompt name

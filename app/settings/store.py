@@ -3,7 +3,10 @@
 Loading never crashes and never loses a user's choices silently: a file that cannot be used
 as-is (bad JSON, missing or wrongly-typed keys, another schema version) is first copied to a
 timestamped backup, then every value that still checks out is kept, the rest come from the
-defaults, and a notice for the user says what happened and where the backup is.
+defaults, and a notice for the user says what happened and where the backup is. A file that is
+not valid JSON at all (one bad byte) is read member by member (salvage.py), so it too keeps
+every setting on a line that can still be read. What the notice quotes from the file is
+bounded (app/text_bounds.py): a 10 MB key name is named by its first characters.
 
 The schema (`app.settings.schema`) is the only description of the keys: values are checked
 against its type hints, so adding a field there needs nothing here.
@@ -27,10 +30,17 @@ from typing import Any
 import platformdirs
 
 from app.paths import APP_NAME
+from app.settings.salvage import Salvage, decode_leniently, salvage
 from app.settings.schema import SCHEMA_VERSION, AppSettings
+from app.text_bounds import NOTICE_LIMIT, bounded
 
 SETTINGS_FILE = "settings.json"
 _MAX_LISTED_PROBLEMS = 6
+_NAME_LIMIT = 60  # characters of a key name quoted in a notice
+_PATH_LIMIT = 400  # characters of a file's path quoted in a notice
+# A settings file is a few KB; one far larger is not a user's settings with a bad byte, and is
+# not read setting by setting (that reading costs time with the number of broken lines).
+_SALVAGE_LIMIT = 256 * 1024
 
 # Schema migrations: MIGRATIONS[n] turns a version-n dict into a version-(n + 1) dict (rename
 # or reshape keys there). Versions without a step just have their values checked as they are.
@@ -62,7 +72,7 @@ class SettingsStore:
             return AppSettings(), None
         except OSError as exc:
             return AppSettings(), (
-                f"Could not read the settings file {self.path} ({_reason(exc)}). "
+                f"Could not read the settings file {self._shown_path()} ({_reason(exc)}). "
                 "ContextSpan is using default settings for now; the file was left untouched."
             )
 
@@ -70,18 +80,42 @@ class SettingsStore:
             # utf-8-sig: a byte-order mark (some editors write one) is not an error.
             raw = json.loads(data.decode("utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return self._repair(data, AppSettings(), [f"the file is not valid JSON ({exc})"])
+            return self._salvage(data, f"the file is not valid JSON ({bounded(str(exc))})")
         except RecursionError:
-            return self._repair(data, AppSettings(), ["the file is nested too deeply to read"])
+            return self._salvage(data, "the file is nested too deeply to read")
         except ValueError as exc:  # e.g. an integer longer than Python will convert
-            return self._repair(data, AppSettings(), [f"the file holds a value that cannot "
-                                                      f"be read ({exc})"])
+            return self._salvage(data, f"the file holds a value that cannot be read "
+                                       f"({bounded(str(exc))})")
         if not isinstance(raw, dict):
             kind = type(raw).__name__
             problem = f"the file holds a JSON {kind}, not an object"
             return self._repair(data, AppSettings(), [problem])
+        return self._checked(data, raw, _Problems())
 
-        problems = _Problems()
+    def _salvage(self, data: bytes, why: str) -> tuple[AppSettings, str | None]:
+        """A file JSON cannot read: keep every setting that can still be read from it."""
+        if len(data) > _SALVAGE_LIMIT:
+            return self._repair(data, AppSettings(), [f"{why}, and at {len(data):,} bytes it "
+                                                      "is too large to be read setting by "
+                                                      "setting"])
+        found = salvage(decode_leniently(data))
+        raw = _with_unnamed_groups(found)
+        groups = {f.name for f in dataclasses.fields(AppSettings)} - {"version"}
+        if not raw.keys() & groups:  # nothing of the user's could be read
+            return self._repair(data, AppSettings(), [why])
+        where = []
+        if found.skipped_lines:
+            where.append(f"{_line_list(found.skipped_lines)} could not be read")
+        if found.ended_early:
+            where.append("the file ends before its last setting")
+        kept = "every setting that could still be read was kept"
+        problems = _Problems(other=[f"{why}: {kept}" + (f" ({'; '.join(where)})" if where
+                                                         else "")])
+        return self._checked(data, raw, problems)
+
+    def _checked(self, data: bytes, raw: dict[str, Any],
+                 problems: _Problems) -> tuple[AppSettings, str | None]:
+        """Settings from the file's object `raw`, each value checked against the schema."""
         version = raw.get("version")
         newer = False
         if not isinstance(version, int) or isinstance(version, bool):
@@ -122,14 +156,15 @@ class SettingsStore:
         try:
             backup = self._backup(original)
         except OSError as exc:
-            return settings, (
-                f"The settings file {self.path} had problems: {what}. It could not be backed up "
-                f"({_reason(exc)}), so it was left untouched; ContextSpan is using defaults "
-                "for the settings it could not read."
+            return settings, bounded(
+                f"The settings file {self._shown_path()} had problems: {what}. It could not be "
+                f"backed up ({_reason(exc)}), so it was left untouched; ContextSpan is using "
+                "defaults for the settings it could not read.", NOTICE_LIMIT
             )
         notice = (
-            f"The settings file {self.path} had problems: {what}. Settings that could not be "
-            f"read were reset to their defaults. The original file is kept at {backup}."
+            f"The settings file {self._shown_path()} had problems: {what}. Settings that could "
+            "not be read were reset to their defaults. The original file is kept at "
+            f"{bounded(str(backup), _PATH_LIMIT)}."
         )
         if not rewrite:
             notice += " The file itself was left as it is until you save settings here."
@@ -137,8 +172,12 @@ class SettingsStore:
             try:
                 self.save(settings)
             except OSError as exc:
-                notice += f" The repaired settings could not be written: {exc}"
-        return settings, notice
+                notice += f" The repaired settings could not be written: {bounded(str(exc))}"
+        # Each quote is bounded already; this bounds their number too.
+        return settings, bounded(notice, NOTICE_LIMIT)
+
+    def _shown_path(self) -> str:
+        return bounded(str(self.path), _PATH_LIMIT)
 
     def _backup(self, original: bytes) -> Path:
         """Write `original` to settings.json.bak-YYYYmmdd-HHMMSS. An existing backup is never
@@ -220,7 +259,7 @@ class _Problems:
 
 
 def _names(keys: list[str], limit: int = 4) -> str:
-    shown = ", ".join(f"'{k}'" for k in keys[:limit])
+    shown = ", ".join(f"'{bounded(k, _NAME_LIMIT)}'" for k in keys[:limit])
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     verb = "was" if len(keys) == 1 else "were"
     return f"{shown}{more} {verb}"
@@ -240,16 +279,18 @@ def _from_dict(cls: type, raw: dict[str, Any], prefix: str, problems: _Problems)
             continue
         hint = hints[f.name]
         value = raw[f.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a group of settings
             if isinstance(value, dict):
                 values[f.name] = _from_dict(hint, value, f"{name}.", problems)
             else:
-                problems.other.append(f"'{name}' is not a group of settings")
+                problems.other.append(f"'{bounded(name, _NAME_LIMIT)}' is not a group of "
+                                  "settings")
             continue
         try:
             values[f.name] = _in_range(_check(value, hint), f.metadata.get("range"))
         except _Invalid as exc:
-            problems.other.append(f"'{name}' had an invalid value {_show(value)} ({exc})")
+            problems.other.append(f"'{bounded(name, _NAME_LIMIT)}' had an invalid value "
+                                  f"{_show(value)} ({exc})")
     known = {f.name for f in dataclasses.fields(cls)}
     problems.unknown += [f"{prefix}{key}" for key in raw if key not in known]
     return cls(**values)
@@ -331,8 +372,29 @@ def _describe(hint: Any) -> str:
 
 
 def _show(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return bounded(json.dumps(value, ensure_ascii=False), limit)
+
+
+def _line_list(lines: tuple[int, ...], limit: int = 5) -> str:
+    shown = ", ".join(str(n) for n in lines[:limit])
+    more = f" and {len(lines) - limit} more" if len(lines) > limit else ""
+    return f"line{'s' if len(lines) > 1 else ''} {shown}{more}"
+
+
+def _with_unnamed_groups(found: Salvage) -> dict[str, Any]:
+    """The salvaged members, with each group whose name line was lost given back to the
+    missing group of the schema that has all its keys."""
+    raw = dict(found.data)
+    hints = typing.get_type_hints(AppSettings)
+    for group in found.unnamed_groups:
+        for f in dataclasses.fields(AppSettings):
+            hint = hints[f.name]
+            if f.name in raw or not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+                continue
+            if set(group) <= {g.name for g in dataclasses.fields(hint)}:
+                raw[f.name] = group
+                break
+    return raw
 
 
 def _reason(exc: OSError) -> str:

@@ -145,6 +145,7 @@ class WebSearchTool(Tool):
             raise ValueError(f"unknown web search provider {provider!r}")
         self.provider = provider
         self._api_key = api_key
+        self._search: SearchFn | None  # None: no key for the provider that needs one
         if search_fn is not None:
             self._search = search_fn
         elif provider == "ollama":

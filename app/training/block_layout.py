@@ -38,14 +38,14 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from moshi.models import LMModel
-from moshi.models.lm_utils import _delay_sequence
 
 from app.engine.conversation_start import Placeholders
 from app.engine.forcing_generator import ForcedStep
 from app.engine.span_block import block_columns
+from app.frames import FRAME_RATE
+from app.moshi_internals import delay_sequence, initial_tokens
 from app.training.span_layout import SpanInsert, SpanLayout
 
-FRAME_RATE = 12.5
 # MoshiRAG's delay between <ret> and the span (reference RAG_DELAY): 1 s after <ret>, 1 s
 # before the cap, uniform over the whole lead with this probability.
 RAG_START_S = 1.0
@@ -204,12 +204,12 @@ def build_block_layout(
         seq, text_on, audio_on, is_block, frame_of = (
             x[..., s0 : s0 + context] for x in (seq, text_on, audio_on, is_block, frame_of))
 
-    initial = lm._get_initial_token().cpu()  # [1, 17, 1]
-    targets = _delay_sequence(lm.delays, seq[None], initial)  # [1, 17, S]
+    initial = initial_tokens(lm).cpu()  # [1, 17, 1]
+    targets = delay_sequence(lm.delays, seq[None], initial)  # [1, 17, S]
     inputs = torch.cat([initial, targets[:, :, :-1]], dim=2)  # [1, 17, S]
     # A frame's masks follow its codes through the delays.
-    audio_delayed = _delay_sequence(lm.delays, audio_on[None, None].expand(1, streams, -1),
-                                    torch.zeros(1, streams, 1, dtype=torch.bool))  # [1, 17, S]
+    audio_delayed = delay_sequence(lm.delays, audio_on[None, None].expand(1, streams, -1),
+                                   torch.zeros(1, streams, 1, dtype=torch.bool))  # [1, 17, S]
     text_loss_mask = text_on[None] & (targets[:, 0] >= 0) & (targets[:, 0] < lm.text_card)
     rows = slice(lm.audio_offset, lm.audio_offset + lm.dep_q)
     audio_targets = targets[:, rows]  # [1, dep_q, S]

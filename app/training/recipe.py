@@ -36,17 +36,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.audio_file import SAMPLE_RATE, write_wav_24k
+from app.audio_file import write_wav_24k
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.span_text import SpanTokenizer
+from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.training.block_layout import block_training_for, checkpoint_placeholders, prefix_codes
 from app.training.dialogues import Dialogue, Turn, make_dialogues
 from app.training.span_layout import SpanInsert
 from app.training.trainer import TrainConfig, TrainingExample, TrainResult, save_trained, train
 from app.training.tts import SpeechSynthesizer, Utterance
 
-FRAME_SAMPLES = 1920
-FRAME_RATE = SAMPLE_RATE / FRAME_SAMPLES  # 12.5
 PLACEMENTS = ("after_question", "before_question", "dialogue_start", "earlier")
 
 
@@ -119,8 +118,7 @@ class RecipeData:
             "placements": dict(Counter(p.kind for p in placements)),
             "max_frames_before_answer": max(
                 (p.answer_frame - p.frame for p in placements), default=0),
-            "answer_frames": int(sum(int(c.example.answer_frames.sum())
-                                     for c in self.conversations)),
+            "answer_frames": sum(c.example.answer_frame_count() for c in self.conversations),
             "word_timing": dict(sum((c.timing for c in self.conversations), Counter())),
             "user_code_values": self.user_code_values(),
         }
@@ -287,7 +285,8 @@ def build_conversation(checkpoint: LoadedCheckpoint, dialogues: Sequence[Dialogu
     prefix = None
     if p and checkpoint.manifest.span_placement.kind == "block":
         prefix = prelude  # the block layout puts the start before the codes itself, no loss
-    elif p:  # the persona prelude first: ordinary frames, no loss; everything else moves by p
+    elif prelude is not None and p:
+        # The persona prelude first: ordinary frames, no loss; everything else moves by p.
         codes = torch.cat([prelude, codes], dim=1)
         answer = torch.cat([torch.zeros(p, dtype=torch.bool), answer])
         spans = [replace(s, frame=s.frame + p) for s in spans]
@@ -333,7 +332,7 @@ def batches(data: RecipeData, batch_size: int, seed: int) -> Iterator[list[Train
     examples = [c.example for c in data.conversations]
     order: list[int] = []
     while True:
-        batch = []
+        batch: list[TrainingExample] = []
         while len(batch) < batch_size:
             if not order:
                 order = list(range(len(examples)))

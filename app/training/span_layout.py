@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 from moshi.models import LMModel
-from moshi.models.lm_utils import _delay_sequence
 
 from app.engine.span_text import SpanTokenizer
+from app.moshi_internals import delay_sequence, initial_tokens
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ def codes_from_stream(model_frames: torch.Tensor, user_frames: torch.Tensor) -> 
 def _delayed_frames(lm: LMModel, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The frame columns (inputs) and their targets, exactly as LMModel.forward builds them."""
     batch = codes.shape[0]
-    initial = lm._get_initial_token().to(codes.device).expand(batch, -1, -1)  # [B, 17, 1]
-    delayed = _delay_sequence(lm.delays, codes, initial)  # [B, 17, T]
+    initial = initial_tokens(lm).to(codes.device).expand(batch, -1, -1)  # [B, 17, 1]
+    delayed = delay_sequence(lm.delays, codes, initial)  # [B, 17, T]
     inputs = torch.cat([initial, delayed[:, :, :-1]], dim=2)  # [B, 17, T]: column t = step t
     return inputs, delayed  # column t of `delayed` is what step t predicts
 
@@ -127,7 +127,7 @@ def build_layout(
         answer_frames = torch.ones(batch, frames, dtype=torch.bool)
     answer_frames = answer_frames.bool().cpu()
     # The answer mask follows each stream's delay, like the codes it selects.
-    answer_delayed = _delay_sequence(
+    answer_delayed = delay_sequence(
         lm.delays,
         answer_frames[:, None, :].expand(-1, streams, -1),
         torch.zeros(batch, streams, 1, dtype=torch.bool),

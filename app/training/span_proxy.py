@@ -310,7 +310,8 @@ def proxy_loss(lm: LMModel, examples: Sequence[TrainingExample]) -> tuple[torch.
     """Text cross-entropy: answers (words and closing pad) + OTHER_FRAMES_WEIGHT x silence.
 
     Returns the loss to optimise and the answer-frame loss alone."""
-    layouts = [build_layout(lm, ex.codes[None], ex.spans, ex.answer_frames[None])
+    layouts = [build_layout(lm, ex.codes[None], ex.spans,
+                            None if ex.answer_frames is None else ex.answer_frames[None])
                for ex in examples]
     layout = stack_layouts(layouts, lm.zero_token_id)
     _, text_logits = lm.forward_text(layout.inputs)  # [B, 1, S, card]
@@ -541,6 +542,7 @@ class Evaluation:
             qs.append(q)
             frame = q.end_frame
         score = Score().add(self.run([qs], CHUNKED, 20_000), [qs])
+        assert self.lm.context is not None, "the proxy runs real Moshi's context window"
         return score.report(self.task.key_echo) | {
             "first_span_frame": qs[0].span.frame, "frames": frame,
             "context": self.lm.context, "window_wraps": frame > self.lm.context}

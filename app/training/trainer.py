@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from moshi.models import LMModel, loaders
+from moshi.models import LMModel
 from moshi.modules.lora import LoRALinear, replace_all_linear_with_lora
 from safetensors.torch import save_file
 
-from app.checkpoints.catalog import Manifest, parse_manifest
+from app.checkpoints.catalog import Manifest, parse_manifest, user_manifests_dir
 from app.checkpoints.loader import LoadedCheckpoint, file_names
 from app.checkpoints.tiny_builder import (
     CONFIG_FILE,
@@ -37,10 +37,10 @@ from app.checkpoints.tiny_builder import (
     RANDOM_WEIGHTS_MARKER,
 )
 from app.engine.span_text import SpanTokenizer
+from app.moshi_internals import moshi_7b_config
 from app.paths import checkpoints_dir
 from app.training.block_layout import BlockTraining
 from app.training.span_layout import SpanInsert, SpanLayout, build_layout
-from app.training.user_catalog import user_manifests_dir
 
 LORA_FILE = "lora.safetensors"
 FULL_FINETUNE_MAX_PARAMS = 100_000_000  # above this, LoRA: a 7B does not fit full FT + Adam
@@ -54,6 +54,12 @@ class TrainingExample:
     spans: tuple[SpanInsert, ...]
     answer_frames: torch.Tensor | None = None  # [T] bool; None: every frame
     prefix: torch.Tensor | None = None  # [17, P] forced start, no loss (block layout only)
+
+    def answer_frame_count(self) -> int:
+        """How many frames the answer loss reads."""
+        if self.answer_frames is None:
+            return self.codes.shape[-1]
+        return int(self.answer_frames.sum())
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ def wants_lora(lm: LMModel, config: TrainConfig) -> bool:
     return sum(p.numel() for p in lm.parameters()) > FULL_FINETUNE_MAX_PARAMS
 
 
-def add_lora(lm: LMModel, rank: int, scaling: float) -> list[torch.nn.Parameter]:
+def add_lora(lm: LMModel, rank: int, scaling: float) -> list[torch.Tensor]:
     """moshi's LoRA on every linear layer; only the adapters train. Returns them.
 
     lora_B starts at zero so the adapted model starts exactly as the base one."""
@@ -286,7 +292,7 @@ def _base_config(checkpoint: LoadedCheckpoint) -> dict:
             config["mimi_config_name"] = MIMI_CONFIG_FILE
         return config
     if info.raw_config is None:
-        return dict(loaders._lm_kwargs) | {
+        return moshi_7b_config() | {
             "moshi_name": Path(info.moshi_weights).name,
             "mimi_name": Path(info.mimi_weights).name,
             "tokenizer_name": Path(info.tokenizer).name,

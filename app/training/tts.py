@@ -36,7 +36,8 @@ from typing import Protocol
 
 import numpy as np
 
-from app.audio_file import SAMPLE_RATE, _resample_aligned
+from app.audio_file import _resample_aligned
+from app.frames import SAMPLE_RATE
 
 # Different accent and variant per role, so the two sides do not sound alike.
 DEFAULT_VOICES = {"user": "en-us+f3", "assistant": "en-gb-x-rp+m3"}
@@ -198,12 +199,13 @@ class EspeakSynthesizer:
                 if offset <= position < offset + len(word) and starts[i] is None:
                     starts[i] = ms / 1000
                     break
-        if any(s is None for s in starts):  # a word espeak merged or split: fall back
+        found = [s for s in starts if s is not None]
+        if len(found) < len(starts):  # a word espeak merged or split: fall back
             return Utterance(pcm, spread_words(text, pcm), "spread")
         duration = len(pcm) / SAMPLE_RATE
-        ends = [*starts[1:], duration]
+        ends = [*found[1:], duration]
         timings = tuple(WordTiming(w, float(s), float(min(e, duration)))
-                        for (_, w), s, e in zip(words, starts, ends, strict=True))
+                        for (_, w), s, e in zip(words, found, ends, strict=True))
         return Utterance(pcm.astype(np.float32), timings, "events")
 
     def _synthesize_command(self, text: str, voice: str) -> Utterance:

@@ -10,11 +10,19 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Slot
 
 log = logging.getLogger(__name__)
+
+
+class ModelDialog(Protocol):
+    """What the app asks of the missing-model dialog (download_dialog.ModelMissingDialog)."""
+
+    def exec(self) -> int: ...
+    def chosen(self) -> tuple[str, Path] | None: ...
 
 
 def _live_audio_factory(settings):
@@ -74,7 +82,7 @@ def run_app(screenshot: Path | None = None,
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ContextSpan")
     if screenshot is not None:
-        return _screenshot(app, screenshot)
+        return _screenshot_in_throwaway_dirs(app, screenshot)
     store = SettingsStore()
     settings, notice = store.load()
 
@@ -105,14 +113,14 @@ class DesktopApp(QObject):
     thread, and PySide can crash delivering a cross-thread signal to a plain method."""
 
     def __init__(self, window, controller, store, *,
-                 model_dialog: Callable[..., object] | None = None) -> None:
+                 model_dialog: Callable[..., ModelDialog] | None = None) -> None:
         from app.ui.download_dialog import ModelMissingDialog
 
         super().__init__(window)
         self.window = window
         self.controller = controller
         self.store = store
-        self.model_dialog = model_dialog or ModelMissingDialog
+        self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
         controller.preflight = self.preflight
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
@@ -150,9 +158,13 @@ class DesktopApp(QObject):
     # ---- models on disk -----------------------------------------------------------------------
 
     def first_run(self, notice: str | None = None) -> None:
-        """Offer a model when the chosen one is not on disk, then the welcome notice (which
-        names the model that will talk, after that choice)."""
-        self.offer_speech_model()
+        """The settings' notice first, then a model offered when the chosen one is not on
+        disk, then the welcome (which names the model that will talk, after that choice).
+        The offer's dialog covers the window, so it shows the notice too: a repaired
+        settings file is why it may ask for a model the user never chose."""
+        if notice:
+            self.controller.notice(notice, "warning")
+        self.offer_speech_model(notice)
         from app.checkpoints.catalog import get_manifest
 
         model_id = self.window.settings.speech.model_id
@@ -167,12 +179,11 @@ class DesktopApp(QObject):
             f"Press Start (Ctrl+Enter) to talk to {name}. Type below to ask the assistant, or "
             "paste or drop a text to have it read. Settings choose the model, the audio "
             "devices and the LLM.", "info")
-        if notice:
-            self.controller.notice(notice, "warning")
 
-    def offer_speech_model(self) -> bool:
+    def offer_speech_model(self, notice: str | None = None) -> bool:
         """True when the chosen speech model can be loaded (on disk, built on demand, or
-        just got by the dialog); False after showing why not."""
+        just got by the dialog); False after showing why not. `notice`: shown in the
+        dialog, when there is one."""
         from app.checkpoints.catalog import get_manifest
         from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
 
@@ -192,12 +203,14 @@ class DesktopApp(QObject):
             return True
         except CheckpointMissingError:
             pass
-        dialog = self.model_dialog(manifest, parent=self.window, folder=folder)
-        if not dialog.exec():
+        shown = {"notice": notice} if notice else {}
+        dialog = self.model_dialog(manifest, parent=self.window, folder=folder, **shown)
+        chosen = dialog.chosen() if dialog.exec() else None  # accepted: a choice was made
+        if chosen is None:
             self.window.show_error(f"{manifest.display_name} is not on disk: open Settings to "
                                    "pick another model, or press Start again to download it.")
             return False
-        choice, path = dialog.chosen()
+        choice, path = chosen
         if choice == "tiny":
             speech = replace(speech, model_id="tiny", custom_folder=None)
         elif choice == "folder":
@@ -227,7 +240,8 @@ class DesktopApp(QObject):
         except CheckpointMissingError:
             pass
         dialog = self.model_dialog(manifest, parent=self.window)
-        if dialog.exec() and dialog.chosen()[0] == "none":
+        chosen = dialog.chosen() if dialog.exec() else None
+        if chosen is not None and chosen[0] == "none":
             self.use_settings(replace(self.window.settings,
                                       llm=replace(llm, stt_model="none")))
 
@@ -269,13 +283,39 @@ class DesktopApp(QObject):
 
 def _demo_question() -> np.ndarray:
     """Two seconds of a voiced tone, then quiet: the screenshot's 'microphone'."""
-    t = np.arange(48000) / 24000
+    from app.frames import SAMPLE_RATE
+
+    t = np.arange(2 * SAMPLE_RATE) / SAMPLE_RATE
     tone = 0.1 * np.sin(2 * np.pi * 160 * t) * (t < 1.5)
-    return np.concatenate([tone, np.zeros(24000)]).astype(np.float32)
+    return np.concatenate([tone, np.zeros(SAMPLE_RATE)]).astype(np.float32)
 
 
-def _screenshot(app, path: Path) -> int:
-    """The real app on the tiny model with a short scripted conversation, to a PNG."""
+def _screenshot_in_throwaway_dirs(app, path: Path) -> int:
+    """The screenshot in a throw-away data and config dir: its demo conversation never
+    joins the user's list, and the window shows none of the user's conversations, docks or
+    zoom. The tiny model is read from the user's checkpoints when it is built there (it is
+    only read), else built in the throw-away dir."""
+    from app.checkpoints.catalog import get_manifest
+    from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
+    from app.ui.throwaway_dirs import throwaway_app_dirs
+
+    tiny = get_manifest("tiny").default_folder()  # the user's, before the dirs change
+    try:
+        checkpoint_info(get_manifest("tiny"), tiny)
+        built: Path | None = tiny
+    except CheckpointMissingError:
+        built = None
+    with throwaway_app_dirs(prefix="contextspan-screenshot-") as scratch:
+        code = _screenshot(app, path, built)
+    if code == 0:
+        print(f"saved {path} (made in a throw-away data and config dir, {scratch}, "
+              "now removed)")
+    return code
+
+
+def _screenshot(app, path: Path, tiny_folder: Path | None = None) -> int:
+    """The real app on the tiny model with a short scripted conversation, to a PNG.
+    `tiny_folder`: where the tiny model is built (None: its folder in the data dir)."""
     from app.audio.file_source import FileAudioSource
     from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
     from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
@@ -289,7 +329,8 @@ def _screenshot(app, path: Path) -> int:
     scripted = "scripted-answer"
     with OllamaStandIn(script=[ScriptedReply(content=answer)], models=(scripted,)) as standin:
         settings = AppSettings(
-            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            speech=SpeechModelSettings(model_id="tiny", device="cpu",
+                                       custom_folder=str(tiny_folder) if tiny_folder else None),
             llm=LlmSettings(backend="ollama", host=standin.url, model=scripted,
                             tools_enabled=False, stt_model="none"),
         )
@@ -323,6 +364,8 @@ def _screenshot(app, path: Path) -> int:
         app.processEvents()
         image = window.grab()
         controller.shutdown()
+        window.features.keeper.shutdown()  # its last write lands before the dir goes
+        window.features.state.sync()
     if not ok:
         print("error: the scripted conversation did not complete in time", file=sys.stderr)
         return 1
@@ -330,5 +373,4 @@ def _screenshot(app, path: Path) -> int:
     if not image.save(str(path)):
         print(f"error: could not write {path}", file=sys.stderr)
         return 1
-    print(f"saved {path}")
     return 0

@@ -82,6 +82,7 @@ class ContextPanel(QWidget):
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"
         if entry.key in self._ended:
+            assert entry.context is not None  # the panel lists spans that reached the model
             how = f"{entry.context.positions:,} positions · forgotten: its conversation ended"
         else:
             how = describe_context(entry)

@@ -14,12 +14,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app.conversation.session import (
-    AudioSource,
-    CheckpointCache,
-    ConversationSession,
-    SessionStatus,
-)
+from app.conversation.audio_source import AudioSource
+from app.conversation.session import CheckpointCache, ConversationSession, SessionStatus
 from app.conversation.transcript.entries import TranscriptEntry
 from app.settings.schema import AppSettings
 

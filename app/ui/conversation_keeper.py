@@ -6,6 +6,9 @@ GUI thread) through the conversation store. "New conversation" saves it and star
 one; entries that arrive late from the old one's session (the close of its last utterance,
 a request cancelled by the stop) are told apart by their origin and go to the saved file,
 never into the new transcript.
+
+What the user typed and has not sent is kept too, by the same writer and timer: the input
+box's draft goes beside the saved conversations, and the next start puts it back in the box.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class ConversationKeeper(QObject):
     listChanged = Signal()  # a conversation was saved for the first time, started, deleted
     saveFailed = Signal(str)
     _done = Signal(str, int, str)  # from the writer's thread: (id, changes, error or "")
+    _draft_done = Signal(str, str)  # from the writer's thread: (the draft written, error)
 
     def __init__(self, panel: TranscriptPanel, store: ConversationStore,
                  settings: Callable[[], AppSettings], parent: QObject | None = None,
@@ -91,11 +95,16 @@ class ConversationKeeper(QObject):
         self._pending: Future | None = None
         self._pending_current: tuple[Future, int] | None = None
         self._error: str | None = None
+        self._draft = ""  # the input box's unsent text, as last noted
+        self._draft_written = ""  # ... as last handed to the writer
+        self._draft_saved = ""  # ... as it is on disk
+        self._pending_draft: tuple[Future, str] | None = None
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(autosave_ms)
         self._timer.timeout.connect(self.save)
         self._done.connect(self._written)
+        self._draft_done.connect(self._draft_written_out)
 
     # ---- what arrives -------------------------------------------------------------------
 
@@ -160,6 +169,7 @@ class ConversationKeeper(QObject):
         """Write the current conversation (off the GUI thread), if it holds anything worth
         keeping."""
         self._timer.stop()
+        self._save_draft()
         entries = self.panel.entries()
         if not worth_keeping(entries):
             self._saved_changes = self._changes
@@ -192,8 +202,45 @@ class ConversationKeeper(QObject):
                 self._listed = True
                 self.listChanged.emit()
 
+    # ---- the unsent draft ---------------------------------------------------------------------
+
+    def note_draft(self, text: str) -> None:
+        """The input box changed: its text is written with the next autosave."""
+        if text != self._draft:
+            self._draft = text
+            if not self._timer.isActive():
+                self._timer.start()
+
+    def restore_draft(self) -> str:
+        """The draft left by the last run (or by a crash), now the box's text."""
+        self._draft = self._draft_written = self._draft_saved = self.store.load_draft()
+        return self._draft
+
+    def _save_draft(self) -> None:
+        if self._draft == self._draft_written:
+            return
+        text = self._draft_written = self._draft
+        future = self._writer.submit(self.store.save_draft, text)
+        self._pending = future
+        self._pending_draft = (future, text)
+        future.add_done_callback(lambda f: self._draft_done.emit(
+            text, "" if f.exception() is None else str(f.exception())))
+
+    @Slot(str, str)
+    def _draft_written_out(self, text: str, error: str) -> None:
+        if error:
+            self._draft_written = self._draft_saved  # the next save tries again
+            self._error = error
+            log.warning("could not save the unsent text: %s", error)
+            self.saveFailed.emit(f"{error} (the unsent text in the box)")
+            return
+        self._draft_saved = text
+
+    # ---- closing ----------------------------------------------------------------------------
+
     def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Save now and wait (bounded) for the write."""
+        self._save_draft()
         if self._changes != self._saved_changes:
             self.save()
         if self._pending is not None:
@@ -208,12 +255,16 @@ class ConversationKeeper(QObject):
             future, changes = self._pending_current
             if future.done() and future.exception() is None:
                 self._saved_changes = max(self._saved_changes, changes)
+        if self._pending_draft is not None:
+            future, text = self._pending_draft
+            if future.done() and future.exception() is None and text == self._draft_written:
+                self._draft_saved = text
 
     def has_unsaved(self) -> bool:
         """Whether closing now would lose something: it saves what is pending first, so this
         is True only when the conversation could not be written (or the write hangs)."""
         self.flush()
-        return self._changes != self._saved_changes
+        return self._changes != self._saved_changes or self._draft != self._draft_saved
 
     @property
     def save_error(self) -> str | None:

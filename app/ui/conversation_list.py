@@ -21,7 +21,8 @@ from app.conversation.transcript.saved import ConversationSummary
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
 
-def _when(started: float | None) -> str:
+def started_label(started: float | None) -> str:
+    """When a saved conversation started, as the list (and the delete question) shows it."""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "not started"
 
 
@@ -71,7 +72,7 @@ class ConversationList(QWidget):
         for summary in saved:
             if summary.conversation_id == current_id:
                 continue
-            item = QListWidgetItem(f"{summary.title}\n{_when(summary.started)} · "
+            item = QListWidgetItem(f"{summary.title}\n{started_label(summary.started)} · "
                                    f"{summary.entries} entries")
             item.setData(_ID_ROLE, summary.conversation_id)
             item.setToolTip(f"{summary.title} — {summary.path}")

@@ -51,6 +51,7 @@ from app.checkpoints.downloader import (
     format_bytes,
 )
 from app.checkpoints.loader import CheckpointMissingError, checkpoint_info, ensure_built
+from app.text_bounds import bounded
 
 TINY_MODEL_ID = "tiny"
 TINY_CAPTION = "random weights — it babbles; for trying the app"
@@ -59,6 +60,7 @@ NO_STT_CAPTION = "the LLM still answers what you type; the model still hears you
 _PROGRESS_STEPS = 1000  # QProgressBar holds an int: show per-mille, not bytes
 _RATE_WINDOW_S = 3.0
 _ERROR_STYLE = "color: #b00020;"
+_NOTICE_SHOWN = 600  # characters of the app's notice shown above the choices
 _OK_STYLE = "color: #1b7f3b;"
 
 
@@ -75,10 +77,11 @@ class _Job(QObject):
         super().__init__()
         self.cancel = threading.Event()
         self._work = work
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # Not `thread`: that would hide QObject.thread(), the QThread the object lives in.
+        self.worker = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        self.worker.start()
 
     def _run(self) -> None:
         try:
@@ -116,7 +119,11 @@ class ModelMissingDialog(QDialog):
         build_tiny: Callable[[Manifest], Path] = ensure_built,
         validate: Callable[[Path], object] | None = None,
         check_size: bool = True,
+        notice: str | None = None,
     ) -> None:
+        """`notice`: what the app has to tell before anything else (the settings file was
+        repaired, so the model asked for here may be a default the user never chose); shown
+        at the top, since this dialog covers the window that also lists it."""
         super().__init__(parent)
         self.manifest = manifest
         self.folder = Path(folder) if folder is not None else manifest.default_folder()
@@ -124,8 +131,12 @@ class ModelMissingDialog(QDialog):
         self._tiny = tiny
         self._build_tiny = build_tiny
         self.is_stt = isinstance(manifest, SttManifest)
-        default_check = stt_checkpoint_info if self.is_stt else checkpoint_info
-        self._validate = validate or (lambda path: default_check(manifest, path))
+        def default_check(path: Path) -> object:
+            if isinstance(manifest, SttManifest):
+                return stt_checkpoint_info(manifest, path)
+            return checkpoint_info(manifest, path)
+
+        self._validate = validate or default_check
         self._chosen: tuple[str, Path] | None = None
         self._jobs: list[_Job] = []
         self._download_job: _Job | None = None
@@ -135,6 +146,14 @@ class ModelMissingDialog(QDialog):
         self.setMinimumWidth(560)
 
         layout = QVBoxLayout(self)
+        self.notice_label: QLabel | None = None
+        if notice:
+            self.notice_label = QLabel(
+                bounded(notice, _NOTICE_SHOWN) + " (This notice is also in the window.)")
+            self.notice_label.setTextFormat(Qt.TextFormat.PlainText)  # a file's data
+            self.notice_label.setWordWrap(True)
+            self.notice_label.setStyleSheet(_ERROR_STYLE)
+            layout.addWidget(self.notice_label)
         what = "The speech recognition model " if self.is_stt else ""
         intro = QLabel(
             f"{what}<b>{escape(manifest.display_name)}</b> is not on this computer yet "
@@ -272,7 +291,7 @@ class ModelMissingDialog(QDialog):
 
     def busy(self) -> bool:
         """True while a download, a size check or a build is running."""
-        return any(job.thread.is_alive() for job in self._jobs)
+        return any(job.worker.is_alive() for job in self._jobs)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Cancel what can be cancelled and wait for the workers; False if one is still busy."""
@@ -280,7 +299,7 @@ class ModelMissingDialog(QDialog):
         for job in self._jobs:
             job.cancel.set()
         for job in self._jobs:
-            job.thread.join(max(0.0, deadline - time.monotonic()))
+            job.worker.join(max(0.0, deadline - time.monotonic()))
         return not self.busy()
 
     def check_size(self) -> None:

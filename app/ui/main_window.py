@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
-from app.conversation.transcript.entries import TranscriptEntry
 from app.settings.schema import AppSettings
 from app.ui.conversation_controller import ConversationController
 from app.ui.input_box import InputBox
@@ -192,9 +191,6 @@ class MainWindow(QMainWindow):
         self.controller.inject_text(data.decode("utf-8", errors="replace"),
                                     f"dropped file: {path.name}")
 
-    def add_entry(self, entry: TranscriptEntry) -> None:
-        self.features.keeper.on_entry(entry)
-
     def has_unsaved(self) -> bool:
         """Whether closing now would lose something. The conversation is autosaved: this
         writes what is pending first, so it is True only when that write failed."""
@@ -210,4 +206,5 @@ class MainWindow(QMainWindow):
             return
         self.closed_at = time.monotonic()
         self.controller.begin_shutdown()
+        self.features.close_viewers()  # Quit quits: no window of the app stays open
         event.accept()

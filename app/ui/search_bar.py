@@ -30,7 +30,9 @@ class SearchBar(QWidget):
         self.close_button.setToolTip("Close (Esc)")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(QLabel("&Find:", self, buddy=self.field))
+        label = QLabel("&Find:", self)
+        label.setBuddy(self.field)
+        layout.addWidget(label)
         layout.addWidget(self.field, 1)
         layout.addWidget(self.count)
         for button in (self.previous_button, self.next_button, self.close_button):
@@ -51,7 +53,10 @@ class SearchBar(QWidget):
         self.hide()
         self._panel.view.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def find(self, forward: bool = True, fresh: bool = False) -> tuple[int, int]:
+    # QWidget.find(id) is Qt's static lookup of a widget by window id, which nothing calls
+    # on this bar: the name says what the bar does.
+    def find(  # type: ignore[override]
+            self, forward: bool = True, fresh: bool = False) -> tuple[int, int]:
         """Select the next (or previous) matching entry; `fresh`: the text changed, so the
         search starts over from the top."""
         if fresh:

@@ -10,6 +10,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
 from app.conversation.session import SessionStatus
+from app.frames import FRAME_S
 from app.ui.elided_label import ElidedLabel
 from app.ui.theme import warning_color
 
@@ -67,11 +68,11 @@ class StatusLine(QStatusBar):
             f"{status.overruns} over" if problems else "audio ok")
         # The recognizer falling behind loses the user's words: shown apart, in red.
         self._warn_asr = status.asr_dropped_frames > 0
-        self.asr.setText(f"speech recognition missed {status.asr_dropped_frames * 0.08:.1f} s"
-                         if self._warn_asr else "")
+        missed_s = status.asr_dropped_frames * FRAME_S
+        self.asr.setText(f"speech recognition missed {missed_s:.1f} s" if self._warn_asr else "")
         self.asr.setToolTip(
             f"The speech recognizer fell behind and never heard "
-            f"{status.asr_dropped_frames} audio frames ({status.asr_dropped_frames * 0.08:.1f} s)"
+            f"{status.asr_dropped_frames} audio frames ({missed_s:.1f} s)"
             ": the computer is too busy. Words in those moments may be missing from your turns."
             if self._warn_asr else "")
         self._colour_warnings()

@@ -187,9 +187,6 @@ class TranscriptModel(QAbstractListModel):
     def entries(self) -> list[TranscriptEntry]:
         return list(self._entries)
 
-    def row_of(self, key: tuple[str, int]) -> int | None:
-        return self._rows.get(key)
-
     def upsert(self, entry: TranscriptEntry) -> int:
         """Replace the entry with the same key in place, or append it; returns its row."""
         row = self._rows.get(entry.key)
@@ -675,7 +672,10 @@ class TranscriptPanel(QWidget):
                 if needle in e.text.casefold() or needle in e.source.casefold()
                 or needle in e.detail.casefold()]
 
-    def find(self, text: str, forward: bool = True) -> tuple[int, int]:
+    # QWidget.find(id) is Qt's static lookup of a widget by window id, which nothing calls
+    # on this panel: the name says what the panel does.
+    def find(  # type: ignore[override]
+            self, text: str, forward: bool = True) -> tuple[int, int]:
         """Select and show the next (or previous) entry holding `text`, after the selected
         one, wrapping around; returns (its place among the matches from 1, how many there
         are), or (0, 0) when none does."""
@@ -699,11 +699,24 @@ class TranscriptPanel(QWidget):
         return self._delegate.zoom
 
     def set_zoom(self, zoom: int) -> None:
+        """A new text size. Rows change height, so the scroll bar's pixels point elsewhere:
+        the entry at the top of the view (and how far into it) is what stays in place,
+        unless the view follows the newest entry."""
         before = self._delegate.zoom
+        view = self._view
+        reading = view.indexAt(QPoint(0, 0)) if not self._following else QModelIndex()
+        into = 0.0
+        if reading.isValid():
+            shown = view.visualRect(reading)
+            into = -shown.top() / shown.height() if shown.height() > 0 else 0.0
         self._delegate.set_zoom(zoom)
         if self._delegate.zoom != before:
-            self._view.scheduleDelayedItemsLayout()
-            self._view.viewport().update()
+            view.doItemsLayout()  # now, not later: the rows' new heights place the entry
+            if reading.isValid():
+                view.scrollTo(reading, QAbstractItemView.ScrollHint.PositionAtTop)
+                bar = view.verticalScrollBar()
+                bar.setValue(bar.value() + round(into * view.visualRect(reading).height()))
+            view.viewport().update()
             self.zoomChanged.emit(self._delegate.zoom)
 
     def zoom_in(self) -> None:

@@ -15,9 +15,13 @@ STATE_FILE = "window-state.ini"
 
 
 def documents_dir() -> Path:
-    """The user's Documents folder (home when the desktop has none)."""
+    """The user's Documents folder (home when the desktop has none). Qt names
+    `~/Documents` whether or not it exists, and its file dialog opens a missing folder as
+    the working directory: only a folder that is there is given."""
     found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-    return Path(found) if found else Path.home()
+    if found and Path(found).is_dir():
+        return Path(found)
+    return Path.home()
 
 
 class UiState:
@@ -56,8 +60,11 @@ class UiState:
         self._settings.sync()
 
     def _int(self, key: str, default: int) -> int:
+        value = self._settings.value(key, default)  # an int, a str from the file, or junk
+        if not isinstance(value, (int, float, str, bytes)):
+            return default
         try:
-            return int(self._settings.value(key, default))
+            return int(value)
         except (TypeError, ValueError):
             return default
 

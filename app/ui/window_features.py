@@ -8,12 +8,15 @@ Kept apart from `main_window.py` so the window itself stays a small list of its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QEvent, QObject, Qt, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QBoxLayout,
     QDockWidget,
-    QMainWindow,
     QMenu,
     QMessageBox,
     QToolBar,
@@ -26,12 +29,15 @@ from app.conversation.transcript.saved import ConversationStore, title_for
 from app.ui.about_dialog import about_box
 from app.ui.context_panel import ContextPanel
 from app.ui.conversation_keeper import ConversationKeeper, describe_llm
-from app.ui.conversation_list import ConversationList
+from app.ui.conversation_list import ConversationList, started_label
 from app.ui.export_dialog import export_with_dialog
 from app.ui.push_to_talk import PTT_KEY_NAME, PushToTalk
 from app.ui.saved_conversation_window import SavedConversationWindow
 from app.ui.search_bar import SearchBar
 from app.ui.ui_state import UiState
+
+if TYPE_CHECKING:  # the window imports its features
+    from app.ui.main_window import MainWindow
 
 RUNNING_STATES = ("loading", "running", "paused")
 ENDED_STATES = ("stopped", "error", "model_missing", "idle")
@@ -39,7 +45,7 @@ MUTE_TEXT = ("&Mute mic", "Un&mute mic")  # (not muted, muted)
 
 
 def _action(window: QWidget, text: str, shortcut: QKeySequence | str | None,
-            slot=None, checkable: bool = False) -> QAction:
+            slot: Callable[[], object] | None = None, checkable: bool = False) -> QAction:
     action = QAction(text, window)
     if shortcut is not None:
         action.setShortcut(QKeySequence(shortcut))
@@ -50,7 +56,7 @@ def _action(window: QWidget, text: str, shortcut: QKeySequence | str | None,
 
 
 class WindowFeatures(QObject):
-    def __init__(self, window: QMainWindow, state: UiState | None = None,
+    def __init__(self, window: MainWindow, state: UiState | None = None,
                  store: ConversationStore | None = None) -> None:
         super().__init__(window)
         self.window = window
@@ -65,7 +71,9 @@ class WindowFeatures(QObject):
         self.push_to_talk = PushToTalk(window, window.mute_action)
         self.viewers: list[SavedConversationWindow] = []
 
-        layout = window.centralWidget().layout()
+        central = window.centralWidget()
+        layout = central.layout() if central is not None else None
+        assert isinstance(layout, QBoxLayout)  # main_window.py lays its parts in a column
         layout.insertWidget(layout.indexOf(window.input_box), self.search_bar)
         self.context_dock = self._dock("What the model knows", "context-dock",
                                        self.context_panel, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -78,6 +86,8 @@ class WindowFeatures(QObject):
         self._keyboard()
 
         controller.entry.connect(self.keeper.on_entry)
+        editor = window.input_box.editor
+        editor.textChanged.connect(lambda: self.keeper.note_draft(editor.toPlainText()))
         controller.state_changed.connect(self._on_state)
         controller.status.connect(self._on_status)
         panel.cancel_requested.connect(lambda _entry: window.cancel_turn_requested.emit())
@@ -101,6 +111,7 @@ class WindowFeatures(QObject):
         self._show_muted(window.mute_action.isChecked())
         self._set_meters_active(False)
         self.refresh_list()
+        self._restore_draft()
 
     # ---- building ---------------------------------------------------------------------------
 
@@ -126,7 +137,7 @@ class WindowFeatures(QObject):
         w.export_action.setShortcut(QKeySequence("Ctrl+E"))
         w.copy_action.setText("&Copy transcript")
         w.copy_action.setShortcut(QKeySequence("Ctrl+Shift+C"))
-        self.push_to_talk_action = _action(w, f"&Push to talk (hold {PTT_KEY_NAME})",
+        self.push_to_talk_action: QAction = _action(w, f"&Push to talk (hold {PTT_KEY_NAME})",
                                            "Ctrl+Shift+M", checkable=True)
         self.push_to_talk_action.toggled.connect(self._set_push_to_talk)
         self.new_action = _action(w, "&New conversation", "Ctrl+N", self.new_conversation)
@@ -228,16 +239,39 @@ class WindowFeatures(QObject):
         viewer.show()
         return viewer
 
+    def _restore_draft(self) -> None:
+        """What the user typed and never sent, last time (a close, a Quit, a crash): back in
+        the box, and said, so it is not mistaken for something new."""
+        draft = self.keeper.restore_draft()
+        if draft:
+            self.window.input_box.editor.setPlainText(draft)
+            self.window.controller.notice("The text you had not sent when ContextSpan last "
+                                          "closed is back in the box below.", "info")
+
+    def close_viewers(self) -> None:
+        """The main window closed: the saved conversations' windows go with it, or the app
+        would go on running for a read-only window."""
+        for viewer in list(self.viewers):
+            viewer.close()
+
     def delete_saved(self, conversation_id: str, confirm: bool = True) -> None:
         if confirm and QMessageBox.question(
                 self.window, "Delete the conversation?",
-                "Its saved transcript will be deleted from this computer.",
+                f"{self._name_of(conversation_id)}: its saved transcript will be deleted from "
+                "this computer.",
         ) != QMessageBox.StandardButton.Yes:
             return
         try:
             self.keeper.delete(conversation_id)
         except (OSError, ValueError) as exc:
             self.window.show_error(f"Could not delete that conversation: {exc}")
+
+    def _name_of(self, conversation_id: str) -> str:
+        """A saved conversation as the list shows it: “its title” and when it started."""
+        for summary in self.keeper.store.list():
+            if summary.conversation_id == conversation_id:
+                return f"“{summary.title}” ({started_label(summary.started)})"
+        return "This conversation"
 
     def export_current(self) -> None:
         export_with_dialog(self.window, self.window.transcript.entries(), self.keeper.header(),

@@ -28,6 +28,7 @@ def run(minutes: float) -> dict:
     from PySide6.QtWidgets import QApplication
 
     from app.audio.file_source import FileAudioSource
+    from app.frames import SAMPLE_RATE
     from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
     from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
     from app.ui.conversation_controller import ConversationController
@@ -36,7 +37,7 @@ def run(minutes: float) -> dict:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     answer = ("A long answer, so that spans, the context figures and the transcript all "
               "grow while the window is watched: " + "words " * 40).strip()
-    noise = (0.01 * np.random.default_rng(0).standard_normal(24000 * 4)).astype(np.float32)
+    noise = (0.01 * np.random.default_rng(0).standard_normal(SAMPLE_RATE * 4)).astype(np.float32)
     samples: list[dict] = []
     with OllamaStandIn(script=lambda _body: ScriptedReply(content=answer),
                        models=("standin:latest",)) as standin:

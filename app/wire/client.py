@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import numpy as np
 
-from app.frame_worker import FRAME_SAMPLES
+from app.frames import FRAME_SAMPLES
 from app.wire import events as wire
 
 CONNECT_TIMEOUT_S = 30.0  # the first conversation's engine warms up before `ready`

@@ -17,6 +17,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+
 MAX_SPAN_CHARS = 16_000  # far above any span's token budget; the engine truncates anyway
 MAX_SOURCE_CHARS = 64
 MAX_PERSONA_CHARS = 2_000
@@ -43,8 +45,8 @@ class WireError(ValueError):
 @dataclass(frozen=True)
 class Ready:
     TYPE: ClassVar[str] = "ready"
-    sample_rate: int = 24000
-    frame_size: int = 1920
+    sample_rate: int = SAMPLE_RATE
+    frame_size: int = FRAME_SAMPLES
     persona: str | None = None
     model: str = ""
     device: str = ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.asr.kyutai_stt import FRAME_S, KyutaiStreamingStt
+from app.asr.kyutai_stt import KyutaiStreamingStt
+from app.frames import FRAME_S
 
 
 def _noise_frames(count: int, seed: int = 0) -> list[np.ndarray]:

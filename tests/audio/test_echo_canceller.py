@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from app.audio.echo_canceller import FRAME_SAMPLES, EchoCanceller
+from app.audio.echo_canceller import EchoCanceller
 from app.bench.audio_bench import speech_like
+from app.frames import FRAME_SAMPLES
 
 SR = 24000
 SECONDS = 10.0

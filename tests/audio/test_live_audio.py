@@ -7,7 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from app.audio.live_audio import FRAME_SAMPLES, SAMPLE_RATE, LiveAudio
+from app.audio.live_audio import LiveAudio
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 
 pytestmark = pytest.mark.usefixtures("null_sink")
 

@@ -12,8 +12,10 @@ import pytest
 
 from app.audio import live_audio, test_tone
 from app.audio.devices import ResolvedDevice
-from app.audio.live_audio import FRAME_SAMPLES, LiveAudio
+from app.audio.live_audio import LiveAudio
 from app.audio.silent_microphone import SilentMicrophone
+from app.frames import FRAME_SAMPLES
+from tests.waiting import wait_until
 
 
 class Frames:
@@ -64,10 +66,8 @@ def test_a_speaker_alone_plays_while_silence_stands_in_for_the_microphone() -> N
         for _ in range(30):
             source.play(np.full(FRAME_SAMPLES, 0.2, np.float32))
         frames.wait_for(10)
-        deadline = time.monotonic() + 10.0
-        while source.levels()[1] < -30.0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert source.levels()[1] > -30.0  # the model's audio reaches the speaker
+        wait_until(lambda: source.levels()[1] > -30.0, 10.0, interval=0.05,
+                   message="the model's audio never reached the speaker")
         assert source.levels()[0] == live_audio.LEVEL_FLOOR_DB
     finally:
         assert source.stop()
@@ -80,10 +80,8 @@ def test_a_microphone_alone_and_echo_cancellation_switched_on_while_running() ->
     microphone = LiveAudio(frames.append, echo_mode="headset").only("input")
     assert microphone.start()
     try:
-        deadline = time.monotonic() + 10.0
-        while len(frames) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(frames) >= 5
+        wait_until(lambda: len(frames) >= 5, 10.0, interval=0.05,
+                   message=lambda: f"only {len(frames)} frames from the microphone alone")
         microphone.play(np.ones(FRAME_SAMPLES, np.float32))  # no speaker: dropped
         assert microphone.jitter.fill == 0
     finally:
@@ -94,11 +92,9 @@ def test_a_microphone_alone_and_echo_cancellation_switched_on_while_running() ->
     try:
         both.set_echo_mode("cancel")  # settings changed during the conversation
         count = len(frames)
-        deadline = time.monotonic() + 10.0
-        while len(frames) < count + 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(frames) >= count + 5, 10.0, interval=0.05,
+                   message="the frames did not go on through the canceller")
         assert both.echo_mode == "cancel" and both._canceller is not None
-        assert len(frames) >= count + 5  # frames go on through the canceller
     finally:
         assert both.stop()
 

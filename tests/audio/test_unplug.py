@@ -14,6 +14,7 @@ from app.audio.live_audio import LiveAudio
 from app.bench.audio_bench import NULL_SINK
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.waiting import wait_until
 
 
 class Recorder:
@@ -81,10 +82,8 @@ def test_unplugging_pauses_the_conversation_and_resume_continues(null_sink, tiny
     session.start()
     try:
         recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
-        deadline = time.monotonic() + 15
-        while opened[0].counters()["frames_captured"] < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert opened[0].counters()["frames_captured"] >= 5
+        wait_until(lambda: opened[0].counters()["frames_captured"] >= 5, 15, interval=0.05,
+                   message="the first stream captured fewer than 5 frames")
         _unload_null_sinks()  # the "device" is gone
         recorder.wait(lambda: any(state == "paused" for state, _ in recorder.states))
         assert session.running and session.paused  # paused, not dead: the context is kept
@@ -95,9 +94,7 @@ def test_unplugging_pauses_the_conversation_and_resume_continues(null_sink, tiny
         session.resume()
         recorder.wait(lambda: recorder.states[-1] == ("running", "Listening"))
         assert len(opened) == 2
-        deadline = time.monotonic() + 15
-        while opened[1].counters()["frames_captured"] < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert opened[1].counters()["frames_captured"] >= 5
+        wait_until(lambda: opened[1].counters()["frames_captured"] >= 5, 15, interval=0.05,
+                   message="the reopened stream captured fewer than 5 frames")
     finally:
         assert session.stop()

@@ -12,13 +12,12 @@ import pytest
 
 from app.audio.levelling_stage import LevellingStage
 from app.audio.user_leveller import (
-    FRAME_SAMPLES,
-    SAMPLE_RATE,
     LevellerSettings,
     UserLeveller,
     _gate_padding,
     normalize_loudness,
 )
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 
 
 def lufs(audio: np.ndarray) -> float:

@@ -16,6 +16,7 @@ import torch
 from app.bench.gpu_bench import INCLUDES, REFERENCE, _Saved, run_gpu_bench
 from app.engine.forcing_generator import ForcingGenerator
 from app.engine.kv_ring import widen_attention_rings
+from app.moshi_internals import copy_ring, kv_rings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-4  # the CPU run is float32
@@ -89,9 +90,8 @@ def test_a_saved_state_comes_back_in_place(tiny_cs_checkpoint):
     users = torch.randint(0, lm.card, (12, 1, 8, 1), generator=torch.Generator().manual_seed(1))
     for user in users[:6]:
         gen.step(user)
-    caches = [m._streaming_state.kv_cache for m in lm.transformer.modules()
-              if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None]
-    keys = [(c.cache.clone(), c.end_offset.clone()) for c in caches]
+    caches = kv_rings(lm)
+    keys = [copy_ring(c) for c in caches]
     ring = gen.state.ring
     saved = _Saved.take([gen, lm])
 
@@ -105,9 +105,7 @@ def test_a_saved_state_comes_back_in_place(tiny_cs_checkpoint):
     first = run()
     saved.restore()
     assert gen.state.ring is ring
-    assert [m._streaming_state.kv_cache for m in lm.transformer.modules()
-            if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
-            ] == caches
+    assert kv_rings(lm) == caches
     for cache, (cached, end_offset) in zip(caches, keys, strict=True):
         assert torch.equal(cache.cache, cached) and torch.equal(cache.end_offset, end_offset)
     assert all(torch.equal(a, b) for a, b in zip(first, run(), strict=True))

@@ -13,7 +13,9 @@ from app.checkpoints.catalog import (
     CatalogError,
     get_manifest,
     load_catalog,
+    load_user_manifests,
     parse_manifest,
+    user_manifests_dir,
 )
 from app.checkpoints.loader import parse_dtype
 from app.paths import CATALOG_DIR
@@ -216,6 +218,36 @@ def test_invalid_json_names_the_file(tmp_path: Path):
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(CatalogError, match="bad.json"):
         load_catalog(tmp_path)
+
+
+def test_an_id_used_twice_names_the_second_file(tmp_path: Path):
+    (tmp_path / "a.json").write_text(json.dumps(_valid_raw()), encoding="utf-8")
+    (tmp_path / "b.json").write_text(json.dumps(_valid_raw()), encoding="utf-8")
+    with pytest.raises(CatalogError, match="b.json: model id 'example' is used twice"):
+        load_catalog(tmp_path)
+
+
+def test_the_catalog_holds_the_checkpoints_trained_here(tmp_path: Path, monkeypatch):
+    """Manifests in <data dir>/models join the shipped ones; a shipped id stays the shipped
+    model, and a broken user manifest is named by its full path."""
+    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path))
+    assert user_manifests_dir() == tmp_path / "models"
+    user_manifests_dir().mkdir()
+    trained = dict(_valid_raw(), id="my-trained", display_name="Mine")
+    imposter = dict(_valid_raw(), id="tiny", display_name="Not the tiny model")
+    (tmp_path / "models" / "my-trained.json").write_text(json.dumps(trained), encoding="utf-8")
+    (tmp_path / "models" / "tiny.json").write_text(json.dumps(imposter), encoding="utf-8")
+
+    catalog = load_catalog()
+    assert catalog["my-trained"].display_name == "Mine"
+    assert catalog["tiny"].source_kind == "built"  # the shipped one
+    assert set(load_user_manifests()) == {"my-trained", "tiny"}
+    assert "my-trained" not in load_catalog(CATALOG_DIR.parent / "no-such-folder")
+
+    broken = tmp_path / "models" / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    with pytest.raises(CatalogError, match=f"{broken}: not valid JSON"):
+        get_manifest("tiny")
 
 
 def test_get_manifest_from_another_folder(tmp_path: Path):

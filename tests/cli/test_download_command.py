@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE: what a child reads at once
@@ -165,10 +166,8 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
     assert [p.stat().st_size for p in partial] == [CHUNK]
 
     # The hub records a request when its handler ends: let the stalled one end first.
-    deadline = time.monotonic() + 30
-    while not hub.gets("/blobs/kyutai/moshiko-pytorch-bf16/model.safetensors"):
-        assert time.monotonic() < deadline, "the stalled request never ended"
-        time.sleep(0.05)
+    wait_until(lambda: hub.gets("/blobs/kyutai/moshiko-pytorch-bf16/model.safetensors"), 30,
+               interval=0.05, message="the stalled request never ended")
     hub.seen.clear()
     resumed = download("moshiko", env=env)
     assert resumed.returncode == 0, resumed.stderr

@@ -35,10 +35,10 @@ def records(path: Path) -> list[dict]:
 
 def test_bad_output_paths_fail_before_the_model_loads(tiny_folder, two_seconds, tmp_path,
                                                       monkeypatch):
-    import app.conversation.headless as headless
+    import app.conversation.assembly as assembly
 
     loads = []
-    monkeypatch.setattr(headless, "load_checkpoint", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(assembly, "load_checkpoint", lambda *a, **k: loads.append(a))
     folder = tmp_path / "a-folder"
     folder.mkdir()
     cases = [
@@ -50,6 +50,49 @@ def test_bad_output_paths_fail_before_the_model_loads(tiny_folder, two_seconds, 
         with pytest.raises(HeadlessRunError, match=message):
             run_headless("tiny", two_seconds, output, transcript, [])
     assert loads == [] and not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_folder_that_takes_no_file_fails_before_the_model_loads(tiny_folder, two_seconds,
+                                                                 tmp_path, monkeypatch):
+    """`/proc` exists and passes the permission check (as root too) but takes no file; a full
+    disk takes the file but not its data. Both are found by making the temporary files."""
+    import app.audio_file as audio_file
+    import app.conversation.assembly as assembly
+
+    loads = []
+    monkeypatch.setattr(assembly, "load_checkpoint", lambda *a, **k: loads.append(a))
+    transcript = tmp_path / "t.jsonl"
+    with pytest.raises(HeadlessRunError, match="cannot write /proc/r.wav"):
+        run_headless("tiny", two_seconds, Path("/proc/r.wav"), transcript, [])
+    with pytest.raises(HeadlessRunError, match="cannot write /proc/t.jsonl"):
+        run_headless("tiny", two_seconds, tmp_path / "r.wav", Path("/proc/t.jsonl"), [])
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audio_file.os, "fsync", full_disk)
+    with pytest.raises(HeadlessRunError, match=r"cannot write .*r.wav.*No space left"):
+        run_headless("tiny", two_seconds, tmp_path / "r.wav", transcript, [])
+    assert loads == [] and list(tmp_path.iterdir()) == []  # no probe left behind
+
+
+def test_a_reply_that_cannot_be_written_ends_the_transcript_with_that_error(
+        tiny_folder, two_seconds, tmp_path, monkeypatch):
+    """The disk fills while the conversation runs: the run exits with the error and its
+    transcript ends with it, not with a normal "end" line."""
+    import app.conversation.headless as headless
+
+    def full_disk(path, pcm):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(headless, "write_wav_24k", full_disk)
+    out, transcript = tmp_path / "r.wav", tmp_path / "t.jsonl"
+    with pytest.raises(HeadlessRunError, match="cannot write the reply audio .*No space"):
+        run_headless("tiny", two_seconds, out, transcript, [])
+    lines = records(transcript)
+    assert lines[-1]["type"] == "error" and "No space left" in lines[-1]["message"]
+    assert not [r for r in lines if r["type"] == "end"]
+    assert not out.exists() and not list(tmp_path.glob(".*partial"))
 
 
 def test_a_failed_run_ends_its_transcript_with_the_error_and_writes_no_audio(

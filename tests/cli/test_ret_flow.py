@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.conversation.headless import ConversationConfig, run_headless
+from app.conversation.config import ConversationConfig
+from app.conversation.headless import run_headless
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from tests.speech import spoken
 
@@ -69,9 +70,9 @@ def run(tiny_cs_folder, stt_dir, question: Path, tmp_path: Path, reply: Scripted
     with OllamaStandIn(models=("standin:latest",), script=[reply]) as standin:
         summary = run_headless(
             "tiny-cs", question, tmp_path / "reply.wav", transcript, [], seed=3,
-            conversation=ConversationConfig(asr_model="tiny-stt", force_vad=True, llm="ollama",
-                                            llm_host=standin.url, llm_model="standin:latest",
-                                            tools=("calculator",)),
+            conversation=ConversationConfig(stt_model="tiny-stt", end_of_turn="vad",
+                                            backend="ollama", host=standin.url,
+                                            model="standin:latest", tools=("calculator",)),
             user_name="Ada", user_city="Seoul",
             engine_hook=slowed(force_ret_at(RET_AT_FRAME), seconds_per_frame))
         requests = list(standin.requests)

@@ -11,6 +11,7 @@ from app.audio.file_source import FileAudioSource
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.waiting import wait_until
 
 
 class Recorder:
@@ -233,16 +234,12 @@ def test_stop_returns_at_once_with_a_hung_llm_request(tiny_folder, data_dir):
         session.start()
         recorder.wait(lambda: ("running", "Listening") in recorder.states, timeout=90)
         session.send_text("anyone there?")
-        deadline = time.monotonic() + 30
-        while not standin.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert standin.requests
+        wait_until(lambda: standin.requests, 30, message="the question never reached the LLM")
         began = time.monotonic()
         assert session.stop(15.0)
         took = time.monotonic() - began
-        deadline = time.monotonic() + 5
-        while not standin.hangups and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: standin.hangups, 5,
+                   message=f"no hang-up seen (Stop took {took * 1000:.0f} ms)")
         hung_up = standin.hangups[0] - began if standin.hangups else None
     print(f"\nStop with a hung LLM request: {took * 1000:.0f} ms; the stand-in saw the "
           f"connection closed {hung_up * 1000:.0f} ms after Stop" if hung_up is not None
@@ -292,3 +289,30 @@ def test_turning_the_llm_on_during_a_conversation(tiny_folder, data_dir):
         finally:
             assert session.stop()
     assert standin.requests[0]["messages"][-1]["content"] == "and now?"
+
+
+def test_what_is_sent_before_the_engine_is_up_is_shown_and_handled_in_order(tiny_folder,
+                                                                            data_dir):
+    source = FileAudioSource(np.zeros(2400, np.float32))
+    recorder = Recorder()
+    with OllamaStandIn(script=[ScriptedReply(content="One."),
+                               ScriptedReply(content="Two.")]) as standin:
+        early = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                            llm=LlmSettings(backend="ollama", host=standin.url,
+                                            model="standin:latest", tools_enabled=False,
+                                            stt_model="none"))
+        session = ConversationSession(early, recorder, lambda _s: source, CheckpointCache())
+        session.send_text("first?")
+        session.inject_text("Notes read early.", "pasted text")
+        session.send_text("second?")
+        session.start()
+        try:
+            recorder.wait(lambda: any(e.source == "pasted text" and e.final
+                                      for e in recorder.of("span")), timeout=180)
+            recorder.wait(lambda: any(e.text in ("One.", "Two.") for e in recorder.of("span")),
+                          timeout=30)
+        finally:
+            assert session.stop()
+    typed = sorted(recorder.of("user"), key=lambda e: e.entry_id)
+    assert [e.text for e in typed] == ["first?", "second?"]  # shown, in the order typed
+    assert standin.requests[-1]["messages"][-1]["content"] == "second?"  # asked last

@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.frames import FRAME_SAMPLES
+from app.moshi_internals import initial_tokens
 
 D0 = (0, 1, 9)  # rows at delay 0: text, the model's and the user's semantic codes
 D1 = tuple(r for r in range(17) if r not in D0)
@@ -136,7 +138,7 @@ def _expected(initial: list[int], prefix: list, timeline: list[tuple]) -> tuple[
 def test_every_fed_column_follows_the_reference_rules(tiny_cs_checkpoint):
     ck = tiny_cs_checkpoint
     engine, fed, prefix, timeline, events = _run_recorded(ck)
-    initial = ck.lm._get_initial_token()[0, :, 0].tolist()
+    initial = initial_tokens(ck.lm)[0, :, 0].tolist()
     expected, columns = _expected(initial, prefix, timeline)
     assert len(fed) == len(expected)
     for index, (got, want) in enumerate(zip(fed, expected, strict=True)):

@@ -11,7 +11,8 @@ import pytest
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.frames import FRAME_SAMPLES
 
 
 def _run(engine: DuplexEngine, frames: int, timeout: float = 60.0) -> list:

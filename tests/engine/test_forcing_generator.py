@@ -9,12 +9,12 @@ import copy
 import pytest
 import torch
 from moshi.models import LMGen
-from moshi.modules.transformer import StreamingMultiheadAttention
 
 from app.engine.conversation_start import placeholder_codes, plan_start
 from app.engine.forcing_generator import ForcedStep, ForcingGenerator
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
+from app.moshi_internals import kv_rings, ring_end
 
 TOL = 1e-4
 CLOSE = 13
@@ -48,12 +48,7 @@ class Twin:
                           torch.tensor([s.text]))
 
     def kv(self) -> list[tuple[torch.Tensor, int]]:
-        out = []
-        for module in self.lm.transformer.modules():
-            if isinstance(module, StreamingMultiheadAttention):
-                ring = module._streaming_state.kv_cache
-                out.append((ring.cache.clone(), int(ring.end_offset.max())))
-        return out
+        return [(ring.cache.clone(), ring_end(ring)) for ring in kv_rings(self.lm)]
 
 
 def _assert_same_state(a: Twin, b: Twin) -> None:
@@ -216,7 +211,7 @@ def test_a_saved_voice_replays_to_the_state_its_frames_give(tiny_cs_checkpoint):
         return original(sequence, *args)
 
     stepped.lm.forward_text = capture
-    stepped.gen._streaming_state.graphed_main.func = capture
+    stepped.gen.state.graphed_main.func = capture
     stepped.forced(voice)
     lm = stepped.lm
     embeddings = torch.stack([  # what PersonaPlex's server saves per frame: [B, 1, dim]

@@ -7,7 +7,8 @@ import types
 import pytest
 
 from app.engine import frame_budget
-from app.engine.frame_budget import FRAME_MS, largest_k_in_budget, measure_chunk_budget
+from app.engine.frame_budget import largest_k_in_budget, measure_chunk_budget
+from app.frames import FRAME_MS
 
 PREFILL = {1: 1.0, 64: 5.0, 256: 20.0}
 

@@ -13,6 +13,7 @@ from app.engine.events import SpanAccepted, SpanChunkInjected, SpanInjected
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
+from app.moshi_internals import streaming_state
 
 TOL = 1e-4
 
@@ -44,7 +45,7 @@ def _ring_state(lm) -> list[torch.Tensor]:
     tensors = []
     for module in lm.transformer.modules():
         if isinstance(module, StreamingMultiheadAttention):
-            state = module._streaming_state
+            state = streaming_state(module)
             tensors += [state.kv_cache.cache, state.kv_cache.end_offset, state.offset]
     return tensors
 
@@ -101,15 +102,15 @@ def test_injection_leaves_lmgen_frame_bookkeeping_alone(tiny_checkpoint):
     user = _user_codes(10, lm.card)
     for f in range(10):
         gen.step(user[:, :, f : f + 1])
-    state = gen._streaming_state
+    state = streaming_state(gen)
     offsets, ring, offset_cpu = state.offsets.clone(), state.cache.clone(), state.offset_cpu
-    transformer_offsets = lm.transformer._streaming_state.offsets.clone()
+    transformer_offsets = streaming_state(lm.transformer).offsets.clone()
     prefill(gen, _span_ids(32, lm.text_card, seed=3))
     assert torch.equal(state.offsets, offsets)
     assert torch.equal(state.cache, ring)
     assert state.offset_cpu == offset_cpu
     # Only the transformer's positions advanced, by K.
-    assert torch.equal(lm.transformer._streaming_state.offsets, transformer_offsets + 32)
+    assert torch.equal(streaming_state(lm.transformer).offsets, transformer_offsets + 32)
 
 
 def test_exact_under_classifier_free_guidance(tiny_checkpoint):

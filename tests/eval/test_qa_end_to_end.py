@@ -172,6 +172,10 @@ def test_openaudiobench_on_the_end_of_turn_model_and_resume(tiny_folder, stt_bui
     item = json.loads((out / "web_questions" / "inject" / "web_questions_0" / "item.json")
                       .read_text())
     assert item["trigger"] == "end_of_turn" and item["answer"] == "Paris | aliases: paris city"
+    # The question's end to 0.01 s, as the reference writes it (its ret_lat_s is from it).
+    from app.audio_file import read_mono_24k
+
+    assert item["question_end_s"] == round(len(read_mono_24k(item["audio"])) / 24000, 2)
     # Every span said "Paris": the judge finds it for the first question only.
     rows = {r["id"]: r for r in result["rows"]}
     spanned = [i for i, r in rows.items() if r["n_span"]]

@@ -66,6 +66,45 @@ def test_end_of_turn_events_come_from_turns():
         (2.4, 3.2, "span"), (7.2, None, "no span: the LLM found no information")]
 
 
+def test_a_retrieval_still_in_flight_at_the_end_is_not_a_completed_one():
+    """ret_rate counts retrievals whose answer came back, as the reference's runner records
+    a retrieval only then; one the input ended before is counted apart."""
+    records = [
+        {"type": "question", "turn_id": 1, "ret_frame": 50, "question": "capital of peru"},
+        {"type": "no_span", "turn_id": 1, "ret_frame": 50, "question": "capital of peru",
+         "reason": "the LLM found no information"},
+        {"type": "question", "turn_id": 2, "ret_frame": 150, "question": "and bolivia"},
+    ]  # turn 2's answer had not come back when the input ended
+    events = trigger_events(records)
+    assert [e["outcome"] for e in events] == ["no span: the LLM found no information",
+                                              "in flight when the input ended"]
+    row = item_row(ItemOutcome("a", "q", "Lima", 3.0, "", tuple(events)), resp=0, ref=None)
+    assert row["n_ret"] == 1 and row["n_ret_in_flight"] == 1
+    only_in_flight = item_row(ItemOutcome("b", "q", "x", 3.0, "", (events[1],)), 0, None)
+    earlier_run = item_row(ItemOutcome("c", "q", "x", 3.0, "",
+                                       ({**events[1], "outcome": "no answer"},)), 0, None)
+    assert only_in_flight["n_ret"] == 0 and earlier_run["n_ret"] == 0
+    summary = summarise([row, only_in_flight, earlier_run])
+    assert summary["ret_rate"] == round(1 / 3, 4) and summary["ret_in_flight"] == 3
+
+
+def test_reference_style_prompts_see_every_valid_answer_as_the_reference_shows_them():
+    from app.eval.judge import answer_variants, shown_gold
+    from app.llm.factory import make_backend
+
+    gold = "Paris | aliases: paris city, PARIS, Lutetia"
+    assert answer_variants(gold) == ["Paris", "paris city", "Lutetia"]
+    assert answer_variants("5; five") == ["5", "five"] and answer_variants("42") == ["42"]
+    assert shown_gold("short_answer", gold) == gold  # ours: the gold string itself
+    with OllamaStandIn(models=("standin:latest",),
+                       script=[ScriptedReply(content="the score is [Correct]")]) as standin:
+        judge = Judge(make_backend("ollama", standin.url, "standin:latest", timeout_s=10.0,
+                                   temperature=0.0))
+        assert judge.grade("simple_qa", "Capital of France?", gold, "Lutetia.").value == 1
+        prompt = list(standin.requests)[0]["messages"][0]["content"]
+    assert "['Paris', 'paris city', 'Lutetia']" in prompt and "aliases:" not in prompt
+
+
 def test_no_trigger_no_span():
     row = item_row(ItemOutcome("b", "q", "x", 2.0, "", ()), resp=None, ref=None)
     assert row["n_ret"] == 0 and row["n_span"] == 0 and row["ref"] is None

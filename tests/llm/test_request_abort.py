@@ -23,17 +23,11 @@ from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSetti
 from app.orchestrator import events as oe
 from app.orchestrator.orchestrator import Orchestrator
 from app.tools.default_tools import ToolSettings, build_tools
+from tests.waiting import wait_until
 
 HELLO = [ChatMessage("user", "Say hello.")]
 HANG = ScriptedReply(content="too late", first_token_delay_s=60.0)
 MODEL = "standin:latest"
-
-
-def wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 class SilentServer:
@@ -96,12 +90,12 @@ def test_cancel_closes_an_ollama_request_that_waits_for_its_first_byte(cancel_ty
         backend = OllamaBackend(OllamaSettings(host=standin.url, model=MODEL, timeout_s=30.0))
         cancel = cancel_type()
         thread, outcome = chat_in_thread(backend, cancel)
-        wait_for(lambda: standin.requests)
+        wait_until(lambda: standin.requests, 10.0, message="no request came")
         cancelled_at = time.monotonic()
         cancel.set()
         thread.join(5.0)
         assert not thread.is_alive(), "the request was not aborted (it waits for its timeout)"
-        wait_for(lambda: standin.hangups, timeout=5.0)
+        wait_until(lambda: standin.hangups, 5.0, message="the client never hung up")
     assert outcome["kind"] == "cancelled"
     returned_s = outcome["returned"] - cancelled_at
     hung_up_s = standin.hangups[0] - cancelled_at
@@ -116,12 +110,12 @@ def test_cancel_closes_an_openai_compatible_request_too() -> None:
                                                            timeout_s=30.0))
         cancel = CancelEvent()
         thread, outcome = chat_in_thread(backend, cancel)
-        wait_for(lambda: server.requests)
+        wait_until(lambda: server.requests, 10.0, message="no request came")
         cancelled_at = time.monotonic()
         cancel.set()
         thread.join(5.0)
         assert not thread.is_alive(), "the request was not aborted (it waits for its timeout)"
-        wait_for(lambda: server.closed, timeout=5.0)
+        wait_until(lambda: server.closed, 5.0, message="the client never closed")
     assert outcome["kind"] == "cancelled"
     assert server.closed[0] - cancelled_at < 2.0
 
@@ -179,12 +173,12 @@ def test_cancel_pending_drops_the_turn_and_hangs_up_at_once() -> None:
         with running(Orchestrator(backend, no_tools(), Sink())) as orchestrator:
             orchestrator.on_typed_text("What is the capital of Australia?")
             started = next_event(orchestrator, oe.TurnStarted)
-            wait_for(lambda: standin.requests)
+            wait_until(lambda: standin.requests, 10.0, message="no request came")
             cancelled_at = time.monotonic()
             orchestrator.cancel_pending()
             cancelled = next_event(orchestrator, oe.TurnCancelled)
-            wait_for(lambda: standin.hangups, timeout=5.0)
-            wait_for(orchestrator.idle, timeout=5.0)  # the worker has ended too
+            wait_until(lambda: standin.hangups, 5.0, message="the client never hung up")
+            wait_until(orchestrator.idle, 5.0, message="the worker never ended")
     assert cancelled.turn_id == started.turn_id
     assert cancelled.reason == "cancelled by the user"
     assert standin.hangups[0] - cancelled_at < 2.0
@@ -196,11 +190,11 @@ def test_stop_with_a_hung_request_returns_at_once() -> None:
         orchestrator = Orchestrator(backend, no_tools(), Sink())
         orchestrator.start()
         orchestrator.on_typed_text("anyone there?")
-        wait_for(lambda: standin.requests)
+        wait_until(lambda: standin.requests, 10.0, message="no request came")
         began = time.monotonic()
         assert orchestrator.stop(10.0)
         took = time.monotonic() - began
-        wait_for(lambda: standin.hangups, timeout=5.0)
+        wait_until(lambda: standin.hangups, 5.0, message="the client never hung up")
     print(f"\norchestrator.stop() with a hung request: {took * 1000:.0f} ms")
     assert took < 5.0  # loose; milliseconds when measured (it was the 10 s join before)
 

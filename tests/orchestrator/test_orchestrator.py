@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from app.asr.events import AsrFinal, AsrPartial
-from app.engine.events import AudioOut, SpanInjected
+from app.engine.events import AudioOut, FirstAudioAfterSpan, SpanInjected
 from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.orchestrator import events as oe
 from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
 from app.tools.base import Tool, ToolRegistry, ToolResult
+from tests.waiting import wait_until
 
 
 class FactTool(Tool):
@@ -134,10 +135,7 @@ def test_a_stale_request_is_cancelled_when_the_user_speaks_again(standin):
         orch.on_asr_event(final("No wait, tell me about Berlin", 5.0, 6.5))
         events = collect_until(orch, lambda ev: of(oe.SpanQueued, ev), timeout=10)
         # Let the stale request finish (or notice its cancel) before judging.
-        deadline = time.monotonic() + 10
-        while not orch.idle() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert orch.idle()
+        wait_until(orch.idle, 10, interval=0.05, message="the stale request never ended")
     finally:
         assert orch.stop()
     assert of(oe.TurnCancelled, events)[0].reason == "the user spoke again"
@@ -219,7 +217,10 @@ def test_every_stage_of_a_turn_is_timed_up_to_the_first_audio_frame(standin):
         orch.on_asr_event(final("What is the capital of Australia?"))
         collect_until(orch, lambda ev: of(oe.SpanQueued, ev))
         orch.on_engine_event(SpanInjected(1, "llm", 40, 41, 12, 1))
-        orch.on_engine_event(AudioOut(41, np.zeros(1920, np.float32)))
+        audio = AudioOut(41, np.zeros(1920, np.float32))
+        orch.on_engine_event(audio)
+        # As the engine does: right after the first frame made since the span landed.
+        orch.on_engine_event(FirstAudioAfterSpan(1, 41, audio.monotonic_s))
         events = collect_until(orch, lambda ev: of(oe.TurnLatency, ev))
     finally:
         assert orch.stop()

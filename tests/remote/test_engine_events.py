@@ -62,3 +62,17 @@ def test_a_refused_span_is_said_under_the_apps_id() -> None:
     rejected, = mapper.map(wire.SpanRejected(span_id=None, source="paste",
                                              reason="backlog full", id="3"))
     assert rejected == ev.SpanRejected(3, "paste", "backlog full")
+
+
+def test_the_first_frame_after_a_landed_span_is_said_once_as_a_local_engine_says_it() -> None:
+    mapper = EngineEventMapper()
+    conversation(mapper, 3)
+    mapper.sent(7, SentSpan("Canberra.", "llm", origin_frame=None))
+    mapper.map(wire.SpanQueued(span_id=40, source="llm", id="7"))
+    mapper.map(wire.Span(text="Canberra.", source="llm", frames=12, span_id=40,
+                         landed_frame=3))
+    audio, _ = mapper.audio(SILENCE)  # frame 3: the first one after the span
+    heard, = mapper.first_audio(audio)
+    assert heard == ev.FirstAudioAfterSpan(7, 3, audio.monotonic_s)
+    later, _ = mapper.audio(SILENCE)
+    assert mapper.first_audio(later) == []

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 from app.audio.silent_microphone import SilentMicrophone
 from app.conversation.session import ConversationSession
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+from tests.waiting import wait_until
 
 
 class Listener:
@@ -31,13 +31,6 @@ def remote_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "remote-engine" and t.is_alive()]
 
 
-def wait_for(condition, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 def test_stop_ends_a_connection_attempt_to_a_silent_server() -> None:
     with socket.socket() as silent:  # listens, so the TCP handshake succeeds; never answers
         silent.bind(("127.0.0.1", 0))
@@ -49,11 +42,11 @@ def test_stop_ends_a_connection_attempt_to_a_silent_server() -> None:
             llm=LlmSettings(backend="none", stt_model="none"))
         session = ConversationSession(settings, listener, lambda _s: SilentMicrophone())
         session.start()
-        assert wait_for(lambda: ("loading", f"Connecting to the speech server at {url}…")
-                        in listener.states)
-        assert wait_for(lambda: bool(remote_threads()))
+        wait_until(lambda: ("loading", f"Connecting to the speech server at {url}…")
+                   in listener.states, 20.0, message="the session never said it connects")
+        wait_until(lambda: bool(remote_threads()), 20.0, message="no connection thread")
         session.request_stop()
         # Far inside the 300 s the connection attempt would take to give up by itself.
         assert session.join(20.0)
         assert listener.states[-1] == ("stopped", "Stopped")
-        assert wait_for(lambda: not remote_threads())
+        wait_until(lambda: not remote_threads(), 20.0, message="the connection thread lives on")

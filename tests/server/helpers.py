@@ -11,7 +11,7 @@ from dataclasses import replace
 import aiohttp
 import numpy as np
 
-from app.engine.duplex_engine import FRAME_SAMPLES
+from app.frames import FRAME_SAMPLES
 from app.server.config import Limits, ServerConfig
 from app.server.engine_host import EngineHost
 from app.server.web_app import EngineServer

@@ -89,15 +89,16 @@ def test_save_replaces_the_previous_file(store: SettingsStore) -> None:
     assert store.load() == (AppSettings(), None)
 
 
-def test_corrupt_json_is_backed_up_and_defaults_load(store: SettingsStore) -> None:
+def test_corrupt_json_is_backed_up_and_what_it_holds_is_kept(store: SettingsStore) -> None:
     original = b'{"version": 1, "llm": {"model": "qwen3:4b",'  # cut off mid-write
     store.path.write_bytes(original)
     settings, notice = store.load()
-    assert settings == AppSettings()
+    # Issue 19, item 9: what can be read of a broken file is kept (it once reset everything).
+    assert settings == AppSettings(llm=LlmSettings(model="qwen3:4b"))
     [backup] = backups(store)
     assert backup.read_bytes() == original
     assert notice is not None and str(backup) in notice and "not valid JSON" in notice
-    assert store.load() == (AppSettings(), None)  # the file was repaired
+    assert store.load() == (settings, None)  # the file was repaired
 
 
 @pytest.mark.parametrize("data", [b"[1, 2]", b"\xff\xfe not utf-8", b""])

@@ -17,12 +17,12 @@ from collections import Counter
 
 import pytest
 import torch
-from moshi.models.lm_utils import _delay_sequence
 
 from app.engine.conversation_start import Placeholders, plan_start
 from app.engine.forcing_generator import ForcingGenerator
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
+from app.moshi_internals import delay_sequence, initial_tokens
 from app.training.block_layout import (
     acoustic_rows,
     audio_codebook_weights,
@@ -183,8 +183,8 @@ def test_without_the_move_the_layout_is_not_what_the_generator_fed(run):
                    block_columns(span.ids, placeholders, lm.num_codebooks)]
         cursor = span.frame
     naive = torch.cat([run["prefix"], *pieces, codes[:, cursor:]], dim=1)[:, 1:]
-    initial = lm._get_initial_token()
-    delayed = _delay_sequence(lm.delays, naive[None], initial)
+    initial = initial_tokens(lm)
+    delayed = delay_sequence(lm.delays, naive[None], initial)
     wrong = torch.cat([initial, delayed], dim=2)
     assert wrong.shape == fed.shape
     assert not torch.equal(wrong, fed)
@@ -291,7 +291,7 @@ def test_the_window_is_cut_at_random_to_the_context(run):
     assert cut.inputs.shape[-1] == 200
     # The window's frames are the full layout's from s0 on, delayed anew (initial column).
     assert torch.equal(cut.targets[:, 0], full.targets[:, 0, s0 : s0 + 200])
-    assert torch.equal(cut.inputs[:, :, 0], lm._get_initial_token()[:, :, 0])
+    assert torch.equal(cut.inputs[:, :, 0], initial_tokens(lm)[:, :, 0])
 
 
 def test_the_reference_loss_weights(run):
@@ -311,12 +311,11 @@ def test_the_reference_loss_weights(run):
 def test_the_recipe_trains_tiny_cs_in_the_block_layout(tiny_cs_folder, tmp_path, monkeypatch):
     """`train recipe` on a block checkpoint: the start goes in as the layout's prefix, every
     sequence is a block layout, and the result loads as a model the engine can run."""
-    from app.checkpoints.catalog import get_manifest
+    from app.checkpoints.catalog import get_manifest, load_user_manifests
     from app.checkpoints.loader import load_checkpoint
     from app.training import block_layout
     from app.training.recipe import RecipeConfig, run_recipe
     from app.training.tts import EspeakSynthesizer
-    from app.training.user_catalog import load_user_manifests
 
     data = tmp_path / "data"
     (data / "checkpoints").mkdir(parents=True)

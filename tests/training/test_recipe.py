@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from app.checkpoints.catalog import get_manifest
+from app.checkpoints.catalog import get_manifest, load_user_manifests
 from app.checkpoints.loader import load_checkpoint
+from app.frames import FRAME_SAMPLES
 from app.training.cli import main_train
 from app.training.dialogues import clock_words, make_dialogues, number_words
-from app.training.recipe import FRAME_SAMPLES, RecipeConfig, run_recipe
+from app.training.recipe import RecipeConfig, run_recipe
 from app.training.span_layout import build_layout
 from app.training.trainer import layout_losses
 from app.training.tts import EspeakSynthesizer
-from app.training.user_catalog import load_user_manifests
 
 
 @pytest.fixture()

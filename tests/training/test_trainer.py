@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from app.checkpoints.catalog import get_manifest
+from app.checkpoints.catalog import get_manifest, load_user_manifests, user_manifests_dir
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.duplex_engine import FRAME_SAMPLES, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.frames import FRAME_SAMPLES
 from app.training.cli import main_train
 from app.training.trainer import TrainConfig, stack_layouts, synthetic_batches, train
 from app.training.trainer import save_trained as save
-from app.training.user_catalog import load_user_manifests, user_manifests_dir
 
 
 def _one_engine_frame(checkpoint) -> list:

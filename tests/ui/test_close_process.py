@@ -18,6 +18,7 @@ from pathlib import Path
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 from app.settings.store import SettingsStore
+from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("close_driver.py")
@@ -64,10 +65,8 @@ def test_closing_with_a_pending_llm_request_exits_within_two_seconds(tiny_folder
         try:
             state = _expect(lines, "state", 180.0, seen)
             _expect(lines, "asked", 10.0, seen)
-            deadline = time.monotonic() + 30.0
-            while not standin.requests:
-                assert time.monotonic() < deadline, "the question never reached the LLM"
-                time.sleep(0.01)
+            wait_until(lambda: standin.requests, 30.0,
+                       message="the question never reached the LLM")
             assert app.stdin is not None
             app.stdin.write("close\n")
             app.stdin.flush()
@@ -79,9 +78,9 @@ def test_closing_with_a_pending_llm_request_exits_within_two_seconds(tiny_folder
             if app.poll() is None:
                 app.kill()
                 app.wait(10.0)
-        deadline = time.monotonic() + 5.0
-        while not standin.hangups and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: standin.hangups, 5.0,
+                   message=lambda: "the stand-in never saw the request abandoned; the app "
+                                   f"exited {app.returncode}: {''.join(errors)}")
     exit_s = exited - closing  # both CLOCK_MONOTONIC: comparable across processes
     abandoned_s = standin.hangups[0] - closing if standin.hangups else None
     print(f"\nclose() returned in {close_returned * 1000:.0f} ms; the process exited "

@@ -6,26 +6,26 @@ entry too: "asking the LLM" while it is pending, then the tool call, the span, o
 is none. A landed span keeps saying how much of the model's context window it still uses.
 
 Each builder (one per conversation session) stamps its entries with an origin of its own,
-so entries of different sessions never share an identity (`TranscriptEntry.key`).
+so entries of different sessions never share an identity (`TranscriptEntry.key`). One
+thread writes it, the session's (typed questions included): it needs no lock.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial
-from app.conversation.transcript.entries import SpanContext, TranscriptEntry
+from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
 from app.engine import events as ev
+from app.frames import FRAME_S
 from app.orchestrator import events as oe
 
-FRAME_S = 0.08
 ASSISTANT_PAUSE_FRAMES = 12  # ~1 s without words closes the model's utterance
 _BACKEND_NAMES = {"ollama": "Ollama", "openai": "an OpenAI-compatible server"}
 
@@ -36,23 +36,10 @@ def llm_label(backend: str, model: str = "") -> str:
     return f"{model} on {name}" if model else name
 
 
-def _locked(method):
-    """The session thread turns events into entries while the GUI thread adds typed ones:
-    one builder, one lock (reentrant: public methods call each other)."""
-
-    @functools.wraps(method)
-    def locked(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return locked
-
-
 class TranscriptBuilder:
     def __init__(self, clock: Callable[[], float] = time.time, origin: str | None = None,
                  llm: str = "") -> None:
         """`llm`: how spans from the LLM name it (see `llm_label`); "" words them "LLM"."""
-        self._lock = threading.RLock()
         self._clock = clock
         self.origin = origin if origin is not None else uuid.uuid4().hex[:12]
         self._llm = llm
@@ -71,17 +58,15 @@ class TranscriptBuilder:
         self._chunks: dict[int, list[tuple[int, int]]] = {}  # span id -> (first, length)
         self._in_window: dict[int, TranscriptEntry] = {}  # landed spans still (partly) inside
 
-    @_locked
     def set_llm(self, label: str) -> None:
         """The LLM changed during the conversation: spans from now on name the new one."""
         self._llm = label
 
-    @_locked
     def remember_span(self, span_id: int, text: str, source: str) -> None:
         """Spans the UI queued itself (typed, dropped): their text and source for display."""
         self._span_text[span_id] = (text, source)
 
-    def _new(self, kind, text: str, now: float, **fields) -> TranscriptEntry:
+    def _new(self, kind: EntryKind, text: str, now: float, **fields: Any) -> TranscriptEntry:
         return TranscriptEntry(self._next_id(), kind, text, now, origin=self.origin, **fields)
 
     def _next_id(self) -> int:
@@ -92,7 +77,6 @@ class TranscriptBuilder:
         """Something was added to the transcript after `entry` (the model spoke on)."""
         return self._last_id > entry.entry_id
 
-    @_locked
     def entries_for(self, event: object) -> list[TranscriptEntry]:
         now = self._clock()
         if isinstance(event, ev.TextPiece):
@@ -122,7 +106,7 @@ class TranscriptBuilder:
                                          origin=self.origin)
             if not event.missed_frames:
                 return [*out, self._user]
-            lost_s = event.missed_frames * 0.08
+            lost_s = event.missed_frames * FRAME_S
             return [*out, self._user, self._notice(
                 f"Speech recognition missed {lost_s:.1f} s of audio while hearing this turn "
                 f"(the computer is too busy): words may be missing from it.", now, "warning")]
@@ -174,8 +158,8 @@ class TranscriptBuilder:
             return [self._end_turn(event.turn_id, "The LLM had nothing to add.", now, "info")]
         return []
 
-    def _become(self, pending: TranscriptEntry | None, kind, text: str, now: float,
-                **fields) -> TranscriptEntry:
+    def _become(self, pending: TranscriptEntry | None, kind: EntryKind, text: str, now: float,
+                **fields: Any) -> TranscriptEntry:
         """The pending request's entry turns into what came of it (same key), or a new
         entry when there was none on screen."""
         if pending is None:
@@ -351,11 +335,9 @@ class TranscriptBuilder:
 
     # ---- the user's and the model's words ---------------------------------------------------
 
-    @_locked
     def notice(self, message: str, severity: str = "info") -> TranscriptEntry:
         return self._notice(message, self._clock(), severity)
 
-    @_locked
     def typed(self, text: str) -> list[TranscriptEntry]:
         closed = self._close_assistant()
         return [*closed, self._new("user", text, self._clock(), detail="typed")]

@@ -16,13 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.conversation.transcript.entries import TranscriptEntry
-from app.conversation.transcript.export import TranscriptHeader, export_to_file, read_transcript
+from app.conversation.transcript.export import (
+    TranscriptHeader,
+    export_to_file,
+    read_transcript,
+    write_private,
+)
 from app.paths import data_dir
 
 log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{0,80}$")
 TITLE_CHARS = 60
+DRAFT_FILE = "unsent-draft.txt"  # beside the transcripts; not a *.json, so never listed
 _SAID = ("user", "assistant", "span", "tool")
 
 
@@ -80,6 +86,30 @@ class ConversationStore:
 
     def delete(self, conversation_id: str) -> None:
         self.path_of(conversation_id).unlink(missing_ok=True)
+
+    # ---- the text left unsent in the input box ----------------------------------------------
+
+    def save_draft(self, text: str) -> None:
+        """Keep what the user typed and has not sent (0600, atomically, like a transcript);
+        blank text removes the file."""
+        path = self.folder / DRAFT_FILE
+        if not text.strip():
+            path.unlink(missing_ok=True)
+            return
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, text)
+
+    def load_draft(self) -> str:
+        """The unsent text kept by `save_draft` ("" when none, or when it cannot be read:
+        the file is left alone for the user and the log says why)."""
+        path = self.folder / DRAFT_FILE
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("could not read the unsent draft %s: %s", path, exc)
+            return ""
 
     def list(self) -> list[ConversationSummary]:
         """Every readable conversation, newest first."""

@@ -16,6 +16,7 @@ from app.eval.fdb.layout import (
     REFERENCE_SEED,
     TEACHER_PROMPT,
 )
+from app.frames import SAMPLE_RATE
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -58,7 +59,7 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
     voices.add_argument("--voice-pool", default="",
                         help="comma-separated voices, one per sample by a hash of its path, "
                              "as the reference does (it used f0,f1,f2)")
-    render.add_argument("--sample-rate", type=int, default=16000, choices=[16000, 24000],
+    render.add_argument("--sample-rate", type=int, default=16000, choices=[16000, SAMPLE_RATE],
                         help="rate of output.wav (default 16000, as the benchmark's examples)")
     render.add_argument("--tail-seconds", type=float, default=0.0, metavar="SECONDS",
                         help="silence appended to each input, so the reply may run on past "
@@ -98,6 +99,11 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
                        help="our STT for the word timestamps (models/stt)")
     score.add_argument("--backchannel-reference", type=Path, default=None, metavar="JSON",
                        help="the benchmark's icc_gt_distribution.json, for backchannel JSD")
+    score.add_argument("--fdb-official-rates", action="store_true",
+                       help="backchannel: hand Silero output.wav's samples at the file's own "
+                            "rate, told 16 kHz, as the benchmark's script does (a 24 kHz "
+                            "file, as the reference rendered, is heard time-stretched: the "
+                            "paper's numbers). Default: at 16 kHz, true times")
     score.add_argument("--judge", choices=["ollama", "openai"], default=None,
                        help="rate interruption replies for relevance with this LLM backend")
     score.add_argument("--judge-host", default=None,
@@ -113,7 +119,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def conversation_config(args: argparse.Namespace):
     """The headless run's LLM side from the arguments; None without --llm."""
-    from app.conversation.headless import ConversationConfig
+    from app.conversation.config import ConversationConfig
 
     if args.llm is None:
         if args.asr or args.tools or args.folder_search or args.vad:
@@ -123,9 +129,10 @@ def conversation_config(args: argparse.Namespace):
     if args.tools is not None:
         tools = () if args.tools.strip().lower() == "none" else _names(args.tools)
     return ConversationConfig(
-        asr_model=args.asr or args.stt, force_vad=args.vad, llm=args.llm,
-        llm_host=args.llm_host, llm_model=args.llm_model, llm_timeout_s=args.llm_timeout,
-        tools=tools, folders=tuple(args.folder_search), level_voice=args.level_voice)
+        stt_model=args.asr or args.stt or "none", end_of_turn="vad" if args.vad else "auto",
+        backend=args.llm, host=args.llm_host or "", model=args.llm_model or "",
+        timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
+        level_voice=args.level_voice)
 
 
 def render_options(args: argparse.Namespace):
@@ -173,7 +180,7 @@ def run_fdb(args: argparse.Namespace) -> int:
         judge = JudgeSettings(args.judge, args.judge_host, args.judge_model, args.judge_timeout)
     score_all(args.out, ScoreOptions(stt=args.stt, device=args.device, tasks=tasks,
                                      backchannel_reference=args.backchannel_reference,
-                                     judge=judge))
+                                     judge=judge, official_rates=args.fdb_official_rates))
     from app.eval.fdb.score import SCORES_MD
 
     print((args.out / SCORES_MD).read_text(encoding="utf-8"))

@@ -25,25 +25,6 @@ class JudgeSettings:
     timeout_s: float = 60.0
 
 
-def build_backend(settings: JudgeSettings) -> LLMBackend:
-    if settings.backend == "ollama":
-        from app.llm.ollama_backend import OllamaBackend, OllamaSettings
-
-        base = OllamaSettings(timeout_s=settings.timeout_s)
-        return OllamaBackend(OllamaSettings(
-            host=settings.host or base.host, model=settings.model or base.model,
-            timeout_s=settings.timeout_s, options={"temperature": 0}))
-    if settings.backend == "openai":
-        from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
-
-        if not settings.host:
-            raise ValueError("--judge openai needs --judge-host (the server's base URL)")
-        return OpenAICompatBackend(OpenAICompatSettings(
-            base_url=settings.host, model=settings.model or "", timeout_s=settings.timeout_s,
-            temperature=0.0))
-    raise ValueError(f"unknown judge backend {settings.backend!r} (choose ollama or openai)")
-
-
 def parse_rating(reply: str) -> int | None:
     """The last "Rating: N" in the reply (0 to 5), or None when there is none."""
     found = _RATING.findall(reply)

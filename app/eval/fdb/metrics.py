@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 SHORT_TURN_S = 1.0  # a reply shorter than this ...
 SHORT_TURN_WORDS = 3  # ... of at most this many words is a backchannel, not a turn
@@ -146,7 +147,7 @@ def _bins(reply_s: float) -> int:
 
 def timing_histogram(segments: Sequence[Segment], reply_s: float) -> np.ndarray:
     """How many segments cover each 0.2 s bin (both end bins included), as a distribution."""
-    counts = np.zeros(_bins(reply_s))
+    counts: npt.NDArray[np.float64] = np.zeros(_bins(reply_s))
     for segment in segments:
         first, last = int(segment.start_s / JSD_BIN_S), int(segment.end_s / JSD_BIN_S)
         counts[first : min(last, len(counts) - 1) + 1] += 1
@@ -156,10 +157,10 @@ def timing_histogram(segments: Sequence[Segment], reply_s: float) -> np.ndarray:
 
 def resized(values: Sequence[float], length: int) -> np.ndarray:
     """`values` stretched over `length` points by linear interpolation (same span 0..1)."""
-    values = np.asarray(values, dtype=float)
-    if len(values) == 1:
-        return np.full(length, values[0])
-    return np.interp(np.linspace(0, 1, length), np.linspace(0, 1, len(values)), values)
+    points = np.asarray(values, dtype=float)
+    if len(points) == 1:
+        return np.full(length, points[0])
+    return np.interp(np.linspace(0, 1, length), np.linspace(0, 1, len(points)), points)
 
 
 def js_distance(p: np.ndarray, q: np.ndarray) -> float:

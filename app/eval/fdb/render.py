@@ -45,7 +45,7 @@ from app.eval.fdb.timeline_audio import (
 )
 
 if TYPE_CHECKING:
-    from app.conversation.headless import ConversationConfig
+    from app.conversation.config import ConversationConfig
 
 RUN_LOG = "contextspan_run.jsonl"  # run_headless's transcript of the reply (text stream)
 CLEAN_RUN_LOG = "contextspan_clean_run.jsonl"
@@ -134,7 +134,9 @@ def render_all(data: Path, out: Path, options: RenderOptions,
     from app.checkpoints.catalog import get_manifest
 
     if runner is None:
-        from app.conversation.headless import run_headless as runner
+        from app.conversation.headless import run_headless
+
+        runner = run_headless
     manifest = get_manifest(options.model)  # an unknown model fails before any work
     persona = manifest.conversation_start.kind == "persona_prompt"
     samples = _limited(find_samples(data, options.tasks), options.limit)

@@ -67,6 +67,8 @@ def markdown(results: dict, out: Path) -> str:
     judge = results.get("judge")
     lines.append(f"Relevance judge: {judge} with our prompt." if judge else
                  "Relevance: not judged (pass --judge ollama|openai).")
+    if results.get("backchannel_vad"):
+        lines.append(f"Backchannel segments: {results['backchannel_vad']}.")
     if not results.get("backchannel_reference"):
         lines.append("Backchannel JSD: not computed (pass --backchannel-reference with the "
                      "benchmark's `icc_gt_distribution.json`).")

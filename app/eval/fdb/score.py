@@ -20,17 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from app.audio_file import AudioFileError, read_mono_24k
+from app.audio_file import AudioFileError, audio_file_rate, read_mono_24k
 from app.eval.fdb import metrics
 from app.eval.fdb.judge import JudgeSettings, RelevanceJudge
 from app.eval.fdb.layout import OUTPUT, Kind, Sample, find_samples, kind_of
 from app.eval.fdb.metrics import Segment, Word
+from app.eval.fdb.timeline_audio import SEGMENT_RATE
+from app.frames import SAMPLE_RATE as ENGINE_RATE
 
 ASR_RECORD = "contextspan_asr.json"
 SCORES_JSON = "fdb_scores.json"
 SCORES_MD = "fdb_scores.md"
 DEFAULT_STT = "kyutai-stt-1b-en_fr"
-ENGINE_RATE = 24000
 
 
 class SampleScoreError(ValueError):
@@ -44,6 +45,9 @@ class ScoreOptions:
     tasks: tuple[str, ...] = ()
     backchannel_reference: Path | None = None  # the benchmark's icc_gt_distribution.json
     judge: JudgeSettings | None = None
+    # Backchannel segments as the benchmark's script hears them: output.wav's samples at the
+    # file's own rate, told 16 kHz (stretched times for a 24 kHz file). Default: true times.
+    official_rates: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class Listeners:
     """What turns a reply into words and segments (swappable in tests)."""
 
     words: Callable[[np.ndarray, float], list[Word]]  # (24 kHz audio, offset s) -> words
-    segments: Callable[[np.ndarray], list[Segment]]
+    segments: Callable[[np.ndarray, int], list[Segment]]  # (24 kHz audio, rate heard at)
     asr_name: str
 
 
@@ -65,7 +69,8 @@ def load_listeners(stt_id: str, device: str | None) -> Listeners:
     stt = load_stt(manifest, ensure_stt_built(manifest), choose_device(device))
     vad_model = load_silero_model()
     return Listeners(lambda pcm, offset: words_of(stt, pcm, offset),
-                     lambda pcm: voiced_segments(pcm, vad_model), stt_id)
+                     lambda pcm, heard_rate: voiced_segments(pcm, vad_model, heard_rate),
+                     stt_id)
 
 
 def _stderr(line: str) -> None:
@@ -101,8 +106,18 @@ def _write_asr(sample: Sample, words: list[Word], asr: str, offset_s: float) -> 
                                             + "\n", encoding="utf-8")
 
 
+def vad_description(official_rates: bool) -> str:
+    """How the backchannel numbers heard the reply, for the results and the report."""
+    if official_rates:
+        return ("official rates (--fdb-official-rates): output.wav's samples at the file's "
+                "own rate, told 16 kHz, as the benchmark's script does; a 24 kHz file's "
+                "segments are 1.5 times too long and late, as in the paper's numbers")
+    return "16 kHz: the reply resampled to the 16 kHz Silero is told (true times)"
+
+
 def score_sample(sample: Sample, kind: Kind, listeners: Listeners,
-                 human: dict | None, judge: RelevanceJudge | None) -> dict:
+                 human: dict | None, judge: RelevanceJudge | None,
+                 official_rates: bool = False) -> dict:
     """One sample's verdict as a flat record."""
     try:
         pcm = read_mono_24k(sample.folder / OUTPUT)
@@ -137,8 +152,16 @@ def score_sample(sample: Sample, kind: Kind, listeners: Listeners,
         else:
             assert kind is Kind.BACKCHANNEL
             reference = None if human is None else human.get(sample.id)
-            result = metrics.backchannel(listeners.segments(pcm), words, reply_s, reference)
+            heard_rate = SEGMENT_RATE
+            if official_rates:
+                try:
+                    heard_rate = audio_file_rate(sample.folder / OUTPUT)
+                except AudioFileError as exc:
+                    raise SampleScoreError(str(exc)) from exc
+            segments = listeners.segments(pcm, heard_rate)
+            result = metrics.backchannel(segments, words, reply_s, reference)
             return record | {"took_turn": result.took_turn, "words": len(words),
+                             "vad_heard_rate": heard_rate,
                              "backchannels": [[s.start_s, s.end_s] for s in result.backchannels],
                              "frequency": result.frequency, "jsd": result.jsd}
     return record | {"took_turn": verdict.took_turn, "latency_s": verdict.latency_s,
@@ -206,9 +229,12 @@ def score_all(out: Path, options: ScoreOptions, listeners: Listeners | None = No
             raise ValueError(f"--backchannel-reference {options.backchannel_reference}: "
                              "expected the benchmark's {sample id: [...]} object")
     if judge is None and options.judge is not None:
-        from app.eval.fdb.judge import build_backend
+        from app.llm.factory import make_backend
 
-        backend = build_backend(options.judge)
+        settings = options.judge
+        backend = make_backend(settings.backend, settings.host, settings.model,
+                               timeout_s=settings.timeout_s, temperature=0.0,
+                               flag="--judge-host")
         health = backend.health()
         if not health.ok:
             raise RuntimeError(f"the judge is not available: {health.message}")
@@ -226,7 +252,8 @@ def score_all(out: Path, options: ScoreOptions, listeners: Listeners | None = No
             continue
         prefix = f"[fdb] scoring {index}/{len(samples)} {sample.rel}"
         try:
-            record = score_sample(sample, kind, listeners, human, judge)
+            record = score_sample(sample, kind, listeners, human, judge,
+                                  options.official_rates)
         except SampleScoreError as exc:
             skipped.append({"sample": str(sample.rel), "reason": str(exc)})
             report(f"{prefix}: SKIPPED: {exc}")
@@ -247,6 +274,8 @@ def score_all(out: Path, options: ScoreOptions, listeners: Listeners | None = No
         "asr": listeners.asr_name,
         "asr_notice": ASR_NOTICE.format(asr=listeners.asr_name),
         "judge": judge_name,
+        "backchannel_vad": vad_description(options.official_rates),
+        "official_rates": options.official_rates,
         "backchannel_reference": (str(options.backchannel_reference)
                                   if options.backchannel_reference else None),
         "render": _render_summary(out),

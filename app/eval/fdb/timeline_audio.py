@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-ENGINE_RATE = 24000
+from app.frames import SAMPLE_RATE as ENGINE_RATE
+
+SEGMENT_RATE = 16000  # the rate the benchmark's Silero VAD call is told its samples are at
 
 
 class SampleAudioError(ValueError):

@@ -25,7 +25,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.remote.probe import ServerProbe, probe_server
-from app.settings.schema import EngineSettings
+from app.settings.schema import EngineMode, EngineSettings
+from app.text_bounds import NOTICE_LIMIT, bounded
+from app.ui.settings.form import show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the
 # network (app.remote.probe.probe_server).
@@ -87,7 +89,7 @@ class SpeechEngineBox(QGroupBox):
         self._mode_toggled()
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> EngineMode:
         return "server" if self.server_radio.isChecked() else "local"
 
     def settings(self, initial: EngineSettings) -> EngineSettings:
@@ -116,7 +118,7 @@ class SpeechEngineBox(QGroupBox):
         timeout = self.probe_timeout_s
         self.test_button.setEnabled(False)
         self.test_button.setText("Testing…")
-        self._show(f"Connecting to {url}…", None)
+        self._show(f"Connecting to {bounded(url)}…", None)
 
         def job() -> None:
             try:
@@ -134,11 +136,9 @@ class SpeechEngineBox(QGroupBox):
         self.test_button.setEnabled(self.mode == "server")
         self.test_button.setText("Test connection")
         if isinstance(result, ServerProbe):
-            self._show(result.message, result.ok)
+            self._show(bounded(result.message, NOTICE_LIMIT), result.ok)
         else:
-            self._show(f"The test failed: {result}", False)
+            self._show(f"The test failed: {bounded(str(result))}", False)
 
     def _show(self, text: str, ok: bool | None) -> None:
-        color = {True: "#2e7d32", False: "#c62828", None: ""}[ok]
-        self.status.setStyleSheet(f"color: {color}" if color else "")
-        self.status.setText(text)
+        show_outcome(self.status, text, ok)

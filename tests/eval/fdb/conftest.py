@@ -88,7 +88,7 @@ def rendered(fdb_data: FdbData, tiny_folder: Path, tiny_stt_ready: Path,
              tmp_path_factory) -> Rendered:
     """fdb_data rendered by the tiny checkpoint through run_headless with the whole pipeline:
     tiny-stt hears the user, the stand-in Ollama answers each turn, the span is injected."""
-    from app.conversation.headless import ConversationConfig
+    from app.conversation.config import ConversationConfig
     from app.eval.fdb.render import RenderOptions, render_all
     from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 
@@ -96,8 +96,8 @@ def rendered(fdb_data: FdbData, tiny_folder: Path, tiny_stt_ready: Path,
     calls: list[str] = []
     lines: list[str] = []
     with OllamaStandIn(script=lambda body: ScriptedReply(content=SPAN_ANSWER)) as server:
-        side = ConversationConfig(asr_model="tiny-stt", force_vad=True, llm="ollama",
-                                  llm_host=server.url, llm_model="standin:latest", tools=())
+        side = ConversationConfig(stt_model="tiny-stt", end_of_turn="vad", backend="ollama",
+                                  host=server.url, model="standin:latest", tools=())
         report = render_all(fdb_data.root, out, RenderOptions(
             model="tiny", seed=7, device="cpu", conversation=side, tail_s=TAIL_S,
             chunk_limit=64),  # a fixed budget: the span lands whole in one frame anywhere

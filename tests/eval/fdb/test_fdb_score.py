@@ -58,6 +58,7 @@ class CannedListeners:
 
     def __init__(self, words: list[Word], segments: list[Segment]) -> None:
         self.heard: list[tuple[int, float]] = []
+        self.segment_rates: list[int] = []  # the rate each segments call heard its samples at
         self._words, self._segments = words, segments
 
     def listeners(self) -> Listeners:
@@ -65,7 +66,11 @@ class CannedListeners:
             self.heard.append((len(pcm), offset))
             return [w for w in self._words if w.end_s > offset]
 
-        return Listeners(words, lambda pcm: list(self._segments), "canned")
+        def segments(pcm: np.ndarray, heard_rate: int) -> list[Segment]:
+            self.segment_rates.append(heard_rate)
+            return list(self._segments)
+
+        return Listeners(words, segments, "canned")
 
 
 def sample_folder(root: Path, rel: str, seconds: float, **annotations: object) -> Path:
@@ -112,6 +117,67 @@ def test_backchannel_samples_use_vad_segments_and_the_human_timing(tmp_path):
     with pytest.raises(ValueError, match="backchannel-reference"):
         score_all(tmp_path, ScoreOptions(backchannel_reference=reference),
                   listeners=canned.listeners(), report=lambda line: None)
+
+
+def test_backchannel_segments_are_heard_at_16_khz_unless_the_official_rates_are_asked(
+        tmp_path):
+    """The benchmark's script gives Silero output.wav's samples at the file's own rate, told
+    16 kHz: a 24 kHz file (the reference's) is heard stretched. Ours hears 16 kHz unless
+    --fdb-official-rates, and the results say which."""
+    sample_folder(tmp_path, "icc_backchannel/4", 4.0)  # a 16 kHz file
+    folder = tmp_path / "icc_backchannel/5"
+    folder.mkdir(parents=True)
+    sphn.write_wav(str(folder / "output.wav"), np.zeros(4 * 24000, np.float32), 24000)
+    canned = CannedListeners([], [Segment(0.9, 1.4)])
+    results = score_all(tmp_path, ScoreOptions(), listeners=canned.listeners(),
+                        report=lambda line: None)
+    assert canned.segment_rates == [16000, 16000] and results["official_rates"] is False
+    table = (tmp_path / "fdb_scores.md").read_text()
+    assert "Backchannel segments: 16 kHz" in table and "official rates" not in table
+
+    canned = CannedListeners([], [Segment(0.9, 1.4)])
+    results = score_all(tmp_path, ScoreOptions(official_rates=True),
+                        listeners=canned.listeners(), report=lambda line: None)
+    assert sorted(canned.segment_rates) == [16000, 24000]  # each file at its own rate
+    assert {r["sample"]: r["vad_heard_rate"] for r in results["samples"]} == {
+        "icc_backchannel/4": 16000, "icc_backchannel/5": 24000}
+    assert results["official_rates"] is True
+    assert "Backchannel segments: official rates (--fdb-official-rates)" in (
+        tmp_path / "fdb_scores.md").read_text()
+
+    parser = argparse.ArgumentParser()
+    add_fdb_parser(parser.add_subparsers())
+    assert parser.parse_args(["fdb", "--out", "x", "--fdb-official-rates"]).fdb_official_rates
+    assert not parser.parse_args(["fdb", "--out", "x"]).fdb_official_rates
+
+
+def test_official_rate_segments_are_what_silero_finds_in_the_files_own_samples(tmp_path):
+    """24 kHz samples told 16 kHz: every time 1.5 times later, exactly the benchmark's call
+    (get_speech_timestamps on the file's samples with its default rate)."""
+    from silero_vad import get_speech_timestamps
+
+    from app.asr.vad import load_silero_model
+    from app.eval.fdb.listen import voiced_segments
+    from tests.speech import spoken
+
+    pcm, _ = sphn.read(str(spoken("Mm hm, yes, I see what you mean.", tmp_path, 1.0, 0.0)),
+                       sample_rate=24000)
+    pcm = np.asarray(pcm, np.float32).mean(axis=0)[: int(2.6 * 24000)]
+    model = load_silero_model()
+    true = voiced_segments(pcm, model)
+    stretched = voiced_segments(pcm, model, heard_rate=24000)
+    official = get_speech_timestamps(torch_tensor(pcm), model, return_seconds=True)
+    assert [(s.start_s, s.end_s) for s in stretched] == [
+        (float(s["start"]), float(s["end"])) for s in official]
+    assert stretched[0].start_s == pytest.approx(1.5 * true[0].start_s, abs=0.15)
+    assert stretched[-1].end_s == pytest.approx(1.5 * 2.6, abs=0.1)
+    assert true[-1].end_s == pytest.approx(2.6, abs=0.05)  # the default keeps true times
+
+
+def torch_tensor(pcm: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(pcm))
 
 
 def test_the_interruption_reply_is_heard_from_the_interruptions_end_and_judged(tmp_path):

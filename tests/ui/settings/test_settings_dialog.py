@@ -19,12 +19,10 @@ from app.checkpoints.catalog import Manifest, load_catalog
 from app.llm.backend import LLMBackend
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
-from app.ui.settings.dialog import (
-    SettingsDialog,
-    list_persona_voices,
-    make_backend,
-    meter_percent,
-)
+from app.ui.settings.audio_tab import meter_percent
+from app.ui.settings.dialog import SettingsDialog
+from app.ui.settings.llm_tab import connection_test_backend
+from app.ui.settings.speech_tab import list_persona_voices
 
 CATALOG = load_catalog()
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B", "tiny-stt": "Tiny STT"}
@@ -378,8 +376,9 @@ def test_no_backend_disables_the_llm_controls(qtbot) -> None:
 
 
 def test_default_backend_factory_builds_each_backend() -> None:
-    ollama = make_backend(LlmSettings(backend="ollama", host="http://127.0.0.1:1"), 2.0)
-    openai = make_backend(LlmSettings(backend="openai", host="http://127.0.0.1:1/v1"), 2.0)
+    ollama = connection_test_backend(LlmSettings(backend="ollama", host="http://127.0.0.1:1"), 2.0)
+    openai = connection_test_backend(
+        LlmSettings(backend="openai", host="http://127.0.0.1:1/v1"), 2.0)
     assert ollama.name == "Ollama" and openai.name == "OpenAI-compatible server"
     with pytest.raises(ValueError):
-        make_backend(LlmSettings(backend="none"), 2.0)
+        connection_test_backend(LlmSettings(backend="none"), 2.0)

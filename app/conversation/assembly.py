@@ -1,0 +1,250 @@
+"""Where a conversation is assembled: from a `ConversationConfig` to the checkpoint, the
+engine, the speech recogniser, the LLM backend and its tools, the orchestrator, and the
+pipeline that wires them. The desktop session, `run`, `serve`, `eval` and the benchmarks all
+build here, so each of them gets the same conversation from the same choices.
+
+What cannot be had is reported one of two ways: with a `notice(message, severity)` callback
+(the desktop app) a missing recogniser or a bad tool setting becomes a warning and the
+conversation goes on without it (typed questions still reach the LLM); without one it raises,
+since a headless run asked for exactly that and should not quietly do less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
+
+from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
+from app.checkpoints.loader import (
+    CheckpointMissingError,
+    LoadedCheckpoint,
+    ensure_built,
+    load_checkpoint,
+    parse_dtype,
+)
+from app.conversation.config import ConversationConfig
+from app.conversation.pipeline import ConversationPipeline
+from app.engine.device import choose_device, uses_mlx
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.llm.backend import LLMBackend
+from app.llm.factory import make_backend
+
+if TYPE_CHECKING:
+    import torch
+
+    from app.asr.asr_thread import StreamingAsr
+    from app.asr.stt_catalog import LoadedStt
+    from app.orchestrator.orchestrator import Orchestrator
+    from app.remote.remote_engine import RemoteEngine
+    from app.tools.base import ToolRegistry
+
+Notice = Callable[[str, str], None]  # (message, severity: "info", "warning" or "error")
+# The speech model on this machine, or a server's (Settings → Speech engine).
+Engine: TypeAlias = "DuplexEngine | RemoteEngine"
+Device: TypeAlias = "torch.device | str"
+
+
+class CheckpointStore(Protocol):
+    """Keeps a loaded checkpoint between conversations (the session's CheckpointCache)."""
+
+    def get(self, key: tuple, load: Callable[[], LoadedCheckpoint]) -> LoadedCheckpoint: ...
+
+
+def load_speech_model(config: ConversationConfig, *, cache: CheckpointStore | None = None,
+                      on_loading: Callable[[str], None] | None = None) -> LoadedCheckpoint:
+    """The checkpoint `config` names (built first if it is a tiny one), on its device.
+    `on_loading` hears what is loading when it really loads (not when `cache` has it)."""
+    manifest = get_manifest(config.model_id)
+    folder = Path(config.custom_folder) if config.custom_folder else None
+    if uses_mlx(config.device):
+        return _load_for_mlx(config, manifest, folder, cache, on_loading)
+    device = choose_device(config.device)
+    dtype = _torch_dtype(config)
+    # 8-bit weights (SpeechModelSettings.quantize) are not wired to a verified path yet.
+
+    def load() -> LoadedCheckpoint:
+        if on_loading is not None:
+            on_loading(f"Loading {manifest.display_name} on {device}…")
+        return load_checkpoint(manifest, ensure_built(manifest, folder), device, dtype)
+
+    if cache is None:
+        return load()
+    return cache.get((manifest.id, str(folder), str(device), str(dtype)), load)
+
+
+_FLOAT_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _torch_dtype(config: ConversationConfig) -> torch.dtype | None:
+    """The torch engine's dtype from `dtype` and `precision` (None: the manifest's)."""
+    precision = config.precision or "auto"
+    if precision not in ("auto", *_FLOAT_PRECISIONS):
+        raise ValueError(f"precision {precision}: 8- and 4-bit weights run on the MLX engine "
+                         "only for now (device mlx); the torch engine takes fp32 or bf16")
+    name = _FLOAT_PRECISIONS.get(precision, config.dtype)
+    if precision != "auto" and config.dtype not in ("", "auto", name):
+        raise ValueError(f"precision {precision} and dtype {config.dtype} disagree: give one")
+    return None if name in ("", "auto") else parse_dtype(name)
+
+
+def _load_for_mlx(config: ConversationConfig, manifest: Manifest, folder: Path | None,
+                  cache: CheckpointStore | None,
+                  on_loading: Callable[[str], None] | None) -> LoadedCheckpoint:
+    """The MLX engine's checkpoint: the LM converted to MLX, Mimi torch on the CPU."""
+    from app.engine.mlx.checkpoint import load_mlx_checkpoint
+
+    precision = config.precision or "auto"
+    if precision == "auto" and config.dtype not in ("", "auto"):
+        precision = {v: k for k, v in _FLOAT_PRECISIONS.items()}.get(config.dtype, "")
+        if not precision:
+            raise ValueError(f"dtype {config.dtype} does not run on the MLX engine: "
+                             "give --precision fp32, bf16, q8 or q4")
+
+    def load() -> LoadedCheckpoint:
+        if on_loading is not None:
+            on_loading(f"Loading {manifest.display_name} on MLX ({precision})…")
+        return load_mlx_checkpoint(manifest, ensure_built(manifest, folder), precision)
+
+    if cache is None:
+        return load()
+    return cache.get((manifest.id, str(folder), "mlx", precision), load)
+
+
+def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
+    """The engine's options from `config`; `extra`: what only a run chooses (seed,
+    chunk_limit, forced_ret_frames)."""
+    return EngineOptions(voice=config.voice, role=config.role, user_name=config.user_name,
+                         user_city=config.user_city, **extra)
+
+
+def build_engine(checkpoint: LoadedCheckpoint, options: EngineOptions) -> DuplexEngine:
+    """A fresh engine on a loaded checkpoint (not started: its thread warms it up): the
+    MLX engine for a checkpoint loaded for MLX, else the torch one."""
+    from app.engine.mlx.checkpoint import MlxCheckpoint
+
+    if isinstance(checkpoint, MlxCheckpoint):
+        from app.engine.mlx.mlx_engine import MlxEngine
+
+        return MlxEngine(checkpoint, options)
+    return DuplexEngine(checkpoint, options)
+
+
+def load_stt_model(config: ConversationConfig, device: Device) -> LoadedStt:
+    """The speech recogniser's model (built first if it is a tiny one), to share across
+    conversations: loading it is slow."""
+    from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
+
+    manifest = get_stt_manifest(config.stt_model)
+    return load_stt(manifest, ensure_stt_built(manifest), device)
+
+
+def build_asr(config: ConversationConfig, device: Device, *, stt: LoadedStt | None = None,
+              notice: Notice | None = None, **options: Any) -> StreamingAsr | None:
+    """The streaming recogniser, or None without one. `stt`: its model, already loaded;
+    `options`: AsrOptions fields to pin (a benchmark's VAD hang)."""
+    if not config.has_stt:
+        return None
+    try:
+        from app.asr.asr_thread import AsrOptions, StreamingAsr
+
+        return StreamingAsr(stt if stt is not None else load_stt_model(config, device),
+                            AsrOptions(force_vad=config.force_vad, **options))
+    except CheckpointMissingError:  # the app offers the download when Start is pressed
+        if notice is None:
+            raise
+        notice(f"Speech recognition is off: {config.stt_model} is not on disk. Typed "
+               "questions still reach the LLM; press Start again to download it, or choose "
+               "\"None (typed questions only)\" in Settings.", "warning")
+    except Exception as exc:  # speech recognition is optional: typing still reaches the LLM
+        if notice is None:
+            raise
+        notice(f"Speech recognition is off ({exc}); typed questions still reach the LLM.",
+               "warning")
+    return None
+
+
+def build_tools(config: ConversationConfig, notice: Notice | None = None) -> ToolRegistry:
+    """The tools the LLM may call. A setting they refuse (e.g. a folder that is gone) is a
+    notice and no tools, with `notice`; an error without."""
+    from app.tools.default_tools import ToolSettings, build_tools
+
+    try:
+        return build_tools(ToolSettings(enabled=config.tools,
+                                        local_folders=config.search_folders))
+    except ValueError as exc:
+        if notice is None:
+            raise
+        notice(f"Tools are off: {exc}", "warning")
+        return build_tools(ToolSettings(enabled=()))
+
+
+def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBackend:
+    """The LLM backend `config` names; ValueError for an unknown one or an
+    OpenAI-compatible server without its URL (`flag`: where the user gives it)."""
+    return make_backend(config.backend, config.host or None, config.model or None,
+                        timeout_s=config.timeout_s, flag=flag)
+
+
+def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMBackend,
+                       tools: ToolRegistry, *, replay: bool = False,
+                       **options: Any) -> Orchestrator:
+    """The LLM side over `engine` (a DuplexEngine, or a RemoteEngine for a server's model).
+    `replay`: the LLM's latency replayed in frames (a pipeline fed in lock-step);
+    `options`: OrchestratorOptions fields to pin (a benchmark's turn rules)."""
+    from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
+    from app.orchestrator.retrieval import user_profile
+
+    retrieval: Retrieval | None
+    if isinstance(engine, DuplexEngine):
+        max_tokens, retrieval = (engine.span_tokenizer.max_tokens,
+                                 engine.checkpoint.manifest.retrieval)
+        # The engine's own: a server's client may have named someone else at its start.
+        user_name, user_city = engine.options.user_name, engine.options.user_city
+    else:  # a RemoteEngine: what the app's catalog says about the server's model
+        max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
+        user_name, user_city = config.user_name, config.user_city
+    if retrieval is not None and config.ret_deadline_s is not None:
+        retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
+    # About three characters a token: keep answers inside the injector's span budget.
+    return Orchestrator(backend, tools, engine, OrchestratorOptions(
+        max_span_chars=max_tokens * 3, retrieval=retrieval,
+        profile=user_profile(user_name, user_city), replay_llm_latency=replay, **options))
+
+
+def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *,
+                   replay: bool = False, stt: LoadedStt | None = None,
+                   backend: LLMBackend | None = None, notice: Notice | None = None,
+                   live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
+    """The whole conversation around `engine`, not started. `replay`: fed in lock-step, the
+    LLM's latency replayed as frames; `stt`: the recogniser's model, already loaded;
+    `backend`: an LLM backend to ask instead of `config.backend`'s; `notice`: see the
+    module's docstring; `live`: a conversation whose levelling Settings can switch;
+    `host_flag`: where the user gives the LLM server's address (for the error)."""
+    orchestrator = None
+    if config.has_llm or backend is not None:
+        if backend is None:
+            try:
+                backend = build_backend(config, host_flag)
+            except ValueError as exc:
+                if notice is None:
+                    raise
+                notice(f"The assistant (LLM) is off: {exc}", "warning")
+        if backend is not None:
+            orchestrator = build_orchestrator(config, engine, backend,
+                                              build_tools(config, notice), replay=replay)
+    asr = build_asr(config, device, stt=stt, notice=notice)
+    return join_stages(engine, config, asr, orchestrator, replay=replay, live=live)
+
+
+def join_stages(engine: Engine, config: ConversationConfig, asr: StreamingAsr | None,
+                orchestrator: Orchestrator | None, *, replay: bool = False,
+                live: bool = False) -> ConversationPipeline:
+    """The pipeline over stages already built. A live conversation always has the
+    levelling stage (Settings switches it on and off while it runs); a run has it only
+    when it levels."""
+    leveller = config.level_voice if live else (True if config.level_voice else None)
+    # The pipeline drives a RemoteEngine as it does a DuplexEngine (the same calls).
+    return ConversationPipeline(cast(DuplexEngine, engine), asr, orchestrator, leveller,
+                                replay=replay and orchestrator is not None)

@@ -1,0 +1,91 @@
+"""Gather what the memory plan needs and plan: the checkpoint's shape, the recogniser's, the
+user's Ollama model as Ollama reports it, and the device's memory.
+
+`survey_for_settings(settings)` is what the first-run dialog and Settings call (off the GUI
+thread: it asks Ollama over HTTP and may start CUDA); `python main.py plan` calls
+`survey_memory` with its flags. The arithmetic is app/engine/memory_plan.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.engine.memory_plan import DeviceMemory, LlmLoad, MemoryReport, plan_memory
+from app.llm.ollama_footprint import OllamaSizeUnknown, ollama_model_memory
+from app.settings.schema import AppSettings
+
+DEFAULT_STT = "kyutai-stt-1b-en_fr"
+NO_STT = "none"
+
+
+def _llm_load(device: DeviceMemory, host: str | None, model: str | None,
+              timeout_s: float) -> tuple[LlmLoad | None, str | None]:
+    """The Ollama model as it weighs on `device`, or None and why it is not counted."""
+    from app.llm.ollama_backend import OllamaSettings
+
+    defaults = OllamaSettings()
+    host, model = host or defaults.host, model or defaults.model
+    try:
+        memory = ollama_model_memory(host, model, timeout_s=timeout_s)
+    except OllamaSizeUnknown as exc:
+        return None, f"{model} is not counted: {exc}."
+    if not memory.local:
+        return None, f"{model} runs in Ollama at {host}, another machine: not counted here."
+    # On a GPU only what Ollama put there counts; unified memory and RAM hold all of it.
+    size = memory.vram_bytes if device.kind == "cuda" else memory.bytes
+    return LlmLoad(model, size, measured=memory.loaded, held_now=memory.loaded), None
+
+
+def survey_memory(
+    model_id: str | None,
+    *,
+    folder: Path | None = None,
+    device: str | None = None,
+    device_memory: DeviceMemory | None = None,
+    precision: str | None = None,
+    stt_model: str | None = DEFAULT_STT,
+    llm_backend: str = "ollama",
+    llm_host: str | None = None,
+    llm_model: str | None = None,
+    timeout_s: float = 3.0,
+) -> MemoryReport:
+    """Plan for the speech model `model_id` (None: it runs on a server), the STT `stt_model`
+    (None or "none": no recogniser) and the LLM. `device_memory` overrides the probe."""
+    from app.asr.stt_catalog import get_stt_manifest
+    from app.checkpoints.catalog import get_manifest
+    from app.engine.device_memory import probe_device_memory
+    from app.engine.footprint import checkpoint_shape, stt_shape
+
+    memory = device_memory or probe_device_memory(device)
+    speech = checkpoint_shape(get_manifest(model_id), folder) if model_id else None
+    stt = None
+    if stt_model and stt_model != NO_STT:
+        stt = stt_shape(get_stt_manifest(stt_model))
+    notes: list[str] = []
+    llm = None
+    if llm_backend == "ollama":
+        llm, note = _llm_load(memory, llm_host, llm_model, timeout_s)
+        notes += [note] if note else []
+    elif llm_backend == "openai":
+        notes.append("Not counted: the OpenAI-compatible server's model (such servers do not "
+                     "report its size; if it runs here, leave room for it).")
+    return plan_memory(memory, speech, stt, llm, precision=precision, notes=notes)
+
+
+def survey_for_settings(settings: AppSettings,
+                        device_memory: DeviceMemory | None = None) -> MemoryReport:
+    """The plan for the app's settings: what the first-run dialog and Settings show
+    (`report.lines()`), and `report.precision` is the default to preselect."""
+    speech = settings.speech
+    local = settings.engine.mode == "local"
+    folder = Path(speech.custom_folder).expanduser() if speech.custom_folder else None
+    return survey_memory(
+        speech.model_id if local else None,
+        folder=folder,
+        device=None if speech.device == "auto" else speech.device,
+        device_memory=device_memory,
+        stt_model=settings.llm.stt_model,
+        llm_backend=settings.llm.backend,
+        llm_host=settings.llm.host,
+        llm_model=settings.llm.model,
+    )

@@ -1,0 +1,200 @@
+"""The moshi internals ContextSpan relies on, each behind one small named function.
+
+moshi keeps several things the engine, the loaders and the training need without a public
+accessor: a streaming module's state, the KV rings inside its attention layers, the initial
+token column, its delay helper, Moshi 7B's configuration dict, its CUDA-graph switch, the
+codebooks' lazy initialisation. Everything in `app/` reaches them through this module, so
+an upgrade of moshi is read in one file, against its source. The accessors were read
+against moshi 0.2.13 (pinned in pyproject.toml): on any other version this module refuses
+to load, with the reason, instead of failing later inside a forward pass or, worse, running
+with a state it misreads.
+
+The one contract that cannot live here is a subclass's: the forcing generator is a moshi
+`StreamingModule` and so implements its `_init_streaming_state` hook itself.
+
+This is a base-layer module (it imports nothing from `app`), so `checkpoints/` can use it
+as well as `engine/` and `training/`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+import moshi
+import torch
+from moshi.models import LMModel, loaders
+from moshi.models.lm_utils import _delay_sequence
+from moshi.modules import transformer as moshi_transformer
+from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention
+from moshi.quantization.core_vq import EuclideanCodebook
+from moshi.utils import compile as moshi_compile
+
+READ_AGAINST = "0.2.13"  # the moshi version whose source these accessors were read from
+
+
+class MoshiVersionError(RuntimeError):
+    """The installed moshi is not the version whose internals this module was written for."""
+
+
+def check_moshi_version(installed: str) -> None:
+    """Raise unless `installed` is the version the accessors below were read against."""
+    if installed != READ_AGAINST:
+        raise MoshiVersionError(
+            f"ContextSpan reaches moshi internals read against moshi {READ_AGAINST}, but "
+            f"moshi {installed} is installed. Install moshi=={READ_AGAINST} (pyproject.toml), "
+            f"or re-read each accessor in app/moshi_internals.py against the new source and "
+            f"update READ_AGAINST.")
+
+
+check_moshi_version(moshi.__version__)  # once, at import: nothing runs on a misread state
+
+
+# ---- streaming state ---------------------------------------------------------------------
+
+StateT = TypeVar("StateT", covariant=True)
+
+
+class HasStreamingState(Protocol[StateT]):
+    """A moshi StreamingModule (LMGen, LMModel, an attention layer, the forcing generator),
+    seen only as the holder of its streaming state."""
+
+    @property
+    def _streaming_state(self) -> StateT | None: ...
+
+
+def streaming_state(module: HasStreamingState[StateT]) -> StateT | None:
+    """The module's streaming state object; None when it is not streaming. moshi has no
+    public accessor (`get_streaming_state` copies out a dict of every submodule's)."""
+    return module._streaming_state
+
+
+# ---- the LM's frame layout -----------------------------------------------------------------
+
+
+def initial_tokens(lm: LMModel) -> torch.Tensor:
+    """The column the model reads before its first frame, [1, 17, 1] long, on its device."""
+    return lm._get_initial_token()
+
+
+def delay_sequence(delays: Sequence[int], codes: torch.Tensor,
+                   padding: torch.Tensor) -> torch.Tensor:
+    """moshi's stream delays applied to codes [B, K, T]: stream k moves right by delays[k],
+    its first delays[k] columns taken from padding [B, K, 1]. Returns [B, K, T]."""
+    return _delay_sequence(list(delays), codes, padding)
+
+
+def moshi_7b_config() -> dict[str, Any]:
+    """A copy of moshi's own Moshi 7B LM configuration (what `get_moshi_lm` builds when a
+    checkpoint ships no config.json)."""
+    return copy.deepcopy(loaders._lm_kwargs)
+
+
+# ---- KV rings of the temporal transformer's attention layers -------------------------------
+
+
+def kv_ring(layer: StreamingMultiheadAttention) -> RingKVCache | None:
+    """The layer's KV ring; None when it is not streaming (or keeps no ring)."""
+    state = streaming_state(layer)
+    return None if state is None else state.kv_cache
+
+
+def kv_rings(lm: LMModel) -> list[RingKVCache]:
+    """The KV rings of every attention layer of the temporal transformer, in module order."""
+    rings = (kv_ring(m) for m in lm.transformer.modules()
+             if isinstance(m, StreamingMultiheadAttention))
+    return [ring for ring in rings if ring is not None]
+
+
+def ring_capacity(ring: RingKVCache) -> int:
+    """How many positions the ring stores."""
+    return int(ring.capacity)
+
+
+def ring_end(ring: RingKVCache) -> int:
+    """Positions written into the ring so far (the furthest batch row)."""
+    return int(ring.end_offset.max())
+
+
+def widen_kv_ring(layer: StreamingMultiheadAttention, capacity: int) -> None:
+    """Give the streaming layer an empty ring of `capacity` positions, of the same batch,
+    heads, head size, dtype, device and exec-mask behaviour as the one it replaces."""
+    state = streaming_state(layer)
+    if state is None or state.kv_cache is None:
+        raise RuntimeError("the attention layer is not streaming")
+    ring = state.kv_cache
+    _, batch, heads, _, dim_per_head = ring.cache.shape  # [2, B, H, capacity, D]
+    state.kv_cache = RingKVCache(
+        batch,
+        heads,
+        dim_per_head,
+        capacity,
+        respect_exec_mask=ring.respect_exec_mask,
+        device=ring.cache.device,
+        dtype=ring.cache.dtype,
+    )
+
+
+def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy of what the ring holds: (keys and values [2, B, H, capacity, D], end offsets)."""
+    return ring.cache.clone(), ring.end_offset.clone()
+
+
+def restore_ring(ring: RingKVCache, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Write a `copy_ring` copy back IN PLACE: a captured CUDA graph holds the ring's
+    tensors at their addresses."""
+    cache, end_offset = saved
+    ring.cache.copy_(cache)
+    ring.end_offset.copy_(end_offset)
+
+
+# ---- CUDA graphs and torch.compile -----------------------------------------------------------
+
+
+def cuda_graphs_enabled() -> bool:
+    """moshi's own switch: off under NO_CUDA_GRAPH=1 or inside `no_cuda_graph()`."""
+    return moshi_compile._is_cuda_graph_enabled()
+
+
+def graph_captured(graphed: moshi_compile.CUDAGraphed) -> bool:
+    """Whether the CUDAGraphed function has captured its graph (on its second call)."""
+    return graphed._graph is not None
+
+
+def torch_compile_enabled() -> bool:
+    """Whether moshi wrapped its hot functions in torch.compile (decided at its import,
+    by NO_TORCH_COMPILE)."""
+    return hasattr(moshi_transformer._rms_norm, "__wrapped__")
+
+
+# ---- Mimi's codebooks ------------------------------------------------------------------------
+
+
+@contextmanager
+def capturing_codebook_inputs() -> Iterator[dict[int, torch.Tensor]]:
+    """While open, the first input [N, D] each EuclideanCodebook quantizes, by id(codebook).
+
+    moshi quantizes in a private method; it is wrapped for the duration and restored after.
+    """
+    seen: dict[int, torch.Tensor] = {}
+    original = EuclideanCodebook._quantize
+
+    def capture(self: EuclideanCodebook, x: torch.Tensor) -> torch.Tensor:
+        seen.setdefault(id(self), x.detach().clone())  # [N, D]
+        return original(self, x)
+
+    EuclideanCodebook._quantize = capture  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        EuclideanCodebook._quantize = original  # type: ignore[method-assign]
+
+
+def mark_codebook_initialised(codebook: EuclideanCodebook) -> None:
+    """Tell a codebook whose `embedding_sum` was written by hand that it is initialised
+    (no k-means on first use), and drop its cached embedding so the next read recomputes it."""
+    codebook._initialized.fill_(1.0)
+    # moshi declares the buffer a Tensor, but it is None until the codebook next computes it.
+    codebook._embedding = None  # type: ignore[assignment]

@@ -1,0 +1,247 @@
+"""Settings → Speech model: where the model runs (this computer or a server), which
+checkpoint and its files, device and precision, and a persona checkpoint's voice, role and
+the user's name and city.
+
+A persona checkpoint's voices are listed from its folder off the GUI thread (it may unpack
+an archive); a listing for a model the user has since left is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QWidget,
+)
+
+from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
+from app.remote.probe import probe_server
+from app.settings.schema import EngineSettings, SpeechModelSettings
+from app.text_bounds import bounded
+from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
+from app.ui.settings.form import form_on, hint, put_on_top
+
+DEVICES = ("auto", "cuda", "mps", "cpu", "mlx")  # mlx: the MLX engine (app/engine/mlx/)
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+# A persona checkpoint's voice prompt names (app.engine.conversation_start.list_voices).
+ListVoices = Callable[[Manifest, Path], list[str]]
+
+
+def list_persona_voices(manifest: Manifest, folder: Path) -> list[str]:
+    # Imported here: conversation_start pulls in torch and moshi, which the dialog itself
+    # does not need (the app has them loaded by the time the dialog opens).
+    from app.engine.conversation_start import list_voices
+
+    return list_voices(manifest.conversation_start, folder)
+
+
+class SpeechTab(QWidget):
+    restart_hint = "Everything on this tab applies after a restart of the conversation."
+
+    def __init__(
+        self,
+        speech: SpeechModelSettings,
+        engine: EngineSettings,
+        *,
+        catalog: Mapping[str, Manifest] | None = None,
+        list_voices: ListVoices = list_persona_voices,
+        server_probe: ProbeServer = probe_server,
+        parent: QWidget | None = None,
+    ) -> None:
+        """`catalog` None: the app's own (an unreadable one is shown on the tab)."""
+        super().__init__(parent)
+        self._initial = speech
+        self._list_voices = list_voices
+        self._voice: str | None = speech.voice
+        self._jobs = BackgroundJobs({"voices": self._voices_listed}, parent=self)
+        self._catalog_error: str | None = None
+        if catalog is None:
+            try:
+                catalog = load_catalog()
+            except CatalogError as exc:
+                catalog, self._catalog_error = {}, str(exc)
+        self._catalog = dict(catalog)
+        form = form_on(self)
+
+        self.model_combo = QComboBox()
+        for model_id, manifest in self._catalog.items():
+            self.model_combo.addItem(manifest.display_name, model_id)
+        if self.model_combo.findData(speech.model_id) < 0:
+            self.model_combo.addItem(f"{bounded(speech.model_id)} (not in the catalog)",
+                                     speech.model_id)
+        self.model_combo.setCurrentIndex(self.model_combo.findData(speech.model_id))
+        self.model_combo.currentIndexChanged.connect(self._refresh_persona)
+        form.addRow("Model:", self.model_combo)
+        if self._catalog_error:
+            form.addRow("", hint("The model catalog could not be read: "
+                                 f"{bounded(self._catalog_error)}"))
+
+        self.folder_edit = QLineEdit(speech.custom_folder or "")
+        self.folder_edit.setPlaceholderText("Default: downloaded or built by ContextSpan")
+        self.folder_edit.editingFinished.connect(self._refresh_persona)
+        self.folder_button = QPushButton("Custom folder…")
+        self.folder_button.setToolTip("Use checkpoint files from a folder of your own")
+        self.folder_button.clicked.connect(self._choose_model_folder)
+        clear = QPushButton("Use default")
+        clear.clicked.connect(self._clear_model_folder)
+        row = QHBoxLayout()
+        row.addWidget(self.folder_edit, 1)
+        row.addWidget(self.folder_button)
+        row.addWidget(clear)
+        form.addRow("Files:", row)
+
+        self.device_combo = QComboBox()
+        self.device_combo.setEditable(True)  # "cuda:1" and the like are valid too
+        self.device_combo.addItems(DEVICES)
+        self.device_combo.setCurrentText(speech.device)
+        form.addRow("Device:", self.device_combo)
+
+        self.dtype_combo = QComboBox()
+        self.dtype_combo.addItems(DTYPES)
+        if self.dtype_combo.findText(speech.dtype) < 0:
+            self.dtype_combo.addItem(speech.dtype)
+        self.dtype_combo.setCurrentText(speech.dtype)
+        self.dtype_combo.setToolTip("auto: the precision the checkpoint was published in")
+        form.addRow("Precision:", self.dtype_combo)
+
+        # No "8-bit weights" choice: moshi's int8 path (bitsandbytes, CUDA only) has not been
+        # verified on a GPU here, and the setting was never read. SpeechModelSettings keeps
+        # its `quantize` field so older settings files load; it is ignored.
+
+        self.voice_combo = QComboBox()
+        self.voice_combo.activated.connect(self._voice_chosen)
+        self.voice_hint = hint("")
+        form.addRow("Voice:", self.voice_combo)
+        form.addRow("", self.voice_hint)
+
+        self.role_edit = QPlainTextEdit(speech.role or "")
+        self.role_edit.setFixedHeight(80)
+        form.addRow("Role prompt:", self.role_edit)
+
+        self.user_name_edit = QLineEdit(speech.user_name or "")
+        self.user_name_edit.setPlaceholderText("Optional")
+        self.user_city_edit = QLineEdit(speech.user_city or "")
+        self.user_city_edit.setPlaceholderText("Optional")
+        form.addRow("Your name:", self.user_name_edit)
+        form.addRow("Your city:", self.user_city_edit)
+        self.profile_hint = hint("")
+        form.addRow("", self.profile_hint)
+
+        # Where the speech model runs: on top of the tab; the model's own fields are this
+        # computer's only.
+        self.engine_box = SpeechEngineBox(engine, probe=server_probe)
+        self.engine_box.mode_changed.connect(self._engine_mode_changed)
+        put_on_top(self, self.engine_box)
+        self._engine_mode_changed(self.engine_box.mode)
+        self._refresh_persona()
+
+    def settings(self) -> SpeechModelSettings:
+        """The speech model settings as the tab shows them now."""
+        role = self.role_edit.toPlainText()
+        return SpeechModelSettings(
+            model_id=self.model_combo.currentData() or self._initial.model_id,
+            custom_folder=self.folder_edit.text().strip() or None,
+            device=self.device_combo.currentText().strip() or "auto",
+            dtype=self.dtype_combo.currentText(),
+            quantize=self._initial.quantize,  # kept as saved, not used (see above)
+            voice=self._voice,
+            role=role if role.strip() else None,  # empty: the checkpoint's default role
+            user_name=self.user_name_edit.text().strip() or None,
+            user_city=self.user_city_edit.text().strip() or None,
+        )
+
+    def _engine_mode_changed(self, mode: str) -> None:
+        """On a server, the server's model talks: the local model's choices do not apply."""
+        local = mode == "local"
+        for widget in (self.model_combo, self.folder_edit, self.folder_button,
+                       self.device_combo, self.dtype_combo):
+            widget.setEnabled(local)
+
+    def _current_manifest(self) -> Manifest | None:
+        return self._catalog.get(self.model_combo.currentData())
+
+    def _checkpoint_folder(self, manifest: Manifest) -> Path:
+        custom = self.folder_edit.text().strip()
+        return Path(custom).expanduser() if custom else manifest.default_folder()
+
+    def _choose_model_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self, "Choose a checkpoint folder", self.folder_edit.text().strip()
+        )
+        if folder:
+            self.folder_edit.setText(folder)
+            self._refresh_persona()
+
+    def _clear_model_folder(self) -> None:
+        self.folder_edit.clear()
+        self._refresh_persona()
+
+    def _refresh_persona(self) -> None:
+        """Voice and role are a persona checkpoint's (PersonaPlex); voices come from its
+        folder, so the voice list needs the checkpoint on disk."""
+        self._jobs.drop("voices")  # any listing still running is for another model
+        manifest = self._current_manifest()
+        persona = manifest is not None and manifest.conversation_start.kind == "persona_prompt"
+        self.role_edit.setEnabled(persona)
+        profile = persona and manifest is not None and (
+            manifest.conversation_start.profile_sentences)
+        self.user_name_edit.setEnabled(bool(profile))
+        self.user_city_edit.setEnabled(bool(profile))
+        self.profile_hint.setText(
+            "The model was trained to hear your name and city at the start of a conversation."
+            if profile else "Your name and city apply to checkpoints trained on them "
+            "(Context Spanning 7B).")
+        self.voice_combo.setEnabled(False)
+        self._fill_voices([], listed=False)
+        if manifest is None or not persona:
+            self.role_edit.setPlaceholderText("")
+            self.voice_hint.setText(
+                "Voice and role prompts apply to persona checkpoints (PersonaPlex) only."
+            )
+            return
+        default_role = manifest.conversation_start.default_role
+        self.role_edit.setPlaceholderText(f"Default: {default_role}" if default_role else "")
+        folder = self._checkpoint_folder(manifest)
+        if not folder.is_dir():
+            self.voice_hint.setText(
+                f"The checkpoint is not on disk yet ({bounded(str(folder))}); download or "
+                "build it to "
+                "choose a voice."
+            )
+            return
+        self.voice_hint.setText("Looking for voices…")
+        list_voices = self._list_voices
+        self._jobs.start("voices", lambda: list_voices(manifest, folder))
+
+    def _fill_voices(self, names: Sequence[str], listed: bool = True) -> None:
+        manifest = self._current_manifest()
+        default = manifest.conversation_start.default_voice if manifest else None
+        self.voice_combo.clear()
+        self.voice_combo.addItem(f"Default ({default})" if default else "Default", None)
+        for name in names:
+            self.voice_combo.addItem(name, name)
+        if self._voice and self.voice_combo.findData(self._voice) < 0:
+            label = f"{bounded(self._voice)} (not found)" if listed else bounded(self._voice)
+            self.voice_combo.addItem(label, self._voice)
+        self.voice_combo.setCurrentIndex(max(0, self.voice_combo.findData(self._voice)))
+
+    def _voices_listed(self, result: object) -> None:
+        if isinstance(result, Exception):
+            self.voice_hint.setText(f"The voices could not be listed: {bounded(str(result))}")
+            return
+        names = list(result)  # type: ignore[call-overload]
+        self._fill_voices(names)
+        self.voice_combo.setEnabled(True)
+        self.voice_hint.setText("" if names else "This checkpoint has no voice prompts.")
+
+    def _voice_chosen(self, index: int) -> None:
+        self._voice = self.voice_combo.itemData(index)
