@@ -10,7 +10,9 @@ from app.eval.chart import HEIGHT, WIDTH, SetBars, draw_chart
 from app.eval.paper_numbers import paper_numbers
 
 
-def test_the_chart_draws_ref_resp_given_and_the_papers_marks(tmp_path):
+def test_the_chart_draws_ref_resp_given_and_the_papers_marks(tmp_path, qapp):
+    # qapp: the suite's one QApplication. The chart would make a bare QGuiApplication, and
+    # Qt aborts the process when a widget test then needs a QApplication.
     from PySide6.QtGui import QImage
 
     bars = [
