@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -186,6 +186,23 @@ class DuplexEngine(FrameWorker):
         finally:
             self._emit(EngineStopped(self.frame_index, reason))
 
+    def _measure_budget(self, silence: np.ndarray, run_prefill: Callable[[int], object],
+                        sync: Callable[[], None]) -> float | None:
+        """Without a fixed chunk limit: what fits in a frame on this device, measured now
+        (the step's time in ms), and the injector's limit from it; None with a fixed one."""
+        if self.options.chunk_limit is not None:
+            return None
+        self.budget = measure_chunk_budget(
+            run_frame=lambda: self._model_frame(silence),
+            run_prefill=run_prefill,
+            sync=sync,
+            cap=self.max_chunk,
+            margin=self.options.budget_margin,
+        )
+        self.injector.chunk_limit = self.budget.chunk_limit
+        self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
+        return self.budget.step_ms
+
     def _device_sync(self) -> None:
         synchronize(self.checkpoint.device)
 
@@ -250,18 +267,9 @@ class DuplexEngine(FrameWorker):
             for size in warmup_sizes(self.max_chunk):
                 for _ in range(2):
                     prefill(self.lm_gen, [pad] * size, self.injector.forwards)
-        step_ms = None
-        if self.options.chunk_limit is None:
-            self.budget = measure_chunk_budget(
-                run_frame=lambda: self._model_frame(silence),
-                run_prefill=lambda k: prefill(self.lm_gen, [pad] * k, self.injector.forwards),
-                sync=self._device_sync,
-                cap=self.max_chunk,
-                margin=self.options.budget_margin,
-            )
-            step_ms = self.budget.step_ms
-            self.injector.chunk_limit = self.budget.chunk_limit
-            self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
+        step_ms = self._measure_budget(
+            silence, lambda k: prefill(self.lm_gen, [pad] * k, self.injector.forwards),
+            self._device_sync)
         # Forget the warm-up: the conversation starts from an empty context.
         ck.mimi.reset_streaming()
         self.lm_gen.reset_streaming()

@@ -26,7 +26,6 @@ import torch
 from app.engine.conversation_start import StartPlan
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.engine.events import EngineReady
-from app.engine.frame_budget import AdaptiveChunkLimit, measure_chunk_budget
 from app.engine.mlx.checkpoint import PRECISION_LABELS, MlxCheckpoint
 from app.engine.mlx.forcing_generator import MlxForcingGenerator
 from app.engine.mlx.lm import ZERO_TOKEN
@@ -106,18 +105,8 @@ class MlxEngine(DuplexEngine):
         pad = ck.mlx_lm.shape.text_padding_id
         for _ in range(self.options.warmup_frames):
             self._model_frame(silence)
-        step_ms = None
-        if self.options.chunk_limit is None:
-            self.budget = measure_chunk_budget(
-                run_frame=lambda: self._model_frame(silence),
-                run_prefill=lambda k: read_positions(gen, [pad] * k),
-                sync=lambda: None,
-                cap=self.max_chunk,
-                margin=self.options.budget_margin,
-            )
-            step_ms = self.budget.step_ms
-            self.injector.chunk_limit = self.budget.chunk_limit
-            self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
+        step_ms = self._measure_budget(silence, lambda k: read_positions(gen, [pad] * k),
+                                       lambda: None)
         # Forget the warm-up: the conversation starts from an empty context.
         ck.mimi.reset_streaming()
         gen.reset_streaming()
