@@ -92,6 +92,11 @@ def moshi_7b_config() -> dict[str, Any]:
     return copy.deepcopy(loaders._lm_kwargs)
 
 
+def moshi_mimi_config() -> dict[str, Any]:
+    """A copy of moshi's own Mimi configuration (what `get_mimi` builds without one)."""
+    return copy.deepcopy(loaders._mimi_config)
+
+
 # ---- KV rings of the temporal transformer's attention layers -------------------------------
 
 
@@ -148,6 +153,35 @@ def restore_ring(ring: RingKVCache, saved: tuple[torch.Tensor, torch.Tensor]) ->
     cache, end_offset = saved
     ring.cache.copy_(cache)
     ring.end_offset.copy_(end_offset)
+
+
+def rewind_positions(transformer: torch.nn.Module, count: int) -> None:
+    """Take back the last `count` positions a streaming forward wrote (padding): the
+    attention layers' offsets and KV rings' end offsets, the layers' and the transformer's
+    offsets, IN PLACE (a captured CUDA graph holds these tensors). Rows the exec mask kept
+    out of that forward did not advance and are not rewound. The keys written stay in the
+    ring, where the rewound offsets make the next positions overwrite them."""
+    for module in transformer.modules():
+        state = getattr(module, "_streaming_state", None)
+        if state is None:
+            continue
+        if isinstance(state, moshi_transformer._MHAState):
+            if module.cross_attention:
+                continue
+            state.offset[:] = torch.where(state.exec_mask, state.offset - count, state.offset)
+            state.offset_cpu -= count
+            ring = state.kv_cache
+            if ring is not None:
+                if ring.respect_exec_mask:
+                    ring.end_offset[:] = torch.where(state.exec_mask, ring.end_offset - count,
+                                                     ring.end_offset)
+                else:
+                    ring.end_offset.sub_(count)
+        elif isinstance(state, moshi_transformer._TransformerState):
+            state.offsets[:] = torch.where(state.exec_mask, state.offsets - count,
+                                           state.offsets)
+        elif isinstance(state, moshi_transformer._LayerState):
+            state.offset_cpu -= count
 
 
 # ---- CUDA graphs and torch.compile -----------------------------------------------------------

@@ -45,15 +45,26 @@ from app.engine.events import (
     TextPiece,
 )
 from app.engine.forcing_generator import ForcingGenerator
-from app.engine.frame_budget import AdaptiveChunkLimit, ChunkBudget, measure_chunk_budget
+from app.engine.frame_budget import (
+    AdaptiveChunkLimit,
+    BudgetTiming,
+    ChunkBudget,
+    measure_chunk_budget,
+)
 from app.engine.kv_ring import widen_attention_rings
+from app.engine.position_forwards import warmup_sizes, widest_forward
+from app.engine.shown_text import shown_text_id
 from app.engine.span_block import block_columns
-from app.engine.span_injector import SpanInjector, prefill, warmup_sizes
+from app.engine.span_injector import SpanInjector, prefill
 from app.engine.span_text import SpanTokenizer
 from app.frame_worker import END_OF_INPUT, FrameWorker
 from app.frames import FRAME_MS, FRAME_SAMPLES
 
 log = logging.getLogger(__name__)
+
+# The shortest span limit the frame budget may set (positions, the wrapping included):
+# about one spoken sentence of 40 words, the router's longest answer.
+MIN_SPAN_POSITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,22 @@ class EngineOptions:
     # text forcing; the reference has the same switch, off by default): lets a model with
     # random weights, which never asks on its own, walk through the retrieval flow.
     forced_ret_frames: frozenset[int] = frozenset()
+    # The MLX engine's Mimi: "mlx", "torch" or "auto" (MLX on Apple Silicon, torch on
+    # other CPUs: app/engine/mlx/frame_codec.py). The torch engine always runs torch's.
+    mimi: str = "auto"
+    # A test hook on the frame budget measured at warm-up (frame_budget.BudgetTiming): the
+    # timings to use instead of the measured ones; the forwards still run.
+    budget_timing: BudgetTiming | None = None
+
+
+@dataclass(frozen=True)
+class LmFacts:
+    """What the engine reads of its LM besides running it. The torch engine reads them off
+    moshi's LMModel; the MLX engine off its own LM (its checkpoint holds no torch LM)."""
+
+    context: int  # positions in the context window (0: none)
+    num_codebooks: int  # streams in a column (17: text, the model's 8, the user's 8)
+    text_padding_id: int
 
 
 class _SamplingArguments(TypedDict):
@@ -104,7 +131,8 @@ class DuplexEngine(FrameWorker):
         self.checkpoint = checkpoint
         manifest = checkpoint.manifest
         self.lm_gen = self._make_generator()
-        self.context_window = int(checkpoint.lm.context or 0)
+        self.lm_facts = self._lm_facts()
+        self.context_window = self.lm_facts.context
         self.ledger = ContextLedger(self.context_window)
         retrieval = manifest.retrieval
         self.ret_id = retrieval.ret_id if retrieval.trigger == "ret_token" else None
@@ -148,6 +176,10 @@ class DuplexEngine(FrameWorker):
             return ForcingGenerator(self.checkpoint.lm, **sampling_kwargs)
         return LMGen(self.checkpoint.lm, cfg_coef=sampling.cfg_coef, **sampling_kwargs)
 
+    def _lm_facts(self) -> LmFacts:
+        lm = self.checkpoint.lm
+        return LmFacts(int(lm.context or 0), lm.num_codebooks, lm.text_padding_token_id)
+
     # ---- any thread -------------------------------------------------------------------
 
     def inject(self, text: str, source: str, at_frame: int = 0,
@@ -169,7 +201,7 @@ class DuplexEngine(FrameWorker):
 
     def _block_columns(self, ids: Sequence[int]) -> torch.Tensor:
         assert self.placeholders is not None
-        return block_columns(ids, self.placeholders, self.checkpoint.lm.num_codebooks)
+        return block_columns(ids, self.placeholders, self.lm_facts.num_codebooks)
 
     def _run(self) -> None:
         reason = "stopped"
@@ -198,10 +230,30 @@ class DuplexEngine(FrameWorker):
             sync=sync,
             cap=self.max_chunk,
             margin=self.options.budget_margin,
+            timing=self.options.budget_timing,
         )
         self.injector.chunk_limit = self.budget.chunk_limit
         self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
+        if self.blocks:
+            self._fit_span_limit(self.budget.chunk_limit)
         return self.budget.step_ms
+
+    def _fit_span_limit(self, fits: int) -> None:
+        """A block is never split, so the longest span is the longest block whose forward
+        plus one frame fit the budget measured here, within the manifest's maximum. Never
+        below MIN_SPAN_POSITIONS (one spoken sentence): a device that cannot fit that much
+        is over the frame anyway, and its blocks are reported so (BlockSlot), as the
+        reference reports them. Spans tokenized from now on are cut there."""
+        tokenizer = self.span_tokenizer
+        floor = max(MIN_SPAN_POSITIONS, len(tokenizer.open_ids) + len(tokenizer.close_ids) + 1)
+        tokenizer.max_tokens = min(self.max_chunk, max(floor, fits))
+
+    @property
+    def span_tokens(self) -> int:
+        """The most content tokens one span carries (the LLM's answer budget): for blocks,
+        what fits in the frame on this device once measured (EngineReady)."""
+        tokenizer = self.span_tokenizer
+        return tokenizer.max_tokens - len(tokenizer.open_ids) - len(tokenizer.close_ids)
 
     def _device_sync(self) -> None:
         synchronize(self.checkpoint.device)
@@ -221,7 +273,7 @@ class DuplexEngine(FrameWorker):
         assert self.placeholders is not None
         options = self.options
         return plan_start(manifest, ck.folder, ck.mimi, ck.tokenizer, self.placeholders,
-                          ck.lm.text_padding_token_id, self.control_ids, voice=options.voice,
+                          self.lm_facts.text_padding_id, self.control_ids, voice=options.voice,
                           persona=options.role, user_name=options.user_name,
                           user_city=options.user_city)
 
@@ -248,7 +300,8 @@ class DuplexEngine(FrameWorker):
         ck = self.checkpoint
         if self.options.seed is not None:
             torch.manual_seed(self.options.seed)
-        widen_attention_rings(ck.lm, self.max_chunk)
+        # Room for the widest forward: on a GPU a read is padded to a graphed size.
+        widen_attention_rings(ck.lm, widest_forward(ck.lm, self.max_chunk))
         silence = np.zeros(FRAME_SAMPLES, dtype=np.float32)
         pad = ck.lm.text_padding_token_id
         for _ in range(self.options.warmup_frames):  # also captures the CUDA graphs
@@ -257,8 +310,8 @@ class DuplexEngine(FrameWorker):
         # recompile under torch.compile): meet every chunk shape before the first frame.
         # Each size twice: CUDA graphs are captured on a size's second use.
         if self.blocks and isinstance(self.lm_gen, ForcingGenerator):
-            # A block is read in power-of-two pieces (position_forwards.py): blocks of
-            # every power of two up to the longest meet every piece.
+            # On a GPU a block is read padded to a graphed size (position_forwards.py):
+            # a block of each size up to the longest meets every graph.
             for size in warmup_sizes(self.max_chunk):
                 for _ in range(2):
                     self.lm_gen.inject_block(self._block_columns([pad] * size))
@@ -290,6 +343,7 @@ class DuplexEngine(FrameWorker):
                 budget_ms=FRAME_MS * (1.0 - self.options.budget_margin),
                 context_window=self.context_window,
                 prompt_frames=prompt_frames,
+                span_tokens=self.span_tokens,
             )
         )
 
@@ -320,13 +374,7 @@ class DuplexEngine(FrameWorker):
         gen = self.lm_gen
         if isinstance(gen, ForcingGenerator) and gen.state.restored_text is not None:
             text_id = int(gen.state.restored_text[0])
-        if text_id is None or text_id in self.control_ids:
-            return None
-        tokenizer = self.checkpoint.tokenizer
-        if (tokenizer.is_control(text_id) or tokenizer.is_unknown(text_id)
-                or tokenizer.is_byte(text_id)):
-            return None
-        return text_id
+        return shown_text_id(text_id, self.checkpoint.tokenizer, self.control_ids)
 
     def _loop(self) -> str:
         tokenizer = self.checkpoint.tokenizer

@@ -28,7 +28,7 @@ generator's bookkeeping, written from its behaviour:
 
 Everything runs on `LMModel.forward_text` and `LMModel.forward_depformer`; the step's two
 calls are CUDA-graphed like stock LMGen's, and the multi-position forwards go through
-position_forwards.py (power-of-two pieces, each size graphed) on the same state tensors,
+position_forwards.py (padded to a few graphed sizes) on the same state tensors,
 updated in place, so all the graphs stay valid for each other.
 """
 
@@ -311,7 +311,7 @@ class ForcingGenerator(StreamingModule[_ForcingState]):
         previous = state.ring[:, :, pending : pending + 1].clone()
         sequence = torch.cat([previous, block[:, :, : n - 1]], dim=2)  # [B, 17, n]
         if positions_per_forward is None:
-            state.forwards(sequence)  # one read (in graphed power-of-two pieces on a GPU)
+            state.forwards(sequence)  # one read (padded to a graphed size on a GPU)
         else:
             for start in range(0, n, positions_per_forward):
                 self.lm_model.forward_text(sequence[:, :, start : start + positions_per_forward])

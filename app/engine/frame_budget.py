@@ -52,6 +52,11 @@ def largest_k_in_budget(step_ms: float, prefill_ms: dict[int, float], budget_ms:
     return min(best, cap)
 
 
+# A test hook on the measurement: (what, positions, measured ms) -> the ms to use, where
+# `what` is "frame" (one full frame, positions 1) or "prefill" (one forward of `positions`).
+BudgetTiming = Callable[[str, int, float], float]
+
+
 def measure_chunk_budget(
     run_frame: Callable[[], object],
     run_prefill: Callable[[int], object],
@@ -60,11 +65,17 @@ def measure_chunk_budget(
     margin: float = 0.25,
     frame_repeats: int = 12,
     prefill_repeats: int = 5,
+    timing: BudgetTiming | None = None,
 ) -> ChunkBudget:
+    """`timing`: replaces what was measured (a test makes the device slow or fast with it;
+    the forwards still run)."""
     budget_ms = FRAME_MS * (1.0 - margin)
     step_ms = median_ms(run_frame, frame_repeats, sync)
     sizes = sorted({1, max(1, cap // 16), max(1, cap // 4), cap})
     prefill_ms = {k: median_ms(partial(run_prefill, k), prefill_repeats, sync) for k in sizes}
+    if timing is not None:
+        step_ms = timing("frame", 1, step_ms)
+        prefill_ms = {k: timing("prefill", k, ms) for k, ms in prefill_ms.items()}
     # At least one position per frame, so that a span always progresses on a slow device.
     limit = max(1, largest_k_in_budget(step_ms, prefill_ms, budget_ms, cap))
     return ChunkBudget(step_ms, prefill_ms, budget_ms, limit)

@@ -30,6 +30,7 @@ from typing import Protocol
 import torch
 from moshi.models import LMModel
 
+from app.cuts import Cut
 from app.engine.context_ledger import ContextLedger
 from app.engine.device import synchronize
 from app.engine.events import (
@@ -98,7 +99,7 @@ def prefill(lm_gen: PrefillTarget, token_ids: Sequence[int],
     """Run the temporal transformer over the positions of `token_ids`.
 
     Returns the transformer output [B', K, dim]. Without `forwards`, one eager forward;
-    with it, the graphed power-of-two pieces of position_forwards.py. Either way the same
+    with it, the padded graphed forwards of position_forwards.py. Either way the same
     state tensors are updated in place, so the step's CUDA graph replay is intact.
     """
     codes = span_positions(lm_gen, token_ids)  # raises unless streaming
@@ -140,14 +141,6 @@ class _ActiveSpan:
 
 class SpanQueueFullError(RuntimeError):
     pass
-
-
-def warmup_sizes(max_chunk: int) -> list[int]:
-    """Every piece size a forward of up to `max_chunk` positions is cut into on a GPU
-    (position_forwards.py: powers of two): warmed up, graphs captured, before the first
-    frame, since a first forward of a new shape is slow (kernel selection, graph capture,
-    or a recompile under torch.compile)."""
-    return [1 << i for i in range(max(1, max_chunk).bit_length())]
 
 
 class SpanInjector:
@@ -241,12 +234,17 @@ class SpanInjector:
         return SpanLate(span.span_id, span.source, span.text, origin, frame_index,
                         round((frame_index - origin) * FRAME_S, 3))
 
-    @staticmethod
-    def _accepted(span: _PreparedSpan) -> SpanAccepted:
+    def _accepted(self, span: _PreparedSpan) -> SpanAccepted:
         tokens = span.tokens
+        kept = len(tokens.content_ids)
+        cuts: tuple[Cut, ...] = ()
+        if tokens.truncated:  # a block is never split: its limit is what fits in a frame
+            limit = "block limit on this device" if self.blocks else "span limit"
+            cuts = (Cut("the span's content", tokens.original_content_tokens, kept, "tokens",
+                        f"the speech model's {limit}: {kept:,} tokens"),)
         return SpanAccepted(span.span_id, span.source, span.text, len(tokens.ids),
-                            tokens.truncated, tokens.original_content_tokens,
-                            len(tokens.content_ids))
+                            tokens.truncated, tokens.original_content_tokens, kept,
+                            cuts=cuts, read_chars=tokens.read_chars)
 
     def before_frame(self, frame_index: int) -> list[EngineEvent]:
         """Inject at most one chunk (<= chunk_limit positions), or one block, before frame

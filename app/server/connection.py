@@ -138,7 +138,7 @@ class Connection:
     async def _open_conversation(self, unheard: int = 0) -> None:
         """`unheard`: frames the codec has decoded that go to this conversation."""
         loop = asyncio.get_running_loop()
-        engine, pipeline = await loop.run_in_executor(None, self.host.build, self.choice)
+        engine, pipeline = await loop.run_in_executor(None, self.lease.build, self.choice)
         conversation = Conversation(engine, pipeline, loop)
         conversation.start()
         self._conversation = conversation
@@ -224,7 +224,7 @@ class Connection:
             self._pending_voice = None
         ready = wire.Ready(SAMPLE_RATE, FRAME_SAMPLES, self.host.persona_for(self.choice),
                            event.model_id, event.device, self._number, self._frames_at_start,
-                           event.chunk_limit, event.context_window)
+                           event.chunk_limit, event.context_window, event.span_tokens)
         for data in self.codec.ready(ready):
             self._out.put_nowait(_Out(data))
 

@@ -48,7 +48,7 @@ def test_a_checkpoint_not_on_disk_is_counted_from_its_architecture(tmp_path):
     """Context Spanning 7B before its download: PersonaPlex's 7B with dep_q 16."""
     shape = checkpoint_shape(get_manifest("context-spanning-7b"), tmp_path / "absent")
     assert 8.3e9 < shape.linear_params + shape.other_params < 8.45e9
-    # 32 layers x (K and V) x 4096 x (context 3000 + a 256-token block - 1), plus the
-    # depformer's small rings.
-    temporal = 32 * 2 * 4096 * (3000 + 256 - 1)
+    # 32 layers x (K and V) x 4096 x (context 3000 + the manifest's longest block, 600
+    # tokens, - 1), plus the depformer's small rings.
+    temporal = 32 * 2 * 4096 * (3000 + 600 - 1)
     assert temporal <= shape.cache_values < temporal * 1.01

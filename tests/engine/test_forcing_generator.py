@@ -229,30 +229,75 @@ def test_a_saved_voice_replays_to_the_state_its_frames_give(tiny_cs_checkpoint):
     _continue_equal(replayed, stepped, _user_frames(ck.lm.card, 4, seed=9))
 
 
-def test_a_read_in_power_of_two_pieces_equals_one_forward(tiny_cs_checkpoint):
-    """On a GPU blocks and the prefix go through CUDA-graphed power-of-two pieces
-    (position_forwards.py): the same state and frames as one forward, here on the CPU."""
-    from app.engine.position_forwards import PositionForwards, piece_sizes
+@pytest.mark.parametrize("live_frames", [4, 400], ids=["early", "after-the-ring-wrapped"])
+def test_a_block_read_padded_to_a_graphed_size_equals_one_forward(tiny_cs_checkpoint,
+                                                                  live_frames: int):
+    """On a GPU a block goes in as ONE forward padded to a graphed size (position_forwards.py:
+    37 positions as 64), its padding rewound: the same frames and logits afterwards as one
+    unpadded forward, here on the CPU, also once the KV ring has wrapped (the padding's keys
+    then overwrite slots the widened ring keeps out of every window)."""
+    from app.engine.position_forwards import PositionForwards, padded_pieces, widest_forward
 
-    assert piece_sizes(37) == [32, 4, 1] and piece_sizes(64) == [64] and piece_sizes(0) == []
+    assert padded_pieces(37) == [(37, 64)] and padded_pieces(600) == [(600, 640)]
+    assert padded_pieces(2100) == [(1024, 1024), (1024, 1024), (52, 64)]
     ck = tiny_cs_checkpoint
     placeholders = placeholder_codes(ck.mimi, None, None)
-    ids = [12, *range(20, 55), 13]  # 37 positions: pieces 32, 4, 1
+    ids = [12, *range(20, 55), 13]  # 37 positions
     block = block_columns(ids, placeholders, ck.lm.num_codebooks)
-    a, b = Twin(ck.lm, widen=len(ids)), Twin(ck.lm, widen=len(ids))
-    b.gen.state.forwards = PositionForwards(b.lm, pieces=True)
+    padded_width = widest_forward(ck.lm, len(ids), padded=True)
+    assert padded_width == 64
+    a, b = Twin(ck.lm, widen=len(ids)), Twin(ck.lm, widen=padded_width)
+    b.gen.state.forwards = forwards = PositionForwards(b.lm, padded=True)
     prefix = _prefix(ck)
     with torch.no_grad():
         a.gen.prefill_forced(prefix)
         b.gen.prefill_forced(prefix)
-    users = _user_frames(ck.lm.card, 10, seed=4)
-    for user in users[:4]:
+    users = _user_frames(ck.lm.card, live_frames + 8, seed=4)
+    for user in users[:live_frames]:
         a.step(user)
         b.step(user)
+    if live_frames > 100:
+        assert a.gen.offset > ck.lm.context  # the conversation is longer than the window
+    ends = [ring_end(ring) for ring in kv_rings(b.lm)]
     with torch.no_grad():
         a.gen.inject_block(block)
-        calls = len(b.logits)
+        before = forwards.forward_count
         b.gen.inject_block(block)
-    assert len(b.logits) - calls == 3  # three pieces
-    _assert_same_state(a, b)
-    _continue_equal(a, b, users[4:])
+    assert forwards.forward_count - before == 1  # one forward for the whole block
+    # The padding is taken back: every ring advanced by the block's 37 positions, not 64.
+    assert [ring_end(ring) for ring in kv_rings(b.lm)] == [end + len(ids) for end in ends]
+    assert [ring_end(ring) for ring in kv_rings(a.lm)] == [ring_end(r) for r in kv_rings(b.lm)]
+    sa, sb = a.gen.state, b.gen.state
+    assert sa.offset == sb.offset and torch.equal(sa.ring, sb.ring)
+    _continue_equal(a, b, users[live_frames:])
+
+
+def test_the_padding_is_rewound_from_every_streaming_position(tiny_cs_checkpoint):
+    """Without the rewind the padded read would move the model 27 positions ahead: the
+    RoPE offsets, the transformer's offsets and the rings' ends all come back."""
+    from moshi.modules.streaming import StreamingModule
+
+    from app.moshi_internals import rewind_positions, streaming_state
+
+    ck = tiny_cs_checkpoint
+    twin = Twin(ck.lm, widen=64)
+    twin.step(_user_frames(ck.lm.card, 1, seed=2)[0])
+
+    def offsets() -> list[int]:
+        found = []
+        for module in twin.lm.transformer.modules():
+            if not isinstance(module, StreamingModule):
+                continue
+            state = streaming_state(module)
+            for name in ("offset", "offsets"):
+                value = getattr(state, name, None)
+                if isinstance(value, torch.Tensor):
+                    found.append(int(value.max()))
+        return found + [ring_end(ring) for ring in kv_rings(twin.lm)]
+
+    start = offsets()
+    with torch.no_grad():
+        twin.lm.forward_text(torch.zeros(1, ck.lm.num_codebooks, 5, dtype=torch.long))
+    assert offsets() == [value + 5 for value in start]
+    rewind_positions(twin.lm.transformer, 5)
+    assert offsets() == start

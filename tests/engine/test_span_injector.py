@@ -94,6 +94,54 @@ def test_without_widened_rings_chunks_lose_keys_once_the_window_wrapped(tiny_che
     assert (one_pass - one_by_one).abs().max().item() > 1e-2
 
 
+@pytest.mark.parametrize("k", [5, 50])
+def test_a_read_padded_to_a_graphed_size_equals_one_by_one_after_the_window_wrapped(
+        tiny_checkpoint, k):
+    """A GPU reads K positions as ONE forward padded to a graphed size (position_forwards.py)
+    and rewinds the padding: outputs and the conversation after it equal K reads of one
+    position, here on the CPU, with the ring widened for the padded size."""
+    from app.engine.position_forwards import PositionForwards, widest_forward
+
+    lm = tiny_checkpoint.lm
+    gen_a, gen_b = _twin_generators(lm, widen_to=None)
+    widen_attention_rings(gen_a.lm_model, widest_forward(lm, k, padded=True))
+    forwards = PositionForwards(gen_a.lm_model, padded=True)
+    frames = lm.context + 40
+    user = _user_codes(frames + 20, lm.card)
+    _drive(gen_a, gen_b, user, range(frames))
+    ids = _span_ids(k, lm.text_card, seed=3)
+    padded = prefill(gen_a, ids, forwards)
+    one_by_one = torch.cat([prefill(gen_b, [i]) for i in ids], dim=1)
+    assert forwards.forward_count == 1 and padded.shape == one_by_one.shape == (1, k, lm.dim)
+    assert (padded - one_by_one).abs().max().item() < TOL
+    _drive(gen_a, gen_b, user, range(frames, frames + 20))
+
+
+def test_a_padded_read_needs_the_ring_widened_for_its_padding(tiny_checkpoint):
+    """Why the engine widens the rings for the padded size, not the span's: with room for
+    50 positions only, the 14 padding positions of a 64-wide read overwrite keys that the
+    window still holds once it has wrapped, and the conversation after it changes."""
+    from app.engine.position_forwards import PositionForwards
+
+    lm = tiny_checkpoint.lm
+    gen_a, gen_b = _twin_generators(lm, widen_to=50)
+    forwards = PositionForwards(gen_a.lm_model, padded=True)
+    frames = lm.context + 40
+    user = _user_codes(frames + 1, lm.card)
+    _drive(gen_a, gen_b, user, range(frames))
+    ids = _span_ids(50, lm.text_card, seed=3)
+    prefill(gen_a, ids, forwards)
+    prefill(gen_b, ids)
+    step = user[:, :, frames : frames + 1]
+    gen_a.step(step)
+    gen_b.step(step)
+    logits_a, logits_b = [], []
+    for gen, out in ((gen_a, logits_a), (gen_b, logits_b)):
+        transformer_out = prefill(gen, [4])
+        out.append(transformer_out)
+    assert (logits_a[0] - logits_b[0]).abs().max().item() > 1e-3
+
+
 def test_injection_leaves_lmgen_frame_bookkeeping_alone(tiny_checkpoint):
     lm = tiny_checkpoint.lm
     gen = LMGen(lm, use_sampling=False)

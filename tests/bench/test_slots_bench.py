@@ -1,0 +1,61 @@
+"""`python main.py bench gpu --slots`: conversations in one batched engine, every one talking
+and a span landing somewhere every 12 frames, on the CPU with the tiny checkpoints. The
+figures are checked for what they say about each other, never against a clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.bench.gpu_bench import describe, run_gpu_bench
+from app.frames import FRAME_MS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FRAMES = 13  # spans at measured frames 0 and 12
+
+
+def check_rows(slots: dict, counts: list[int]) -> None:
+    assert slots["counts"] == counts
+    rows = slots["rows"]
+    assert [row["slots"] for row in rows] == counts
+    for row in rows:
+        assert "error" not in row, row
+        assert row["frames"] == FRAMES
+        assert 0 < row["frame_ms_p50"] <= row["frame_ms_p99"] <= row["frame_ms_max"]
+        assert row["tick_ms_p50"] is not None and row["tick_ms_p99"] >= row["tick_ms_p50"]
+        assert row["spans_sent"] == 2 and row["spans_landed"] == 2  # one every 12 frames
+        assert row["holds_frame"] == (row["frame_ms_p99"] < FRAME_MS)
+        assert 0 <= row["late_frames"] <= FRAMES
+        assert row["memory_per_slot_gb"] is None  # measured on CUDA only
+        # every slot stepped each frame in ONE batched step: never more steps than frames
+        assert row["batched_steps"] <= (FRAMES + 3) * row["slots"]
+    holding = [row["slots"] for row in rows if row["holds_frame"]]
+    assert slots["largest_holding_frame"] == (max(holding) if holding else 0)
+    json.dumps(slots, allow_nan=False)
+
+
+def test_the_cli_runs_slot_counts_of_the_tiny_model_on_a_cpu(tiny_folder, data_dir):
+    result = subprocess.run(
+        [sys.executable, "main.py", "bench", "gpu", "--model", "tiny", "--device", "cpu",
+         "--allow-cpu", "--slots", "1,2", "--slot-frames", str(FRAMES), "--json"],
+        cwd=REPO_ROOT, env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir),
+                            "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["model"] == "tiny" and report["blocks"] is None  # tiny reads no blocks
+    check_rows(report["slots"], [1, 2])
+    table = describe(report)
+    assert "largest N holding the frame" in table
+
+
+def test_block_figures_and_slots_of_a_block_checkpoint(tiny_cs_folder):
+    report = run_gpu_bench("tiny-cs", device="cpu", blocks=(4,), repeats=1, allow_cpu=True,
+                           slots=(2,), slot_frames=FRAMES)
+    assert [row["n"] for row in report["blocks"]] == [4]
+    check_rows(report["slots"], [2])
+    # the spans went in as blocks: each one's frame said what it cost
+    assert report["slots"]["rows"][0]["block_plus_tick_ms_max"] > 0
