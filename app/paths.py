@@ -25,3 +25,8 @@ def data_dir() -> Path:
 
 def checkpoints_dir() -> Path:
     return data_dir() / "checkpoints"
+
+
+def converted_weights_dir() -> Path:
+    """Weights converted for another framework (the MLX LM), keyed by their source's hash."""
+    return data_dir() / "converted"

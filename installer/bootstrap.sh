@@ -6,6 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${CONTEXTSPAN_VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
+# shellcheck source=installer/python_packages.sh
+. "$ROOT/installer/python_packages.sh"
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "ContextSpan needs Python 3.10 or newer ($PYTHON is $("$PYTHON" --version 2>&1))." >&2
@@ -27,17 +29,15 @@ fi
 
 STAMP="$VENV/.contextspan-setup"
 MODE="${1:-app}"
-WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)-$MODE"
+# Either file changing (the dependencies, or which of them this machine gets) reinstalls.
+WANT="$(file_sha256 "$ROOT/pyproject.toml")$(file_sha256 "$ROOT/installer/python_packages.sh")-$MODE"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 # The dev install is the app's plus test tools: after run-tests.sh, run-app.sh has all it needs.
 if [ "$MODE" = app ] && [ "$HAVE" = "${WANT%-app}-dev" ]; then
     WANT="$HAVE"
 fi
 if [ "$HAVE" != "$WANT" ]; then
-    EXTRAS=""
-    [ "${1:-app}" = "dev" ] && EXTRAS="[dev]"
     echo "Installing ContextSpan and its dependencies (torch is a few GB on first install) ..." >&2
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT$EXTRAS"
+    install_python_packages "" "$VENV/bin/python" "$ROOT" "$MODE"
     echo "$WANT" > "$STAMP"
 fi

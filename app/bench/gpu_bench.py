@@ -37,6 +37,7 @@ from app.engine.conversation_start import Placeholders, placeholder_codes
 from app.engine.device import choose_device, synchronize
 from app.engine.forcing_generator import ForcedStep, ForcingGenerator
 from app.engine.kv_ring import widen_attention_rings
+from app.engine.position_forwards import widest_forward
 from app.engine.span_block import block_columns
 from app.frames import FRAME_MS, FRAME_SAMPLES
 from app.moshi_internals import (
@@ -69,8 +70,8 @@ INCLUDES = {
     "frame_ms": "one full frame: Mimi encode of 1920 samples + the generator step + Mimi "
                 "decode of the model's 8 codebooks, synchronised, median of N",
     "prefill_ms": "inject_block alone: the temporal forward over [pending column] + "
-                  "the block's first n - 1 columns (on CUDA in power-of-two pieces, each "
-                  "size CUDA-graphed: position_forwards.py), plus the ring bookkeeping; "
+                  "the block's first n - 1 columns (on CUDA ONE forward padded to a "
+                  "CUDA-graphed size: position_forwards.py), plus the ring bookkeeping; "
                   "synchronised, median over `repeats` fresh blocks",
     "prefill_plus_step_ms": "inject_block then the NEXT generator step, timed together "
                             "(the reference's 'prefill plus one step'), median over repeats",
@@ -473,11 +474,17 @@ def run_gpu_bench(
     repeats: int = 7,
     allow_cpu: bool = False,
     seed: int = 0,
+    slots: tuple[int, ...] = (),
+    slot_frames: int = 40,
 ) -> dict[str, Any]:
+    """`slots`: slot counts of a BatchedEngine to run with every slot talking (slots_bench.py),
+    after the blocks; a model not read with span blocks (tiny) runs the slots alone."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
     blocks = tuple(dict.fromkeys(int(n) for n in blocks))  # in order, once each
     _check_request(blocks, repeats)
+    if slots and model is not None and get_manifest(model).span_placement.kind != "block":
+        return _slots_alone(model, torch_device, dtype, slots, slot_frames, seed, began)
     if model is None and torch_device.type != "cuda":
         raise GpuBenchError("the random 7B is built on a CUDA GPU only (about 16 GB); on "
                             "a CPU use --model tiny-cs --allow-cpu")
@@ -488,7 +495,53 @@ def run_gpu_bench(
     # The seed makes the random weights repeatable; the caller's RNG state is left alone.
     with torch.random.fork_rng(devices=[torch_device] if cuda else []):
         torch.manual_seed(seed)
-        return _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
+        result = _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
+        if slots:
+            result["slots"] = _slots(model, torch_device, torch_dtype, dtype, slots,
+                                     slot_frames, seed)
+            result["wall_s"] = round(time.perf_counter() - began, 3)
+        return result
+
+
+def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
+           counts: tuple[int, ...], frames: int, seed: int) -> dict[str, Any]:
+    """The slot counts on a BatchedEngine of the same model, built again (the blocks' rig
+    is gone: its memory is not counted against the slots)."""
+    import gc
+    import json
+    import sys
+
+    from app.bench.slots_bench import random_checkpoint, run_slots_bench, stand_in_tokenizer
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if model is None:
+        tokenizer = stand_in_tokenizer(seed=seed)
+        lm, mimi, _placeholders, _ids = _random_7b(device, torch_dtype)
+        checkpoint = random_checkpoint(lm, mimi, RELEASE, tokenizer)
+    else:
+        manifest = get_manifest(model)
+        checkpoint = load_checkpoint(manifest, ensure_built(manifest), device,
+                                     runtime_dtype(dtype, device))
+    def progress(row: dict[str, Any]) -> None:  # each count on stderr as it is done
+        print(f"slots {json.dumps(row)}", file=sys.stderr, flush=True)
+
+    return run_slots_bench(checkpoint, counts, frames, seed=seed, progress=progress)
+
+
+def _slots_alone(model: str, device: torch.device, dtype: str, counts: tuple[int, ...],
+                 frames: int, seed: int, began: float) -> dict[str, Any]:
+    """A model not read with span blocks: its slots, and no block figures."""
+    torch_dtype = runtime_dtype(dtype, device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        slots = _slots(model, device, torch_dtype, dtype, counts, frames, seed)
+    return {"bench": "gpu", "model": model, **_environment(device, torch_dtype),
+            "seed": seed, "budget_ms": FRAME_MS, "blocks": None,
+            "note": f"{model} is not read with span blocks: the block figures need tiny-cs "
+                    "or the 7B",
+            "slots": slots, "wall_s": round(time.perf_counter() - began, 3)}
 
 
 def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype, dtype: str,
@@ -499,7 +552,7 @@ def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype
     with ExitStack() as stack:
         stack.enter_context(rig.mimi.streaming(1))
         stack.enter_context(rig.gen.streaming(1))
-        widen_attention_rings(rig.lm, max(blocks))
+        widen_attention_rings(rig.lm, widest_forward(rig.lm, max(blocks)))
         measured = _measure(rig, blocks, repeats)
     lm = rig.lm
     cuda = torch_device.type == "cuda"
@@ -568,6 +621,13 @@ def _number(value: float | None, spec: str) -> str:
 
 def describe(result: dict[str, Any]) -> str:
     """The readable table `bench gpu` prints without --json."""
+    from app.bench.slots_bench import describe_slots
+
+    if result.get("blocks") is None:  # a model without blocks: its slots alone
+        return "\n".join([f"{result['model']} on {result['device']} ({result['dtype']}), "
+                          f"torch {result['torch']}, moshi {result['moshi']}",
+                          *describe_slots(result["slots"]),
+                          f"  wall {result['wall_s']:.1f} s"])
     lines = [
         f"{result['model']} on {result['device']} ({result['dtype']}), torch "
         f"{result['torch']}, moshi {result['moshi']}, CUDA graphs {result['cuda_graphs']}",
@@ -589,6 +649,8 @@ def describe(result: dict[str, Any]) -> str:
     lines.append(f"  graphed step after a block of {replay['block']}: max |diff| "
                  f"{_number(replay['max_abs_diff'], '.3e')} against eager, frames agree "
                  f"{replay['frames_agree']}")
+    if "slots" in result:
+        lines += describe_slots(result["slots"])
     lines.append(f"  peak GPU memory {_number(result['peak_memory_gb'], '.2f')} GiB, "
                  f"wall {result['wall_s']:.1f} s")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
 from app.engine.device import choose_device, synchronize
 from app.engine.frame_budget import largest_k_in_budget
 from app.engine.kv_ring import widen_attention_rings
-from app.engine.position_forwards import PositionForwards
+from app.engine.position_forwards import PositionForwards, widest_forward
 from app.engine.span_injector import prefill
 from app.frames import FRAME_MS, FRAME_SAMPLES
 
@@ -81,7 +81,7 @@ def run_injection_bench(
 
     results: list[dict[str, Any]] = []  # one JSON row per k
     with mimi.streaming(1), gen_a.streaming(1), gen_b.streaming(1):
-        widen_attention_rings(lm_a, max(ks))
+        widen_attention_rings(lm_a, widest_forward(lm_a, max(ks)))
         widen_attention_rings(lm_b, max(ks))
         silence = torch.zeros(1, 1, FRAME_SAMPLES, device=torch_device)
 
@@ -99,7 +99,7 @@ def run_injection_bench(
             max_diff = diff(k)
             pad = [lm_a.text_padding_token_id] * k
             prefill_ms = _median_ms(lambda pad=pad: prefill(gen_a, pad), repeats, torch_device)
-            # The engine's path: power-of-two pieces, each size CUDA-graphed on a GPU
+            # The engine's path: padded to a CUDA-graphed size on a GPU
             # (captured on its second use, so two untimed calls first).
             forwards = PositionForwards(lm_a)
             for _ in range(2):

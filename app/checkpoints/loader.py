@@ -192,6 +192,21 @@ def ensure_built(manifest: Manifest, folder: Path | None = None) -> Path:
     return folder
 
 
+def load_codec_and_tokenizer(manifest: Manifest, folder: Path | None = None,
+                             device: str | torch.device = "cpu"
+                             ) -> tuple[loaders.CheckpointInfo, MimiModel,
+                                        sentencepiece.SentencePieceProcessor]:
+    """A checkpoint's Mimi and tokenizer without its LM: for an engine that runs the LM in
+    another framework (MLX), so the torch LM's memory is never taken."""
+    folder = Path(folder) if folder is not None else manifest.default_folder()
+    info = checkpoint_info(manifest, folder)
+    random_weights = bool(info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER))
+    per_side = int((info.lm_config or moshi_7b_config())["n_q"]) // 2  # as load_checkpoint
+    mimi = loaders.get_mimi(None if random_weights else info.mimi_weights, info.mimi_config,
+                            device=torch.device(device), num_codebooks=per_side)
+    return info, mimi, info.get_text_tokenizer()
+
+
 def load_checkpoint(
     manifest: Manifest,
     folder: Path | None = None,

@@ -26,8 +26,10 @@ from app.checkpoints.loader import (
 )
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
+from app.conversation.precision_choice import PrecisionChoice, choose_precision
 from app.engine.device import choose_device, uses_mlx
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.torch_precision import load_torch_checkpoint
 from app.llm.backend import LLMBackend
 from app.llm.factory import make_backend
 
@@ -58,58 +60,56 @@ def load_speech_model(config: ConversationConfig, *, cache: CheckpointStore | No
     `on_loading` hears what is loading when it really loads (not when `cache` has it)."""
     manifest = get_manifest(config.model_id)
     folder = Path(config.custom_folder) if config.custom_folder else None
+    # "auto" is planned when the model really loads: a cached one is not planned again (the
+    # plan asks Ollama and the device). A precision asked for is checked at once.
+    planned = (config.precision or "auto") == "auto" and config.dtype in ("", "auto")
+    asked = None if planned else choose_precision(config)
+    key = "auto" if asked is None else (asked.dtype or asked.precision)
+
+    def chosen() -> PrecisionChoice:
+        return asked or choose_precision(config)
+
     if uses_mlx(config.device):
-        return _load_for_mlx(config, manifest, folder, cache, on_loading)
+        return _load_for_mlx(chosen, key, manifest, folder, cache, on_loading)
     device = choose_device(config.device)
-    dtype = _torch_dtype(config)
-    # 8-bit weights (SpeechModelSettings.quantize) are not wired to a verified path yet.
 
     def load() -> LoadedCheckpoint:
+        choice = chosen()
+        precision = choice.precision
         if on_loading is not None:
-            on_loading(f"Loading {manifest.display_name} on {device}…")
-        return load_checkpoint(manifest, ensure_built(manifest, folder), device, dtype)
+            on_loading(f"Loading {manifest.display_name} on {device} "
+                       f"({choice.dtype or precision}: {choice.reason})…")
+        built = ensure_built(manifest, folder)
+        if choice.dtype is not None:  # --dtype float16: a dtype without a precision name
+            return load_checkpoint(manifest, built, device, parse_dtype(choice.dtype))
+        if precision == "auto":
+            return load_checkpoint(manifest, built, device)
+        return load_torch_checkpoint(manifest, built, device, precision)
 
     if cache is None:
         return load()
-    return cache.get((manifest.id, str(folder), str(device), str(dtype)), load)
+    return cache.get((manifest.id, str(folder), str(device), key), load)
 
 
-_FLOAT_PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
-
-
-def _torch_dtype(config: ConversationConfig) -> torch.dtype | None:
-    """The torch engine's dtype from `dtype` and `precision` (None: the manifest's)."""
-    precision = config.precision or "auto"
-    if precision not in ("auto", *_FLOAT_PRECISIONS):
-        raise ValueError(f"precision {precision}: 8- and 4-bit weights run on the MLX engine "
-                         "only for now (device mlx); the torch engine takes fp32 or bf16")
-    name = _FLOAT_PRECISIONS.get(precision, config.dtype)
-    if precision != "auto" and config.dtype not in ("", "auto", name):
-        raise ValueError(f"precision {precision} and dtype {config.dtype} disagree: give one")
-    return None if name in ("", "auto") else parse_dtype(name)
-
-
-def _load_for_mlx(config: ConversationConfig, manifest: Manifest, folder: Path | None,
-                  cache: CheckpointStore | None,
+def _load_for_mlx(chosen: Callable[[], PrecisionChoice], key: str, manifest: Manifest,
+                  folder: Path | None, cache: CheckpointStore | None,
                   on_loading: Callable[[str], None] | None) -> LoadedCheckpoint:
-    """The MLX engine's checkpoint: the LM converted to MLX, Mimi torch on the CPU."""
+    """The MLX engine's checkpoint: the LM converted to MLX (or read from the converted
+    weights' cache), Mimi torch on the CPU."""
     from app.engine.mlx.checkpoint import load_mlx_checkpoint
 
-    precision = config.precision or "auto"
-    if precision == "auto" and config.dtype not in ("", "auto"):
-        precision = {v: k for k, v in _FLOAT_PRECISIONS.items()}.get(config.dtype, "")
-        if not precision:
-            raise ValueError(f"dtype {config.dtype} does not run on the MLX engine: "
-                             "give --precision fp32, bf16, q8 or q4")
-
     def load() -> LoadedCheckpoint:
+        choice = chosen()
+        precision = choice.precision
         if on_loading is not None:
-            on_loading(f"Loading {manifest.display_name} on MLX ({precision})…")
-        return load_mlx_checkpoint(manifest, ensure_built(manifest, folder), precision)
+            on_loading(f"Loading {manifest.display_name} on MLX ({precision}: "
+                       f"{choice.reason})…")
+        return load_mlx_checkpoint(manifest, ensure_built(manifest, folder), precision,
+                                   on_progress=on_loading)
 
     if cache is None:
         return load()
-    return cache.get((manifest.id, str(folder), "mlx", precision), load)
+    return cache.get((manifest.id, str(folder), "mlx", key), load)
 
 
 def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
@@ -189,17 +189,20 @@ def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBa
 
 def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMBackend,
                        tools: ToolRegistry, *, replay: bool = False,
+                       checkpoint: LoadedCheckpoint | None = None,
                        **options: Any) -> Orchestrator:
     """The LLM side over `engine` (a DuplexEngine, or a RemoteEngine for a server's model).
     `replay`: the LLM's latency replayed in frames (a pipeline fed in lock-step);
+    `checkpoint`: the model of an engine that does not carry it (a BatchedEngine's slot);
     `options`: OrchestratorOptions fields to pin (a benchmark's turn rules)."""
     from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
 
     retrieval: Retrieval | None
-    if isinstance(engine, DuplexEngine):
-        max_tokens, retrieval = (engine.span_tokenizer.max_tokens,
-                                 engine.checkpoint.manifest.retrieval)
+    if isinstance(engine, DuplexEngine) or checkpoint is not None:
+        local = cast(DuplexEngine, engine)  # a slot has the same span tokenizer and options
+        max_tokens, retrieval = (local.span_tokenizer.max_tokens,
+                                 (checkpoint or local.checkpoint).manifest.retrieval)
         # The engine's own: a server's client may have named someone else at its start.
         user_name, user_city = engine.options.user_name, engine.options.user_city
     else:  # a RemoteEngine: what the app's catalog says about the server's model
@@ -216,12 +219,14 @@ def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMB
 def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *,
                    replay: bool = False, stt: LoadedStt | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
-                   live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
+                   live: bool = False, host_flag: str = "--llm-host",
+                   checkpoint: LoadedCheckpoint | None = None) -> ConversationPipeline:
     """The whole conversation around `engine`, not started. `replay`: fed in lock-step, the
     LLM's latency replayed as frames; `stt`: the recogniser's model, already loaded;
     `backend`: an LLM backend to ask instead of `config.backend`'s; `notice`: see the
     module's docstring; `live`: a conversation whose levelling Settings can switch;
-    `host_flag`: where the user gives the LLM server's address (for the error)."""
+    `host_flag`: where the user gives the LLM server's address (for the error);
+    `checkpoint`: the model of an engine that does not carry it (a BatchedEngine's slot)."""
     orchestrator = None
     if config.has_llm or backend is not None:
         if backend is None:
@@ -233,7 +238,8 @@ def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *
                 notice(f"The assistant (LLM) is off: {exc}", "warning")
         if backend is not None:
             orchestrator = build_orchestrator(config, engine, backend,
-                                              build_tools(config, notice), replay=replay)
+                                              build_tools(config, notice), replay=replay,
+                                              checkpoint=checkpoint)
     asr = build_asr(config, device, stt=stt, notice=notice)
     return join_stages(engine, config, asr, orchestrator, replay=replay, live=live)
 

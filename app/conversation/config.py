@@ -22,8 +22,11 @@ class ConversationConfig:
     model_id: str = "moshika"  # catalog id (models/*.json)
     custom_folder: str | None = None  # a local checkpoint folder instead of the catalog's
     device: str = "auto"  # auto, cuda, mps, cpu, mlx (the MLX engine; Apple Silicon's auto)
-    dtype: str = "auto"  # auto (the manifest's), bfloat16, float16, float32
-    # auto, fp32, bf16, or 8/4-bit weights q8, q4 (the MLX engine's, device "mlx")
+    # The run's and the server's --dtype (auto: the manifest's, bfloat16, float16, float32);
+    # the settings choose `precision` instead.
+    dtype: str = "auto"
+    # auto (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch), q8 and
+    # q4 (MLX, device "mlx"): app/engine/precision.py
     precision: str = "auto"
     voice: str | None = None  # persona checkpoints: voice prompt name (or file)
     role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
@@ -56,7 +59,7 @@ class ConversationConfig:
         speech, llm = settings.speech, settings.llm
         return cls(
             model_id=speech.model_id, custom_folder=speech.custom_folder, device=speech.device,
-            dtype=speech.dtype, voice=speech.voice, role=speech.role,
+            precision=speech.precision, voice=speech.voice, role=speech.role,
             user_name=speech.user_name, user_city=speech.user_city,
             backend=llm.backend, host=llm.host, model=llm.model, timeout_s=llm.timeout_s,
             tools=tuple(llm.tools) if llm.tools_enabled else (),

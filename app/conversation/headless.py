@@ -37,6 +37,7 @@ from app.conversation.assembly import (
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline, PipelineStalled
 from app.engine import events as ev
+from app.engine.device import uses_mlx
 from app.engine.duplex_engine import DuplexEngine, EngineOptions
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.llm.backend import LLMBackend
@@ -128,10 +129,15 @@ def _record(event: object, frame: int) -> dict | None:
     if isinstance(event, oe.ToolCalled):
         return {"type": "tool_call", "turn_id": event.turn_id, "tool": event.tool,
                 "arguments": dict(event.arguments), "ok": event.ok, "error": event.error,
-                "source": event.source, "chars": event.chars, "truncated": event.truncated}
+                "source": event.source, "chars": event.chars, "truncated": event.truncated,
+                "cuts": [cut.describe() for cut in event.cuts]}
     if isinstance(event, oe.SpanQueued):
         return {"type": "span_queued", "turn_id": event.turn_id, "span_id": event.span_id,
-                "text": event.text, "source": event.source}
+                "text": event.text, "source": event.source,
+                "cuts": [cut.describe() for cut in event.cuts]}
+    if isinstance(event, oe.AnswerNotInjected):
+        return {"type": "notice", "turn_id": event.turn_id, "text": event.text,
+                "message": f"the LLM's answer was not injected: {event.reason}"}
     if isinstance(event, oe.TurnLatency):
         return {"type": "latency", **{k: v for k, v in vars(event).items()}}
     if isinstance(event, oe.TurnFailed):
@@ -233,6 +239,7 @@ def run_headless(
     engine_hook: Callable[[DuplexEngine], None] | None = None,
     ret_at: tuple[float, ...] = (),
     precision: str | None = None,
+    mimi: str = "auto",
 ) -> RunSummary:
     """The speech model the arguments name, with the LLM side of `conversation` (None: the
     speech model alone; its speech-model fields are the arguments'). `engine_hook` sees the
@@ -255,9 +262,13 @@ def run_headless(
                      custom_folder=str(folder) if folder else None, device=device or "auto",
                      dtype=dtype or "auto", voice=voice, role=role, user_name=user_name,
                      user_city=user_city, precision=precision or "auto")
+    if mimi != "auto" and not uses_mlx(config.device):
+        raise HeadlessRunError(f"--mimi {mimi} chooses the MLX engine's Mimi (--device mlx); "
+                               "the torch engine runs torch's")
     checkpoint = load_speech_model(config)
     options = engine_options(config, seed=seed, chunk_limit=chunk_limit,
-                             forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at))
+                             forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at),
+                             mimi=mimi)
     return run_conversation(checkpoint, pcm, output_path, transcript_path, options,
                             injections=injections, conversation=conversation,
                             timeout_s=timeout_s, engine_hook=engine_hook,

@@ -2,7 +2,8 @@
 
 "mlx" is the MLX engine (app/engine/mlx/): the LM on `mlx.core`, chosen automatically on
 Apple Silicon where mlx imports (the 7B keeps real time there only through MLX), and
-selectable anywhere it imports (`mlx[cpu]` on Linux). Its torch part, Mimi, runs on the CPU.
+selectable anywhere it imports (`mlx[cpu]` on Linux). Its Mimi is MLX's on Apple Silicon and
+torch's on the CPU elsewhere (app/engine/mlx/frame_codec.py).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision("bf16", "bf16", 16, 16, 16),
         Precision("fp16", "fp16", 16, 16, 16),
         Precision("int8", "8-bit", 8, 16, 16),  # torch int8 weight-only: one scale per row
+        Precision("fp8", "fp8", 8, 16, 16),  # float8 e4m3 weights, one scale per row
         Precision("q8", "8-bit", 8.5, 16, 16),  # MLX: 16-bit scale and bias per 64 weights
         Precision("q4", "4-bit", 4.5, 16, 16),
     )
@@ -283,6 +284,20 @@ def plan_memory(
             if elsewhere.fits:
                 suggestions.append(Suggestion(
                     f"run {llm.model} on another machine (Settings → LLM → host)", elsewhere))
+        if stt is not None:
+            # Speech recognition is what lets the LLM hear the user; without it the LLM
+            # answers typed questions only (and the model's own `<ret>` asks without words).
+            unheard = _best(device, speech, candidates, None, llm)
+            if unheard.fits:
+                suggestions.append(Suggestion(
+                    "turn speech recognition off (Settings → LLM → speech recognition: none; "
+                    "the LLM then reads only what you type)", unheard))
+            elif llm is not None:
+                alone = _best(device, speech, candidates, None, None)
+                if alone.fits:
+                    suggestions.append(Suggestion(
+                        f"run {llm.model} on another machine and turn speech recognition off "
+                        "(the LLM then reads only what you type)", alone))
         if speech is not None:
             served = _plan(device, None, None, stt, llm)
             if served.fits:

@@ -69,13 +69,17 @@ def survey_memory(
     elif llm_backend == "openai":
         notes.append("Not counted: the OpenAI-compatible server's model (such servers do not "
                      "report its size; if it runs here, leave room for it).")
+    if speech is not None and precision is not None and precision not in memory.offered():
+        notes.append(f"{precision} is not offered on {memory.name} (it offers "
+                     f"{', '.join(memory.offered())}).")
     return plan_memory(memory, speech, stt, llm, precision=precision, notes=notes)
 
 
-def survey_for_settings(settings: AppSettings,
-                        device_memory: DeviceMemory | None = None) -> MemoryReport:
+def survey_for_settings(settings: AppSettings, device_memory: DeviceMemory | None = None,
+                        timeout_s: float = 3.0) -> MemoryReport:
     """The plan for the app's settings: what the first-run dialog and Settings show
-    (`report.lines()`), and `report.precision` is the default to preselect."""
+    (`report.lines()`); with precision "auto", `report.precision` is the one that loads.
+    `timeout_s`: for each question to Ollama (a hung Ollama is a note, not a wait)."""
     speech = settings.speech
     local = settings.engine.mode == "local"
     folder = Path(speech.custom_folder).expanduser() if speech.custom_folder else None
@@ -84,8 +88,10 @@ def survey_for_settings(settings: AppSettings,
         folder=folder,
         device=None if speech.device == "auto" else speech.device,
         device_memory=device_memory,
-        stt_model=settings.llm.stt_model,
+        precision=None if speech.precision == "auto" else speech.precision,
+        stt_model=settings.llm.stt_model if settings.llm.backend != "none" else None,
         llm_backend=settings.llm.backend,
         llm_host=settings.llm.host,
         llm_model=settings.llm.model,
+        timeout_s=timeout_s,
     )

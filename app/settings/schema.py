@@ -8,11 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: speech.precision replaced speech.dtype and speech.quantize (store.py)
 
 EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
 LlmBackendName = Literal["ollama", "openai", "none"]
 EngineMode = Literal["local", "server"]  # the speech model on this computer, or a server's
+# The speech model's weights (app/engine/precision.py says which device runs which): auto
+# (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch; fp8 on NVIDIA
+# GPUs that have it), q8 and q4 (MLX).
+Precision = Literal["auto", "fp32", "bf16", "int8", "fp8", "q8", "q4"]
 
 
 @dataclass(frozen=True)
@@ -20,8 +24,7 @@ class SpeechModelSettings:
     model_id: str = "moshika"  # catalog id (models/*.json)
     custom_folder: str | None = None  # a local checkpoint folder instead of the catalog's
     device: str = "auto"  # auto, cuda, mps, cpu, mlx (the MLX engine)
-    dtype: str = "auto"  # auto (the manifest's), bfloat16, float16, float32
-    quantize: bool = False  # 8-bit weights (CUDA only), for GPUs with less memory
+    precision: Precision = "auto"
     voice: str | None = None  # persona checkpoints: voice prompt name
     role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
     # Checkpoints trained on them (context-spanning-7b): the persona says who and where

@@ -44,7 +44,21 @@ _SALVAGE_LIMIT = 256 * 1024
 
 # Schema migrations: MIGRATIONS[n] turns a version-n dict into a version-(n + 1) dict (rename
 # or reshape keys there). Versions without a step just have their values checked as they are.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _precision_from_dtype(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: `speech.dtype` and `speech.quantize` became one `speech.precision`
+    (8-bit weights when quantize was on, else the dtype's precision, else auto)."""
+    speech = raw.get("speech")
+    if not isinstance(speech, dict):
+        return raw
+    speech = dict(speech)
+    dtype, quantize = speech.pop("dtype", None), speech.pop("quantize", None)
+    precisions = {"float32": "fp32", "bfloat16": "bf16"}  # float16: auto picks bf16 or less
+    if "precision" not in speech:
+        speech["precision"] = "int8" if quantize is True else precisions.get(dtype, "auto")
+    return {**raw, "speech": speech}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _precision_from_dtype}
 
 
 def config_dir() -> Path:

@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_span_proxy_arguments(commands.add_parser(
         "span-proxy",
         help="the proof on a tiny model: train it to read key-value facts from injected "
-             "spans, evaluate through LMGen and the span injector; prints one JSON object",
+             "spans, evaluate through LMGen and the span injector (and on MLX with "
+             "--engines torch,mlx); prints one JSON object with --json, else a summary",
     ))
     return parser
 
@@ -100,5 +101,10 @@ def main_train(argv: Sequence[str]) -> int:
     except Exception as exc:  # one line, never a traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    if args.command == "span-proxy" and not args.json:
+        from app.training.span_proxy import describe
+
+        print(describe(report))
+        return 0
     print(json.dumps(report))
     return 0

@@ -47,20 +47,24 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from moshi.models import LMGen, LMModel, loaders
 
-from app.checkpoints.catalog import SpanWrapping
+from app.checkpoints.catalog import Manifest, SpanWrapping
 from app.checkpoints.tiny_builder import tiny_lm_config
 from app.engine.kv_ring import widen_attention_rings
+from app.engine.mlx.checkpoint import MLX_PRECISIONS  # a name list: mlx is imported on use
 from app.engine.span_injector import prefill
 from app.engine.span_text import SpanTokenizer
 from app.training.span_layout import SpanInsert, build_layout
+from app.training.span_proxy_checkpoint import save_proxy_checkpoint
 from app.training.trainer import TrainingExample, stack_layouts
 
 PROXY_CONTEXT = 128  # positions: the window wraps after ~10 s of frames
@@ -413,6 +417,26 @@ def stream_codes(task: ProxyTask, questions: Sequence[Sequence[Question]], seed:
     return codes, injections
 
 
+def teacher_forced_inputs(codes: torch.Tensor, delays: Sequence[int]
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each step of a generator is given, from aligned codes [B, 17, T]: the user's
+    codes [B, 8, T + 1] and the model's own audio [B, 8, T] (teacher-forced). Any engine's
+    evaluation feeds exactly these."""
+    # Step s receives user frame s - 1 (codes_from_stream's alignment); step 0's is unseen.
+    user = torch.cat([codes[:, 9:17, :1], codes[:, 9:17]], dim=2)  # [B, 8, T + 1]
+    # The model's own audio, teacher-forced: the generator takes it as the depformer gives
+    # it, in the delayed layout (codebook k of step s is frame s - delay[k]).
+    audio = torch.stack([
+        torch.roll(codes[:, k], int(delays[k]), dims=1) for k in range(1, 9)
+    ], dim=1)  # [B, 8, T]; a rolled-in first column is never read (initial tokens there)
+    return user, audio
+
+
+# One engine's greedy evaluation of B streams: (questions per stream, mode, seed) -> text
+# tokens [B, T]. run_streams is torch's; span_proxy_mlx.py has MLX's.
+StreamRunner = Callable[[Sequence[Sequence[Question]], str, int], torch.Tensor]
+
+
 @torch.no_grad()
 def run_streams(lm: LMModel, task: ProxyTask, questions: Sequence[Sequence[Question]],
                 mode: str, seed: int) -> torch.Tensor:
@@ -423,13 +447,7 @@ def run_streams(lm: LMModel, task: ProxyTask, questions: Sequence[Sequence[Quest
     frame (prefill feeds one span to the whole batch). Returns the text tokens [B, T]."""
     codes, injections = stream_codes(task, questions, seed)
     batch, _, frames = codes.shape
-    # Step s receives user frame s - 1 (codes_from_stream's alignment); step 0's is unseen.
-    user = torch.cat([codes[:, 9:17, :1], codes[:, 9:17]], dim=2)  # [B, 8, T + 1]
-    # The model's own audio, teacher-forced: LMGen takes it as the depformer gives it, in
-    # the delayed layout (codebook k of step s is frame s - delay[k]).
-    audio = torch.stack([
-        torch.roll(codes[:, k], lm.delays[k], dims=1) for k in range(1, 9)
-    ], dim=1)  # [B, 8, T]; a rolled-in first column is never read (initial tokens there)
+    user, audio = teacher_forced_inputs(codes, lm.delays)
     texts: list[torch.Tensor] = []
     gen = LMGen(lm, use_sampling=False, on_text_hook=lambda t: texts.append(t.clone()))
     longest = max((len(ids) for ids in injections.values()), default=1)
@@ -479,13 +497,19 @@ def _frac(n: int, d: int) -> float:
 
 class Evaluation:
     """Every measurement of the report on one split, `questions` fresh questions each; it
-    keeps every span it injects, for the overlap check."""
+    keeps every span it injects, for the overlap check, and every run's text and answers,
+    for comparing engines. The questions and streams depend on the seeds only, so two
+    engines' evaluations (`runner`: torch's run_streams by default) ask the same ones."""
 
     def __init__(self, lm: LMModel, task: ProxyTask, questions: int, seed: int,
-                 split: str) -> None:
+                 split: str, runner: StreamRunner | None = None) -> None:
         if split not in SPLIT_SEEDS:
             raise ValueError(f"evaluate on one of {sorted(SPLIT_SEEDS)}, not {split!r}")
         self.lm, self.task, self.questions, self.split = lm, task, questions, split
+        self.runner: StreamRunner = runner or (
+            lambda batch, mode, seed: run_streams(lm, task, batch, mode, seed))
+        self.texts: list[torch.Tensor] = []  # every run's text tokens [B, T], in order
+        self.answers: list[tuple[int, ...]] = []  # what each run's questions were answered
         self.seed = SPLIT_SEEDS[split] + seed  # stream (random audio) seeds start here
         self.rng = random.Random(self.seed)
         self.other = random.Random(self.seed + 1_000_000)
@@ -498,7 +522,11 @@ class Evaluation:
         return q
 
     def run(self, batch: Sequence[Sequence[Question]], mode: str, seed: int) -> torch.Tensor:
-        return run_streams(self.lm, self.task, batch, mode, self.seed + seed)
+        text = self.runner(batch, mode, self.seed + seed)
+        self.texts.append(text)
+        self.answers.extend(tuple(text[b, q.answer_frame : q.answer_frame + len(q.answer_ids)]
+                                  .tolist()) for b, qs in enumerate(batch) for q in qs)
+        return text
 
     def one_fact(self) -> dict:
         """In-distribution questions (one fact): chunked, one at a time, no span, wrong span."""
@@ -567,10 +595,11 @@ class Evaluation:
 
 
 def evaluate(lm: LMModel, task: ProxyTask, questions: int, seed: int, split: str = "eval",
-             multi_pairs: Sequence[int] = (2, 4), deep: bool = True, distances: bool = True
-             ) -> tuple[dict, list[tuple[int, ...]]]:
-    """The report's measurements, and the content of every span they injected."""
-    ev = Evaluation(lm, task, questions, seed, split)
+             multi_pairs: Sequence[int] = (2, 4), deep: bool = True, distances: bool = True,
+             runner: StreamRunner | None = None) -> tuple[dict, Evaluation]:
+    """The report's measurements, and the evaluation (the content of every span it
+    injected, every run's text); `runner`: the engine (torch's LMGen by default)."""
+    ev = Evaluation(lm, task, questions, seed, split, runner)
     out: dict = {"split": split, "questions_per_measure": questions}
     out.update(ev.one_fact())
     out["value_chance"] = round(1 / len(task.value_words), 4)
@@ -580,7 +609,7 @@ def evaluate(lm: LMModel, task: ProxyTask, questions: int, seed: int, split: str
     if deep:
         out["deep"] = ev.deep()
     out["multi_fact"] = {str(p): ev.multi_fact(p) for p in multi_pairs}
-    return out, ev.spans
+    return out, ev
 
 
 # ---- the whole proof ---------------------------------------------------------------------
@@ -615,7 +644,22 @@ MEANING = {
                          "first_token = the asked value's first word (chance_1_over_p = picking "
                          "one of the span's values at random), any_value_first_token = some "
                          "value of the span said, key_echo = the asked key's word said first",
-    "threads": "torch threads (fixed: the numbers depend on it, never on the machine's load)",
+    "engines": "exact match (eval.chunked.exact), first-token accuracy, and no-span / "
+               "wrong-span / deep exact match per engine and precision: torch is the model "
+               "in memory (fp32); mlx is the same model saved as a checkpoint, converted by "
+               "the MLX engine's loader and run through MlxLmGen (greedy, each span ONE "
+               "forward through the MLX transformer and KV ring), on the same questions "
+               "and streams",
+    "engines.mlx.P.agreement_with_torch_fp32": "tokens: fraction of the text tokens of "
+                                               "every stream of every measure equal to torch "
+                                               "fp32's; answers: fraction of the questions "
+                                               "(all measures) whose answer window is "
+                                               "identical to torch fp32's",
+    "engines.mlx.P.eval": "the whole eval section, measured on MLX at precision P",
+    "checkpoint": "where the trained LM was saved in the real checkpoint layout (the MLX "
+                  "evaluation loads it from there)",
+    "threads": "torch threads (fixed: the numbers depend on it, never on the machine's load); "
+               "MLX on a CPU computes on one thread (its reference BLAS) whatever the load",
     "wall": "the only machine-dependent part: seconds, steps/s and CPU seconds of this "
             "process, load average (1, 5, 15 min) at the start and the end",
 }
@@ -648,6 +692,28 @@ def load_average() -> list[float]:
         return []
 
 
+@dataclass(frozen=True)
+class EngineCheck:
+    """Save the trained LM as a checkpoint in the real layout (the base's Mimi and
+    tokenizer beside it) and evaluate it on MLX at `mlx_precisions` too."""
+
+    manifest: Manifest  # the base checkpoint (tiny): its loader settings and span wrapping
+    base_folder: Path
+    mlx_precisions: tuple[str, ...] = ()
+    save_to: Path | None = None  # None: a temporary folder, removed after the run
+
+
+def headline(results: dict) -> dict:
+    """One engine's main figures, from its eval section."""
+    out = {"exact": results["chunked"]["exact"],
+           "first_token": results["chunked"]["first_token"],
+           "no_span_exact": results["no_span"]["exact"],
+           "wrong_span_exact": results["wrong_span"]["exact"]}
+    if "deep" in results:
+        out["deep_exact"] = results["deep"]["exact"]
+    return out
+
+
 def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: int,
               batch_size: int, lr: float, facts: int = 1, key_echo: bool = False,
               single_until: float = 0.0, episodes: int = 2, values: int = 64,
@@ -655,9 +721,11 @@ def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: 
               max_period: int = MOSHI_MAX_PERIOD, layers: int = TINY_LAYERS, questions: int,
               seed: int, threads: int = DEFAULT_THREADS, split: str = "eval",
               deep: bool = True, distances: bool = True,
-              multi_pairs: Sequence[int] = (2, 4), progress: bool = False) -> dict:
+              multi_pairs: Sequence[int] = (2, 4), progress: bool = False,
+              engines: EngineCheck | None = None) -> dict:
     """Train from scratch for `steps` steps, evaluate on `split`; one JSON-able report.
-    `progress`: a line on stderr every 100 steps (the numbers do not depend on it)."""
+    `progress`: a line on stderr every 100 steps (the numbers do not depend on it).
+    `engines`: also save the trained LM as a checkpoint and evaluate it on MLX."""
     if steps < 1 or threads < 1:
         raise ValueError("steps and threads must be at least 1")
     previous_threads = torch.get_num_threads()
@@ -675,10 +743,36 @@ def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: 
         trained = train_proxy(lm, batches, steps, lr,
                               on_progress=_print_progress(steps) if progress else None)
         start, cpu_start = time.perf_counter(), time.process_time()
-        results, spans = evaluate(lm, task, questions, seed, split, multi_pairs, deep,
-                                  distances)
+        results, torch_eval = evaluate(lm, task, questions, seed, split, multi_pairs, deep,
+                                       distances)
+        spans = torch_eval.spans
         eval_seconds = time.perf_counter() - start
         eval_cpu_seconds = time.process_time() - cpu_start
+        engine_figures: dict = {"torch": {"fp32": headline(results)}}
+        checked: dict = {}
+        mlx_seconds: dict = {}
+        if engines is not None:
+            lm_config = proxy_lm_config(max_period=max_period, layers=layers)
+            model_id = {"sig": f"contextspan-span-proxy-seed{seed}-steps{steps}",
+                        "trained_from": engines.manifest.id, "steps": steps}
+            with tempfile.TemporaryDirectory(prefix="span-proxy-") as scratch:
+                folder = save_proxy_checkpoint(lm, lm_config, engines.base_folder,
+                                               engines.save_to or Path(scratch) / "span-proxy",
+                                               model_id)
+                checked["checkpoint"] = (str(folder) if engines.save_to else
+                                         "a temporary folder, removed after the run")
+                if engines.mlx_precisions:
+                    from app.training.span_proxy_mlx import evaluate_on_mlx
+
+                    mlx, mlx_seconds = evaluate_on_mlx(
+                        engines.manifest, folder, lm, task, torch_eval,
+                        engines.mlx_precisions, questions, seed, split, multi_pairs, deep,
+                        distances)
+                    engine_figures["mlx"] = {
+                        p: headline(r["eval"]) | {
+                            "agreement_with_torch_fp32": r["agreement_with_torch_fp32"],
+                            "eval": r["eval"]}
+                        for p, r in mlx.items()}
         window = max(1, min(20, trained.steps // 4))
         return {
             "model": {"config": "catalog tiny architecture; context changed",
@@ -701,6 +795,8 @@ def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: 
             "eval_overlap": ledger.occurring(spans),
             "overlap_check": {"eval_spans": len(spans), "training_spans": ledger.spans},
             "eval": results,
+            "engines": engine_figures,
+            **checked,
             # The only fields that depend on the machine's load: everything else is the same
             # in two runs of the same arguments. CPU seconds (this process's, on `threads`
             # threads) are about what the wall clock reads on a quiet machine.
@@ -709,6 +805,7 @@ def run_proof(sp, wrapping: SpanWrapping, *, max_span_tokens: int = 128, steps: 
                      "train_cpu_seconds": round(trained.cpu_seconds, 1),
                      "eval_seconds": round(eval_seconds, 1),
                      "eval_cpu_seconds": round(eval_cpu_seconds, 1),
+                     **({"mlx_eval_seconds": mlx_seconds} if mlx_seconds else {}),
                      "load_average": {"start": load_start, "end": load_average()}},
             "machine": machine(),
             "meaning": MEANING,
@@ -740,7 +837,8 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
-                        help="print the report as one JSON object (the only format)")
+                        help="print the report as one JSON object (without it: the main "
+                             "figures as text)")
     parser.add_argument("--steps", type=int, default=None,
                         help=f"training step budget (default {READING.steps}; with --facts "
                              f"above 1, {KEY_SELECTION.steps}); the wall time is reported")
@@ -782,16 +880,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action="store_true",
                         help="a line on stderr every 100 training steps")
+    parser.add_argument("--engines", default="torch",
+                        help="evaluate on these engines: torch (the reference, always), or "
+                             "torch,mlx: the trained LM saved as a checkpoint, converted and "
+                             "run on the MLX engine's LM too, each measure again")
+    parser.add_argument("--mlx-precisions", default="fp32,q8,q4",
+                        help=f"with --engines torch,mlx: the MLX weights to evaluate, of "
+                             f"{', '.join(MLX_PRECISIONS)} (default fp32,q8,q4)")
+    parser.add_argument("--save-checkpoint", type=Path, default=None, metavar="FOLDER",
+                        help="save the trained LM as a checkpoint in the real layout (config."
+                             "json, model.safetensors, the tiny's Mimi and tokenizer) here")
+
+
+def parse_engines(engines: str, precisions: str) -> tuple[str, ...]:
+    """The MLX precisions to evaluate ((): torch only), or a ValueError saying why not."""
+    names = [e.strip() for e in engines.split(",") if e.strip()]
+    unknown = sorted(set(names) - {"torch", "mlx"})
+    if unknown or "torch" not in names:
+        raise ValueError(f"--engines {engines!r}: torch (always, the reference) and "
+                         "optionally mlx, e.g. torch,mlx")
+    if "mlx" not in names:
+        return ()
+    chosen = tuple(dict.fromkeys(p.strip() for p in precisions.split(",") if p.strip()))
+    wrong = [p for p in chosen if p not in MLX_PRECISIONS]
+    if wrong or not chosen:
+        raise ValueError(f"--mlx-precisions {precisions!r}: choose from "
+                         f"{', '.join(MLX_PRECISIONS)}")
+    try:
+        import mlx.core  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(f"--engines mlx: mlx does not import here ({exc}); on Linux "
+                         "pip install 'mlx[cpu]'") from exc
+    return chosen
 
 
 def run_from_args(args: argparse.Namespace) -> dict:
     from app.checkpoints.catalog import get_manifest
     from app.checkpoints.loader import ensure_built, load_checkpoint
 
+    mlx_precisions = parse_engines(args.engines, args.mlx_precisions)  # before training
     # The tiny checkpoint lends its SentencePiece tokenizer and span wrapping (through the
     # app's loader); the proxy LM itself is built fresh from `proxy_lm_config`.
     manifest = get_manifest("tiny")
-    checkpoint = load_checkpoint(manifest, ensure_built(manifest), device="cpu")
+    folder = ensure_built(manifest)
+    checkpoint = load_checkpoint(manifest, folder, device="cpu")
+    engines = (EngineCheck(manifest, folder, mlx_precisions, args.save_checkpoint)
+               if mlx_precisions or args.save_checkpoint else None)
+    if mlx_precisions:
+        from app.training.span_proxy_mlx import check_mlx_loads
+
+        check_mlx_loads(manifest, folder, mlx_precisions)
     recipe = KEY_SELECTION if args.facts > 1 else READING
     steps = args.steps or recipe.steps
     deep_from = recipe.deep_from if args.deep_from is None else args.deep_from
@@ -806,7 +944,7 @@ def run_from_args(args: argparse.Namespace) -> dict:
         seed=args.seed,
         threads=args.threads, split=args.split, deep=not args.no_deep,
         distances=not args.no_distances, multi_pairs=_int_list(args.multi_pairs),
-        progress=args.progress,
+        progress=args.progress, engines=engines,
     )
     return {"command": reproducing_command(args, steps, deep_from, single_until)} | report
 
@@ -827,4 +965,36 @@ def reproducing_command(args: argparse.Namespace, steps: int, deep_from: float,
     words += [f"{flag} {value}" for flag, value in options]
     words += [flag for flag, on in (("--no-distances", args.no_distances),
                                     ("--no-deep", args.no_deep)) if on]
+    if "mlx" in args.engines:
+        words += [f"--engines {args.engines}", f"--mlx-precisions {args.mlx_precisions}"]
     return " ".join(words)
+
+
+def describe(report: dict) -> str:
+    """The report's main figures as text: the training, then one row per engine and
+    precision (exact match and its agreement with torch fp32)."""
+    ev = report["eval"]
+    lines = [
+        f"span-proxy: {report['training']['steps']} steps, split {ev['split']}, "
+        f"{ev['questions_per_measure']} questions per measure, eval_overlap "
+        f"{report['eval_overlap']} (of {report['overlap_check']['eval_spans']} spans)",
+        f"{'engine':7} {'weights':8} {'exact':>6} {'first':>6} {'no span':>8} "
+        f"{'wrong':>6} {'deep':>6}  agreement with torch fp32 (tokens, answers)",
+    ]
+    for engine, by_precision in report["engines"].items():
+        for precision, row in by_precision.items():
+            agree = row.get("agreement_with_torch_fp32")
+            deep = f"{row['deep_exact']:6.3f}" if "deep_exact" in row else f"{'-':>6}"
+            lines.append(
+                f"{engine:7} {precision:8} {row['exact']:6.3f} {row['first_token']:6.3f} "
+                f"{row['no_span_exact']:8.3f} {row['wrong_span_exact']:6.3f} {deep}  "
+                + (f"{agree['tokens']:.4f}, {agree['answers']:.4f}" if agree else "reference"))
+    if "checkpoint" in report:
+        lines.append(f"checkpoint: {report['checkpoint']}")
+    wall = report["wall"]
+    lines.append(f"wall: train {wall['train_seconds']} s, torch eval {wall['eval_seconds']} s"
+                 + "".join(f", mlx {p} eval {t} s"
+                           for p, t in wall.get("mlx_eval_seconds", {}).items())
+                 + f"; load average {wall['load_average']}")
+    lines.append(f"reproduce: {report['command']}")
+    return "\n".join(lines)

@@ -10,7 +10,7 @@ from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechM
 def test_the_settings_become_the_conversation_under_their_own_names():
     settings = AppSettings(
         speech=SpeechModelSettings(model_id="tiny-persona", custom_folder="/models/mine",
-                                   device="cpu", dtype="bfloat16", voice="NATF2",
+                                   device="cpu", precision="int8", voice="NATF2",
                                    role="a teacher", user_name="Ada", user_city="Seoul"),
         audio=AudioSettings(level_voice=False),
         llm=LlmSettings(backend="openai", host="http://127.0.0.1:8000/v1", model="qwen",
@@ -19,7 +19,7 @@ def test_the_settings_become_the_conversation_under_their_own_names():
                         end_of_turn="vad"))
     config = ConversationConfig.from_settings(settings)
     assert config == ConversationConfig(
-        model_id="tiny-persona", custom_folder="/models/mine", device="cpu", dtype="bfloat16",
+        model_id="tiny-persona", custom_folder="/models/mine", device="cpu", precision="int8",
         voice="NATF2", role="a teacher", user_name="Ada", user_city="Seoul",
         backend="openai", host="http://127.0.0.1:8000/v1", model="qwen", timeout_s=12.0,
         tools=("calculator", "clock"), search_folders=("/home/me/notes",),

@@ -83,14 +83,21 @@ def test_the_best_precision_that_fits_is_the_default(ollama):
     assert plan_for(made_up("mac", 64), ollama.url).precision == "bf16"
 
 
-def test_a_12_gb_card_does_not_fit_and_the_plan_says_to_serve_the_speech_engine(ollama):
+def test_a_12_gb_card_does_not_fit_and_the_plan_says_what_would(ollama):
     report = plan_for(made_up("cuda", 12), ollama.url)
     assert not report.fits
     assert report.precision == "int8"  # the smallest the torch engine offers was tried
     assert report.plan.total_bytes > 12 * GIB
     changes = [s.change for s in report.suggestions]
-    assert len(changes) == 1 and changes[0].startswith("run the speech engine on a server")
-    served = report.suggestions[0].plan
+    assert len(changes) == 2
+    # The 7B in 8-bit alone fits a 12 GB card: with the LLM elsewhere and no recognition.
+    alone = report.suggestions[0]
+    assert alone.change.startswith("run qwen3:4b on another machine and turn speech "
+                                   "recognition off")
+    assert alone.plan.fits and alone.plan.precision == "int8"
+    assert [p.label for p in alone.plan.parts] == ["Context Spanning 7B in 8-bit,"]
+    assert changes[1].startswith("run the speech engine on a server")
+    served = report.suggestions[1].plan
     assert served.fits and served.precision is None
     assert [p.label for p in served.parts] == ["speech recognition", "qwen3:4b in Ollama"]
     text = "\n".join(report.lines())

@@ -7,6 +7,7 @@ import ast
 import configparser
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -196,3 +197,98 @@ def test_the_app_launcher_after_the_test_command_installs_nothing_again(tmp_path
     assert run(["bash", str(INSTALLER / "bootstrap.sh"), "app"], env=env).returncode == 0
     installs = [line for line in calls.read_text().splitlines() if "install --quiet -e" in line]
     assert len(installs) == 2 and not installs[1].endswith("[dev]")
+
+
+# ---- the macOS install and the package choice (installer/python_packages.sh) ---------------
+
+MAC_INSTALL_SH = INSTALLER / "macos" / "install.sh"
+
+
+def faked_uname_env(home: Path, system: str, machine: str) -> dict[str, str]:
+    """`home_env` with a `uname` first on PATH that answers `system` (-s) and `machine` (-m):
+    the scripts choose their packages by uname alone."""
+    bin_dir = home / "fake-bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    uname = bin_dir / "uname"
+    uname.write_text(f'#!/bin/sh\ncase "$1" in -m) echo {machine} ;; *) echo {system} ;; esac\n')
+    uname.chmod(0o755)
+    env = home_env(home)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def pip_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if " -m pip " in line]
+
+
+def test_mac_install_on_apple_silicon_installs_the_mlx_path_and_no_cuda_wheel(tmp_path: Path):
+    prefix = tmp_path / "prefix"
+    result = run(["bash", str(MAC_INSTALL_SH), "--dry-run", "--prefix", str(prefix),
+                  "--bin-dir", str(tmp_path / "bin"), "--apps-dir", str(tmp_path / "Apps"),
+                  "--python", sys.executable], env=faked_uname_env(tmp_path, "Darwin", "arm64"))
+    assert result.returncode == 0, result.stderr
+    pips = pip_lines(result.stdout)
+    venv_python = f"{prefix}/venv/bin/python"
+    assert pips == [f"+ {venv_python} -m pip install --quiet --upgrade pip",
+                    f"+ {venv_python} -m pip install --quiet -e {prefix}/app[mlx]",
+                    f"+ {venv_python} -m pip install --quiet --no-deps moshi_mlx==0.3.0"]
+    # torch is PyPI's macOS wheel (CPU+MPS): no other index, no CUDA package named.
+    assert not any(word in result.stdout.lower()
+                   for word in ("--index-url", "download.pytorch.org", "cuda", "nvidia"))
+    assert f"+ write {tmp_path}/Apps/ContextSpan.app/Contents/Info.plist" in result.stdout
+    assert f"+ write {tmp_path}/bin/contextspan" in result.stdout
+    assert not prefix.exists() and not (tmp_path / "Apps").exists()
+
+
+def test_mac_install_on_an_intel_mac_installs_no_mlx(tmp_path: Path):
+    result = run(["bash", str(MAC_INSTALL_SH), "--dry-run", "--prefix", str(tmp_path / "p"),
+                  "--python", sys.executable], env=faked_uname_env(tmp_path, "Darwin", "x86_64"))
+    assert result.returncode == 0, result.stderr
+    pips = pip_lines(result.stdout)
+    assert pips[-1].endswith(f"-e {tmp_path}/p/app") and len(pips) == 2
+    assert "moshi_mlx" not in result.stdout and "Intel Mac" in result.stdout
+
+
+def test_mac_install_refuses_to_install_on_linux(tmp_path: Path):
+    result = run(["bash", str(MAC_INSTALL_SH), "--prefix", str(tmp_path / "p")],
+                 env=faked_uname_env(tmp_path, "Linux", "x86_64"))
+    assert result.returncode == 1 and "linux/install.sh" in result.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def _bootstrap_installs(tmp_path: Path, system: str, machine: str, mode: str) -> list[str]:
+    """The pip commands bootstrap.sh runs for MODE on a machine with this uname; the venv's
+    python only records what it is asked (pip is not run)."""
+    venv, calls = tmp_path / f"venv-{system}-{machine}-{mode}", tmp_path / "calls.log"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
+    calls.write_text("")
+    env = dict(faked_uname_env(tmp_path, system, machine), CONTEXTSPAN_VENV=str(venv),
+               PYTHON=sys.executable)
+    result = run(["bash", str(INSTALLER / "bootstrap.sh"), mode], env=env)
+    assert result.returncode == 0, result.stderr
+    return [line for line in calls.read_text().splitlines() if line.startswith("-m pip install")]
+
+
+def test_the_setup_installs_moshi_mlx_without_its_pins_where_mlx_runs(tmp_path: Path):
+    # run-app.sh on a Mac with Apple silicon: the mlx extra and moshi_mlx.
+    assert _bootstrap_installs(tmp_path, "Darwin", "arm64", "app")[1:] == [
+        f"-m pip install --quiet -e {ROOT}[mlx]",
+        "-m pip install --quiet --no-deps moshi_mlx==0.3.0"]
+    # run-tests.sh on Linux (CI): the dev extra, which holds mlx[cpu], and moshi_mlx.
+    assert _bootstrap_installs(tmp_path, "Linux", "x86_64", "dev")[1:] == [
+        f"-m pip install --quiet -e {ROOT}[dev]",
+        "-m pip install --quiet --no-deps moshi_mlx==0.3.0"]
+    # run-app.sh on Linux: the app alone.
+    assert _bootstrap_installs(tmp_path, "Linux", "x86_64", "app")[1:] == [
+        f"-m pip install --quiet -e {ROOT}"]
+
+
+def test_the_dev_extra_brings_mlx_cpu_on_linux():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    dev = re.search(r"^dev = \[(.*?)\]$", pyproject, re.M | re.S)
+    mlx = re.search(r"^mlx = \[(.*?)\]$", pyproject, re.M | re.S)
+    assert dev and mlx and '"contextspan[mlx]"' in dev.group(1)
+    assert re.search(r"\"mlx\[cpu\][^\"]*; sys_platform == 'linux'\"", mlx.group(1))

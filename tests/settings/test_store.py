@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,7 @@ CUSTOM = AppSettings(
         model_id="personaplex",
         custom_folder="/models/pp",
         device="cuda:1",
-        dtype="bfloat16",
-        quantize=True,
+        precision="int8",
         voice="NATF2",
         role="Tu es un guide de musée — patient et précis.",
     ),
@@ -127,7 +127,7 @@ def test_wrong_types_are_ignored_field_by_field(store: SettingsStore) -> None:
     raw["llm"]["tools_enabled"] = "yes"
     raw["llm"]["tools"] = ["clock", 3]
     raw["audio"]["echo_mode"] = "loud"
-    raw["speech"]["quantize"] = 1  # an int is not a bool
+    raw["speech"]["precision"] = "int4"  # not one of the precisions
     raw["speech"]["voice"] = None  # valid: optional
     write(store, raw)
     settings, notice = store.load()
@@ -140,11 +140,12 @@ def test_wrong_types_are_ignored_field_by_field(store: SettingsStore) -> None:
     )
     assert settings.llm == expected_llm
     assert settings.audio == AudioSettings(input_device="USB Mic", echo_mode="cancel")
-    assert settings.speech.quantize is False
+    assert settings.speech.precision == "auto"
     assert settings.speech.voice is None
     assert settings.speech.role == CUSTOM.speech.role
     assert notice is not None
-    for key in ("llm.timeout_s", "llm.tools_enabled", "llm.tools", "audio.echo_mode"):
+    for key in ("llm.timeout_s", "llm.tools_enabled", "llm.tools", "audio.echo_mode",
+                "speech.precision"):
         assert key in notice
     assert str(backups(store)[0]) in notice
 
@@ -227,3 +228,27 @@ def test_corrupt_file_in_an_unusable_folder_is_left_alone(
     assert settings == AppSettings()
     assert notice is not None and "could not be backed up" in notice
     assert store.path.read_bytes() == b"{oops"
+
+
+@pytest.mark.parametrize("old, precision", [
+    ({"dtype": "bfloat16", "quantize": True}, "int8"),  # the 8-bit weights asked for
+    ({"dtype": "float32", "quantize": False}, "fp32"),
+    ({"dtype": "bfloat16", "quantize": False}, "bf16"),
+    ({"dtype": "float16", "quantize": False}, "auto"),  # no such precision: the plan's pick
+    ({"dtype": "auto", "quantize": False}, "auto"),
+])
+def test_a_version_1_file_keeps_its_precision_in_the_one_setting(store: SettingsStore, old,
+                                                                 precision) -> None:
+    raw = to_dict(CUSTOM)
+    raw["version"] = 1
+    del raw["speech"]["precision"]
+    raw["speech"].update(old)
+    write(store, raw)
+    settings, notice = store.load()
+    assert settings.speech.precision == precision
+    assert settings == replace(CUSTOM, speech=replace(CUSTOM.speech, precision=precision))
+    assert notice is not None and "upgraded from settings version 1 to 2" in notice
+    assert "unknown" not in notice and "missing" not in notice  # dtype/quantize migrated
+    saved = json.loads(store.path.read_text())
+    assert saved["version"] == 2 and "dtype" not in saved["speech"]
+    assert store.load() == (settings, None)  # the next start is clean

@@ -17,58 +17,35 @@ The ring is a few ints on the host; the transformer and the depformer run on MLX
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import mlx.core as mx
 import numpy as np
 
 from app.engine.forcing_generator import ForcedStep
+from app.engine.mlx.generator_base import UNGENERATED, MlxGeneratorBase
 from app.engine.mlx.lm import MlxLm
 from app.engine.mlx.sampling import Sampling, sample
 
 RING = 4  # the input, the target, the target's delayed rows, one spare
-UNGENERATED = -2
 
 
-class MlxForcingGenerator:
+class MlxForcingGenerator(MlxGeneratorBase):
     def __init__(self, lm: MlxLm, sampling: Sampling, max_chunk: int = 1) -> None:
         """`max_chunk`: the longest block (or prefix piece), which the rings hold exactly."""
-        self.lm = lm
-        shape = lm.shape
-        self.sampling = sampling
-        self.delays = np.array(shape.delays, dtype=np.int64)
-        self.max_delay = int(self.delays.max())
-        self.dep_q = shape.dep_q
-        self.num_codebooks = shape.num_codebooks
-        self.per_side = shape.n_q // 2  # 8 agent rows, then 8 user rows
-        self.agent_rows = np.arange(1, 1 + self.per_side)
-        self.user_rows = np.arange(1 + self.per_side, self.num_codebooks)
-        self.initial = np.array(shape.initial_column(), dtype=np.int64)
-        self.max_chunk = max(1, max_chunk)
-        self.reset()
+        per_side = lm.shape.n_q // 2  # 8 agent rows, then 8 user rows
+        self.per_side = per_side
+        self.agent_rows = np.arange(1, 1 + per_side)
+        self.user_rows = np.arange(1 + per_side, lm.shape.num_codebooks)
+        super().__init__(lm, sampling, max_chunk)
 
-    def reset(self) -> None:
-        """An empty context: the start of a conversation."""
-        self.stream = self.lm.new_stream(self.max_chunk)
+    def _reset_bookkeeping(self) -> None:
         self.ring = np.full((self.num_codebooks, RING), UNGENERATED, dtype=np.int64)
         self.provided = np.zeros((self.num_codebooks, RING), dtype=bool)
-        self.offset = 0
         # After a block: the swallowed column's (semantic code, text), restored on the next
         # frame out; kept from the first of two adjacent blocks.
         self.pending_exit: tuple[int, int] | None = None
         self.restored_text: int | None = None
-
-    # The torch generators' streaming interface, which the engine's thread drives.
-    @contextmanager
-    def streaming(self, batch_size: int = 1) -> Iterator[None]:
-        if batch_size != 1:
-            raise ValueError("the MLX generator streams one conversation (batch 1)")
-        self.reset()
-        yield
-
-    def reset_streaming(self) -> None:
-        self.reset()
 
     # ---- one frame -----------------------------------------------------------------------
 

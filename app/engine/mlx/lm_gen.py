@@ -13,52 +13,26 @@ transformer's state advances (its RoPE offset, its KV ring), the frame bookkeepi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import mlx.core as mx
 import numpy as np
 
-from app.engine.mlx.lm import ZERO_TOKEN, MlxLm
-from app.engine.mlx.sampling import Sampling, sample
+from app.engine.mlx.generator_base import UNGENERATED, MlxGeneratorBase
+from app.engine.mlx.lm import ZERO_TOKEN
+from app.engine.mlx.sampling import sample
 
-UNGENERATED = -2
 
-
-class MlxLmGen:
-    def __init__(self, lm: MlxLm, sampling: Sampling, max_chunk: int = 1) -> None:
-        """`max_chunk`: the longest span chunk, which the KV rings must hold exactly."""
-        self.lm = lm
-        shape = lm.shape
-        self.sampling = sampling
-        self.delays = np.array(shape.delays, dtype=np.int64)
-        self.max_delay = int(self.delays.max())
-        self.dep_q = shape.dep_q
-        self.num_codebooks = shape.num_codebooks
-        self.initial = np.array(shape.initial_column(), dtype=np.int64)
-        self.max_chunk = max(1, max_chunk)
-        self.reset()
-
-    def reset(self) -> None:
-        """An empty context: the start of a conversation."""
-        self.stream = self.lm.new_stream(self.max_chunk)
+class MlxLmGen(MlxGeneratorBase):
+    def _reset_bookkeeping(self) -> None:
         self.cache = np.full((self.num_codebooks, self.max_delay + 2), UNGENERATED, np.int64)
-        self.offset = 0
+        self.last_text: int | None = None  # the text token the latest step chose
 
-    # The torch generators' streaming interface, which the engine's thread drives.
-    @contextmanager
-    def streaming(self, batch_size: int = 1) -> Iterator[None]:
-        if batch_size != 1:
-            raise ValueError("the MLX generator streams one conversation (batch 1)")
-        self.reset()
-        yield
-
-    def reset_streaming(self) -> None:
-        self.reset()
-
-    def step(self, user: Sequence[int]) -> np.ndarray | None:
+    def step(self, user: Sequence[int], forced_audio: Sequence[int] | None = None
+             ) -> np.ndarray | None:
         """One frame: the user's codes in -> [1 + dep_q] (text, the model's codes) out, or
-        None while the delays fill."""
+        None while the delays fill. `forced_audio`: the model's dep_q codes given instead of
+        the depformer's (moshi's `depformer_replace_tokens`: teacher forcing)."""
         cache, columns = self.cache, self.cache.shape[1]
         user_rows = np.arange(self.dep_q + 1, self.num_codebooks)
         given = np.asarray(user, dtype=np.int64)[: len(user_rows)]
@@ -71,17 +45,23 @@ class MlxLmGen:
         out, text_logits = self.lm.forward_text(mx.array(column[None, :, None]), self.stream)
         s = self.sampling
         text = sample(text_logits[:, -1], s.greedy, s.temp_text, s.top_k_text)  # [1]
-        depformer = self.lm.new_depformer_stream()
-        previous, audio = text, []
-        for _ in range(self.dep_q):
-            logits = self.lm.forward_depformer(previous, out, depformer)
-            previous = sample(logits, s.greedy, s.temp, s.top_k)
-            audio.append(previous)
+        audio: list[mx.array] = []
+        if forced_audio is None:
+            depformer = self.lm.new_depformer_stream()
+            previous = text
+            for _ in range(self.dep_q):
+                logits = self.lm.forward_depformer(previous, out, depformer)
+                previous = sample(logits, s.greedy, s.temp, s.top_k)
+                audio.append(previous)
+        elif len(forced_audio) != self.dep_q:
+            raise ValueError(f"{self.dep_q} forced audio codes needed, {len(forced_audio)} given")
         mx.eval(text, *audio, *self.stream.arrays())
         self.offset += 1
         target = self.offset % columns
-        cache[0, target] = int(text[0])
-        cache[1 : 1 + self.dep_q, target] = [int(a[0]) for a in audio]
+        self.last_text = int(text[0])
+        cache[0, target] = self.last_text
+        cache[1 : 1 + self.dep_q, target] = (
+            [int(a[0]) for a in audio] if forced_audio is None else list(forced_audio))
         if self.offset <= self.max_delay:
             return None
         index = (self.offset - self.max_delay + self.delays[: 1 + self.dep_q]) % columns

@@ -6,9 +6,9 @@ SpanInjector), with the framework's part swapped:
   MlxForcingGenerator for PersonaPlex and Context Spanning), whose rings hold the longest
   chunk or block exactly, as the torch engine widens its rings;
 - a span chunk or a block is ONE forward through the MLX transformer and its KV ring;
-- Mimi stays torch on the CPU: each frame is encoded there, its 8 codes go to the MLX
-  generator as ints, and the model's codes come back to Mimi's decoder (an MLX or rustymimi
-  Mimi is a later step).
+- Mimi is the frame codec `EngineOptions.mimi` chooses (frame_codec.py): MLX's on Apple
+  Silicon, torch's on the CPU elsewhere; a frame's 8 codes go to the MLX generator as
+  ints, and the model's codes come back to the codec's decoder.
 MLX runs no graph capture and no compile here, so the warm-up is a few frames (Mimi's and
 the timing's), not every chunk shape.
 """
@@ -24,10 +24,11 @@ import numpy as np
 import torch
 
 from app.engine.conversation_start import StartPlan
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions, LmFacts
 from app.engine.events import EngineReady
 from app.engine.mlx.checkpoint import PRECISION_LABELS, MlxCheckpoint
 from app.engine.mlx.forcing_generator import MlxForcingGenerator
+from app.engine.mlx.frame_codec import FrameCodec, make_frame_codec
 from app.engine.mlx.lm import ZERO_TOKEN
 from app.engine.mlx.lm_gen import MlxLmGen
 from app.engine.mlx.sampling import Sampling
@@ -73,6 +74,11 @@ class MlxEngine(DuplexEngine):
     def __init__(self, checkpoint: MlxCheckpoint, options: EngineOptions | None = None,
                  events: queue.SimpleQueue | None = None) -> None:
         super().__init__(checkpoint, options, events)
+        self.codec: FrameCodec = make_frame_codec(checkpoint, self.options.mimi)
+
+    def _lm_facts(self) -> LmFacts:
+        shape = self.checkpoint.mlx_lm.shape
+        return LmFacts(shape.context, shape.num_codebooks, shape.text_padding_id)
 
     def _make_generator(self) -> MlxGenerator:  # type: ignore[override]
         manifest = self.checkpoint.manifest
@@ -108,7 +114,7 @@ class MlxEngine(DuplexEngine):
         step_ms = self._measure_budget(silence, lambda k: read_positions(gen, [pad] * k),
                                        lambda: None)
         # Forget the warm-up: the conversation starts from an empty context.
-        ck.mimi.reset_streaming()
+        self.codec.reset()
         gen.reset_streaming()
         prompt_frames = 0
         if plan is not None:
@@ -138,10 +144,9 @@ class MlxEngine(DuplexEngine):
         return positions
 
     def _model_frame(self, pcm: np.ndarray) -> tuple[int | None, np.ndarray]:
-        """Mimi encode (torch, CPU), one MLX LM step, Mimi decode."""
-        mimi = self.checkpoint.mimi
-        codes = mimi.encode(torch.from_numpy(pcm)[None, None])  # [1, 8, 1]
-        user = codes[0, :, 0].tolist()
+        """Mimi encode (the codec's), one MLX LM step, Mimi decode."""
+        codec = self.codec
+        user = codec.encode_frame(pcm).tolist()  # [8]
         gen = self.lm_gen
         if isinstance(gen, MlxForcingGenerator):
             forced_ret = (self.ret_id if self.ready.is_set()
@@ -151,9 +156,7 @@ class MlxEngine(DuplexEngine):
             tokens = gen.step(user)
         if tokens is None:
             return None, np.zeros(FRAME_SAMPLES, dtype=np.float32)
-        model_codes = torch.from_numpy(tokens[1 : 1 + mimi.num_codebooks].copy())
-        out = mimi.decode(model_codes[None, :, None])  # [1, 1, 1920]
-        return int(tokens[0]), out[0, 0].float().numpy()
+        return int(tokens[0]), codec.decode_frame(tokens[1 : 1 + codec.num_codebooks])
 
     def _shown_text(self, text_id: int | None) -> int | None:
         gen = self.lm_gen

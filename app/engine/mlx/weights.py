@@ -91,10 +91,13 @@ def load_state(model: MlxLm, state: Mapping[str, torch.Tensor], dtype: mx.Dtype,
     mx.eval(model.parameters())
 
 
-def quantize(model: MlxLm, bits: int, group_size: int = 64) -> int:
+def quantize(model: MlxLm, bits: int, group_size: int = 64, evaluate: bool = True) -> int:
     """Quantize the LM's linear layers to `bits` (8 or 4) in place, those whose input size
     the group size divides (a tiny depformer's 32 inputs take groups of 32). Embeddings and
-    norms stay as they are. Returns the layers quantized."""
+    norms stay as they are. Returns the layers quantized.
+
+    `evaluate` False leaves the quantized arrays lazy: the converted-weights cache only needs
+    the layers' structure before it loads their stored values (nothing is computed)."""
     if bits not in QUANTIZE_BITS:
         raise ValueError(f"{bits}-bit weights: choose one of {QUANTIZE_BITS}")
     count = 0
@@ -111,7 +114,8 @@ def quantize(model: MlxLm, bits: int, group_size: int = 64) -> int:
         return {"group_size": size, "bits": bits}
 
     nn.quantize(model, group_size=group_size, bits=bits, class_predicate=chosen)
-    mx.eval(model.parameters())
+    if evaluate:
+        mx.eval(model.parameters())
     return count
 
 

@@ -1,6 +1,10 @@
 """Settings → Speech model: where the model runs (this computer or a server), which
-checkpoint and its files, device and precision, and a persona checkpoint's voice, role and
-the user's name and city.
+checkpoint and its files, device and precision, the memory plan for them, and a persona
+checkpoint's voice, role and the user's name and city.
+
+The precision lists what the chosen device offers (app/engine/precision.py); the memory plan
+(app/ui/memory_plan_view.py, made off the GUI thread) says what fits with it, and is asked
+again when the model, the folder, the device, the precision or where it runs changes.
 
 A persona checkpoint's voices are listed from its folder off the GUI thread (it may unpack
 an archive); a listing for a model the user has since left is dropped.
@@ -11,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLineEdit,
     QPlainTextEdit,
@@ -22,15 +26,18 @@ from PySide6.QtWidgets import (
 )
 
 from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
+from app.engine.precision import PRECISION_NAMES, precisions_for
 from app.remote.probe import probe_server
-from app.settings.schema import EngineSettings, SpeechModelSettings
+from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
+from app.ui import safe_file_dialog
+from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 from app.ui.settings.background_jobs import BackgroundJobs
 from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
 from app.ui.settings.form import form_on, hint, put_on_top
 
 DEVICES = ("auto", "cuda", "mps", "cpu", "mlx")  # mlx: the MLX engine (app/engine/mlx/)
-DTYPES = ("auto", "bfloat16", "float16", "float32")
+PLAN_DELAY_MS = 300  # typing a device ("cuda:1") asks once, after the typing
 
 # A persona checkpoint's voice prompt names (app.engine.conversation_start.list_voices).
 ListVoices = Callable[[Manifest, Path], list[str]]
@@ -55,11 +62,17 @@ class SpeechTab(QWidget):
         catalog: Mapping[str, Manifest] | None = None,
         list_voices: ListVoices = list_persona_voices,
         server_probe: ProbeServer = probe_server,
+        memory_survey: Survey = survey_settings,
         parent: QWidget | None = None,
     ) -> None:
-        """`catalog` None: the app's own (an unreadable one is shown on the tab)."""
+        """`catalog` None: the app's own (an unreadable one is shown on the tab).
+        `memory_survey`: makes the memory plan (the real one asks Ollama and the device)."""
         super().__init__(parent)
         self._initial = speech
+        # The whole settings the plan is made for (the dialog's, with the LLM tab's model);
+        # alone, the tab plans with its own fields and the rest as they were saved.
+        self.plan_settings: Callable[[], AppSettings] = lambda: AppSettings(
+            speech=self.settings(), engine=self.engine_box.settings(engine))
         self._list_voices = list_voices
         self._voice: str | None = speech.voice
         self._jobs = BackgroundJobs({"voices": self._voices_listed}, parent=self)
@@ -105,17 +118,25 @@ class SpeechTab(QWidget):
         self.device_combo.setCurrentText(speech.device)
         form.addRow("Device:", self.device_combo)
 
-        self.dtype_combo = QComboBox()
-        self.dtype_combo.addItems(DTYPES)
-        if self.dtype_combo.findText(speech.dtype) < 0:
-            self.dtype_combo.addItem(speech.dtype)
-        self.dtype_combo.setCurrentText(speech.dtype)
-        self.dtype_combo.setToolTip("auto: the precision the checkpoint was published in")
-        form.addRow("Precision:", self.dtype_combo)
+        self.precision_combo = QComboBox()
+        self.precision_combo.setToolTip(
+            "The speech model's weights. auto: the best that fits in this machine's memory "
+            "(the plan below); 8 and 4 bits take a half and a quarter of 16-bit's memory")
+        self._precision: str = speech.precision  # kept while the list is filled anew
+        self._filling = False
+        self._fill_precisions()
+        self.precision_combo.currentIndexChanged.connect(self._precision_chosen)
+        form.addRow("Precision:", self.precision_combo)
 
-        # No "8-bit weights" choice: moshi's int8 path (bitsandbytes, CUDA only) has not been
-        # verified on a GPU here, and the setting was never read. SpeechModelSettings keeps
-        # its `quantize` field so older settings files load; it is ignored.
+        self.memory_plan = MemoryPlanView(memory_survey)
+        form.addRow("Memory:", self.memory_plan)
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(PLAN_DELAY_MS)
+        self._plan_timer.timeout.connect(self.refresh_plan)
+        self.model_combo.currentIndexChanged.connect(self._plan_soon)
+        self.folder_edit.editingFinished.connect(self._plan_soon)
+        self.device_combo.currentTextChanged.connect(self._device_changed)
 
         self.voice_combo = QComboBox()
         self.voice_combo.activated.connect(self._voice_chosen)
@@ -140,9 +161,11 @@ class SpeechTab(QWidget):
         # computer's only.
         self.engine_box = SpeechEngineBox(engine, probe=server_probe)
         self.engine_box.mode_changed.connect(self._engine_mode_changed)
+        self.engine_box.mode_changed.connect(self._plan_soon)
         put_on_top(self, self.engine_box)
         self._engine_mode_changed(self.engine_box.mode)
         self._refresh_persona()
+        self._plan_soon()
 
     def settings(self) -> SpeechModelSettings:
         """The speech model settings as the tab shows them now."""
@@ -151,8 +174,7 @@ class SpeechTab(QWidget):
             model_id=self.model_combo.currentData() or self._initial.model_id,
             custom_folder=self.folder_edit.text().strip() or None,
             device=self.device_combo.currentText().strip() or "auto",
-            dtype=self.dtype_combo.currentText(),
-            quantize=self._initial.quantize,  # kept as saved, not used (see above)
+            precision=self._precision,  # type: ignore[arg-type]  # one of the offered
             voice=self._voice,
             role=role if role.strip() else None,  # empty: the checkpoint's default role
             user_name=self.user_name_edit.text().strip() or None,
@@ -163,8 +185,43 @@ class SpeechTab(QWidget):
         """On a server, the server's model talks: the local model's choices do not apply."""
         local = mode == "local"
         for widget in (self.model_combo, self.folder_edit, self.folder_button,
-                       self.device_combo, self.dtype_combo):
+                       self.device_combo, self.precision_combo):
             widget.setEnabled(local)
+
+    # ---- precision and the memory plan ------------------------------------------------------
+
+    def _fill_precisions(self) -> None:
+        """The precisions the device offers; a saved one it does not offer stays shown (and
+        chosen) with a mark, so that nothing the user chose changes by itself."""
+        offered = precisions_for(self.device_combo.currentText() or "auto")
+        self._filling = True
+        self.precision_combo.clear()
+        for name in offered:
+            self.precision_combo.addItem(PRECISION_NAMES[name], name)
+        if self._precision not in offered:
+            self.precision_combo.addItem(
+                f"{PRECISION_NAMES.get(self._precision, bounded(self._precision))} "
+                "(not for this device)", self._precision)
+        self.precision_combo.setCurrentIndex(self.precision_combo.findData(self._precision))
+        self._filling = False
+
+    def _precision_chosen(self, index: int) -> None:
+        if self._filling or index < 0:
+            return
+        self._precision = self.precision_combo.itemData(index)
+        self._plan_soon()
+
+    def _device_changed(self, _text: str) -> None:
+        self._fill_precisions()
+        self._plan_soon()
+
+    def _plan_soon(self, *_args: object) -> None:
+        self._plan_timer.start()  # restarted by each change: one plan after a burst
+
+    def refresh_plan(self) -> None:
+        """Ask for the plan for what the dialog shows now (off the GUI thread)."""
+        self._plan_timer.stop()
+        self.memory_plan.refresh(self.plan_settings())
 
     def _current_manifest(self) -> Manifest | None:
         return self._catalog.get(self.model_combo.currentData())
@@ -174,7 +231,7 @@ class SpeechTab(QWidget):
         return Path(custom).expanduser() if custom else manifest.default_folder()
 
     def _choose_model_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(
+        folder = safe_file_dialog.existing_directory(
             self, "Choose a checkpoint folder", self.folder_edit.text().strip()
         )
         if folder:

@@ -1,0 +1,77 @@
+"""The speech model's precision: one setting (Settings → Speech model → precision, `--precision`
+on `run`, `serve` and `bench`), and what each device offers.
+
+- torch (cuda, mps, cpu): fp32, bf16; int8 (moshi's bitsandbytes QLinear: int8 weights, one
+  scale per row, float16 compute) where bitsandbytes' kernels run (CUDA, and this CPU);
+  fp8 (float8 e4m3 weights, one scale per row) on NVIDIA GPUs that have fp8 (compute
+  capability 8.9 and newer: Ada, Hopper, Blackwell).
+- MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
+"auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
+
+No torch here: the settings dialog and the CLI's parsers import it.
+"""
+
+from __future__ import annotations
+
+AUTO = "auto"
+TORCH_PRECISIONS = ("fp32", "bf16", "int8", "fp8")
+MLX_PRECISIONS = ("fp32", "bf16", "q8", "q4")
+PRECISION_CHOICES = (AUTO, "fp32", "bf16", "int8", "fp8", "q8", "q4")  # the setting's values
+FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # the torch dtype names
+
+# How the settings dialog and the messages name each.
+PRECISION_NAMES = {
+    AUTO: "auto (the best that fits)",
+    "fp32": "fp32 (32-bit)",
+    "bf16": "bf16 (16-bit)",
+    "int8": "int8 (8-bit weights)",
+    "fp8": "fp8 (8-bit float weights, newer NVIDIA GPUs)",
+    "q8": "q8 (8-bit, MLX)",
+    "q4": "q4 (4-bit, MLX)",
+}
+
+
+# The --precision flag's help on `run` and `serve`.
+PRECISION_HELP = ("the speech model's weights: auto (default: the best that fits by the memory "
+                  "plan), fp32, bf16, int8 (bitsandbytes; CUDA and CPU), fp8 (NVIDIA GPUs "
+                  "with fp8), or q8, q4 (the MLX engine, --device mlx)")
+
+
+class PrecisionError(ValueError):
+    """A precision that this engine or device does not run (the message says what does)."""
+
+
+def engine_of(device: str) -> str:
+    """"mlx" for the MLX engine, else "torch"."""
+    return "mlx" if device.strip().lower() == "mlx" else "torch"
+
+
+def precisions_for(device: str) -> tuple[str, ...]:
+    """The precisions the setting offers for `device` (auto first), before any probe: fp8
+    and int8 are checked against the machine when the model loads."""
+    kind = device.strip().lower().split(":")[0]
+    if kind == "mlx":
+        return (AUTO, *MLX_PRECISIONS)
+    if kind == "cuda":
+        return (AUTO, *TORCH_PRECISIONS)
+    if kind in ("cpu", "mps"):
+        return (AUTO, "fp32", "bf16", "int8") if kind == "cpu" else (AUTO, "fp32", "bf16")
+    # auto: whichever engine and device the app picks, every precision may apply
+    return PRECISION_CHOICES
+
+
+def check_precision(precision: str, device: str) -> str:
+    """`precision` if the engine `device` chooses can run it; PrecisionError saying which
+    can otherwise."""
+    if precision not in PRECISION_CHOICES:
+        raise PrecisionError(f"unknown precision {precision!r}: choose one of "
+                             f"{', '.join(PRECISION_CHOICES)}")
+    engine = engine_of(device)
+    offered = (AUTO, *(MLX_PRECISIONS if engine == "mlx" else TORCH_PRECISIONS))
+    if precision not in offered:
+        other = ("the torch engine (--device cuda or cpu)" if engine == "mlx"
+                 else "the MLX engine (--device mlx)")
+        raise PrecisionError(
+            f"precision {precision} does not run on the {engine} engine; it takes "
+            f"{', '.join(offered)} ({precision} runs on {other})")
+    return precision

@@ -1,0 +1,65 @@
+"""The torch engine's checkpoint at a precision: fp32 and bf16 as the loader loads them, int8
+(moshi's bitsandbytes QLinear) and fp8 (quantize.Fp8Linear) quantized at load.
+
+An 8-bit model is meant for a GPU too small for its 16-bit weights (a 7B in bf16 is 15.4 GB;
+a 12 or 16 GB card holds it only at 8 bits). So the float weights are loaded and quantized
+on the CPU, in the RAM, and only the 8-bit model moves to the GPU: the card never holds the
+16-bit copy. Each precision is checked against the machine before anything loads, and a
+precision that does not run here is refused with the reason and what does run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from app.checkpoints.catalog import Manifest
+from app.checkpoints.loader import LoadedCheckpoint, load_checkpoint, parse_dtype, runtime_dtype
+from app.engine.precision import FLOAT_DTYPES, TORCH_PRECISIONS, PrecisionError
+from app.engine.quantize import (
+    QuantizedLinears,
+    fp8_unavailable_reason,
+    int8_unavailable_reason,
+    quantize_linears_fp8,
+    quantize_linears_int8,
+)
+
+log = logging.getLogger(__name__)
+
+
+def unavailable_reason(precision: str, device: torch.device) -> str | None:
+    """None when the torch engine runs `precision` on `device`; else why not."""
+    if precision not in TORCH_PRECISIONS:
+        return (f"precision {precision} is not the torch engine's ({', '.join(TORCH_PRECISIONS)}"
+                "); q8 and q4 run on the MLX engine (device mlx)")
+    if precision == "int8":
+        return int8_unavailable_reason(device)
+    if precision == "fp8":
+        return fp8_unavailable_reason(device)
+    return None
+
+
+def load_torch_checkpoint(manifest: Manifest, folder: Path, device: torch.device,
+                          precision: str) -> LoadedCheckpoint:
+    """The checkpoint on `device` with its LM at `precision` (fp32, bf16, int8, fp8);
+    PrecisionError where that does not run here."""
+    why_not = unavailable_reason(precision, device)
+    if why_not is not None:
+        raise PrecisionError(why_not)
+    if precision in FLOAT_DTYPES:
+        return load_checkpoint(manifest, folder, device, parse_dtype(FLOAT_DTYPES[precision]))
+    # The floats under the 8-bit weights (embeddings, norms): the manifest's dtype on a GPU,
+    # float32 on a CPU (loader.runtime_dtype).
+    dtype = runtime_dtype(manifest.sampling.dtype, device)
+    checkpoint = load_checkpoint(manifest, folder, torch.device("cpu"), dtype)
+    quantize = quantize_linears_int8 if precision == "int8" else quantize_linears_fp8
+    summary: QuantizedLinears = quantize(checkpoint.lm)
+    log.info("%s: %d linear layers at %s, %.2f GB of weights instead of %.2f GB", manifest.id,
+             summary.layers, precision, summary.bytes_after / 1e9, summary.bytes_before / 1e9)
+    if device.type != "cpu":
+        checkpoint.lm.to(device)
+        checkpoint.mimi.to(device)
+    return replace(checkpoint, device=device)

@@ -1,0 +1,82 @@
+"""The memory plan, shown where the speech model is chosen (the first-run dialog, Settings →
+Speech model): what fits on this machine ("Context Spanning 7B in 8-bit, 8.1 GB + speech
+recognition 2.1 GB + qwen3:4b in Ollama 3.4 GB = 13.6 of 16 GB") and, when nothing fits,
+what to change.
+
+The plan asks Ollama over HTTP (which may hang: each question has a timeout) and may start
+CUDA, so it is made on the Qt thread pool, and its answer comes back by a queued signal. A
+plan for settings the user has changed since is dropped: the view shows the newest question's
+answer only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from app.engine.memory_plan import MemoryReport
+from app.settings.schema import AppSettings
+from app.text_bounds import bounded
+from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.settings.form import FAILED_COLOR, OK_COLOR
+
+# (settings, Ollama timeout in seconds) -> the plan; may block for seconds.
+Survey = Callable[[AppSettings, float], MemoryReport]
+WORKING = "Working out what fits in this machine's memory…"
+_SHOWN = 1200  # characters of a plan or an error shown
+
+
+def survey_settings(settings: AppSettings, timeout_s: float) -> MemoryReport:
+    from app.engine.memory_survey import survey_for_settings
+
+    return survey_for_settings(settings, timeout_s=timeout_s)
+
+
+class MemoryPlanView(QWidget):
+    """The plan's lines under a heading; `refresh(settings)` asks again."""
+
+    planned = Signal(object)  # the MemoryReport shown now
+    ollama_timeout_s: float = 3.0
+
+    def __init__(self, survey: Survey = survey_settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._survey = survey
+        self._jobs = BackgroundJobs({"plan": self._planned}, parent=self)
+        self.report: MemoryReport | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.label = QLabel("")
+        self.label.setTextFormat(Qt.TextFormat.PlainText)  # model names come from files
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.label)
+
+    def refresh(self, settings: AppSettings) -> None:
+        """Plan for `settings` (off the GUI thread); an older question's answer is dropped."""
+        if settings.engine.mode == "server" and settings.llm.backend == "none":
+            self._jobs.drop("plan")
+            self._show("The speech model runs on the server: nothing of it loads here.", None)
+            return
+        self._show(WORKING, None)
+        survey, timeout = self._survey, self.ollama_timeout_s
+        self._jobs.start("plan", lambda: survey(settings, timeout))
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def _show(self, text: str, fits: bool | None) -> None:
+        color = {True: OK_COLOR, False: FAILED_COLOR, None: ""}[fits]
+        self.label.setStyleSheet(f"color: {color}" if color else "")
+        self.label.setText(bounded(text, _SHOWN))
+
+    def _planned(self, result: object) -> None:
+        if isinstance(result, Exception):
+            self.report = None
+            self._show(f"The memory plan could not be made: {result}", None)
+            return
+        assert isinstance(result, MemoryReport)
+        self.report = result
+        self._show("\n".join(result.lines()), result.fits)
+        self.planned.emit(result)
