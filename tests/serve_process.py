@@ -19,8 +19,11 @@ _SERVING = re.compile(r"serving \S+ \(\S+\) on (\S+):")
 
 
 class ServeProcess:
-    def __init__(self, data_dir: Path, token: str | None, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, token: str | None, port: int = 0,
+                 args: tuple[str, ...] = ()) -> None:
+        """`args`: more `serve` arguments (e.g. "--slots", "3")."""
         self.data_dir = data_dir
+        self.args = args
         self.token = token
         self.port = port
         self.url = ""
@@ -39,7 +42,7 @@ class ServeProcess:
             env["CONTEXTSPAN_SERVER_TOKEN"] = self.token  # kept out of `ps`, as advised
         self._process = subprocess.Popen(
             [sys.executable, "-m", "app.server.cli", "--model", "tiny", "--device", "cpu",
-             "--port", str(self.port), "--seed", "1", "--chunk-limit", "16"],
+             "--port", str(self.port), "--seed", "1", "--chunk-limit", "16", *self.args],
             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True)
         lines: queue.Queue[str | None] = queue.Queue()

@@ -79,3 +79,31 @@ def rescan() -> None:
     """
     sd._terminate()
     sd._initialize()
+
+
+_LIST_IN_A_FRESH_PROCESS = """
+import json, sounddevice as sd
+found = {"input": [], "output": []}
+for info in sd.query_devices():
+    for kind, key in (("input", "max_input_channels"), ("output", "max_output_channels")):
+        if info[key] > 0:
+            found[kind].append(str(info["name"]))
+print(json.dumps(found))
+"""
+
+
+def listed_now(timeout_s: float = 10.0) -> tuple[list[str], list[str]] | None:
+    """The input and output device names as a fresh PortAudio sees them now (PortAudio in
+    this process lists devices once, when it starts, and restarting it here would close
+    every stream of the process); None when that cannot be learnt in time."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        run = subprocess.run([sys.executable, "-c", _LIST_IN_A_FRESH_PROCESS],
+                             capture_output=True, text=True, timeout=timeout_s, check=True)
+        found = json.loads(run.stdout.strip().splitlines()[-1])
+        return list(found["input"]), list(found["output"])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError):
+        return None

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import sounddevice as sd
 
-from app.audio.devices import ResolvedDevice, resolve_device
+from app.audio.devices import ResolvedDevice, listed_now, resolve_device
 from app.audio.jitter_buffer import JitterBuffer
 from app.audio.resampler import StreamingResampler
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
@@ -182,6 +182,9 @@ class LiveAudio:
         self._last_capture = self._last_playback = 0.0  # monotonic time of the last callback
         self._supervisor: threading.Thread | None = None
         self.warnings: tuple[str, ...] = ()
+        # What the last failure was: "stall" (callbacks stopped, the devices still listed),
+        # "unplugged" (a device gone from the list), "failed" (anything else); "" none yet.
+        self.failure = ""
         self.input_name = ""
         self.output_name = ""
         self.input_rate = SAMPLE_RATE
@@ -374,6 +377,7 @@ class LiveAudio:
         """Watch the streams; on failure close them and report once."""
         while not self._stopping.wait(0.1):
             message = self._error
+            quiet = False  # the callbacks stopped coming (not a stream's error)
             if message is None:
                 streams = self._streams
                 if streams and not all(s.active for s in streams):
@@ -383,13 +387,42 @@ class LiveAudio:
                                                 else self.start_grace_s)):
                     message = (f"no audio callbacks for {self.stall_timeout_s:.1f} s "
                                "(device unplugged or hung)")
+                    quiet = True
             if message is not None:
+                stalled_for = time.monotonic() - self._last_callback()
                 with self._life:
                     if self._stopping.is_set():  # stop() won the race: not an error
                         return
                     self._close_streams(2.0)
+                if quiet:  # a stall or an unplug: the device list tells them apart
+                    message = self._stall_or_unplug(stalled_for)
+                else:
+                    self.failure = "failed"
                 self._report(message)
                 return
+
+    def _stall_or_unplug(self, stalled_for: float) -> str:
+        """Callbacks stopped coming: a device that is gone from the list was unplugged; one
+        still listed stalled (a loaded machine delays the callbacks, or its driver hung)."""
+        listed = listed_now()
+        opened = [(label, name, names) for label, name, names, used in (
+            ("microphone", self.input_name, listed[0] if listed else [], self.capture),
+            ("speaker", self.output_name, listed[1] if listed else [], self.playback))
+            if used and name]
+        if listed is None or not opened:
+            self.failure = "failed"
+            return (f"no audio callbacks for {stalled_for:.1f} s, and the device list could "
+                    "not be read (device unplugged or hung)")
+        gone = [f"the {label} “{name}”" for label, name, names in opened if name not in names]
+        if gone:
+            self.failure = "unplugged"
+            return f"{' and '.join(gone)} {'is' if len(gone) == 1 else 'are'} no longer " \
+                   "connected (unplugged)"
+        self.failure = "stall"
+        what = " and ".join(f"the {label} “{name}”" for label, name, _ in opened)
+        return (f"the audio stalled: no callbacks for {stalled_for:.1f} s while {what} "
+                f"{'is' if len(opened) == 1 else 'are'} still connected (the computer is "
+                "too busy, or the audio driver hung)")
 
     def _last_callback(self) -> float:
         """The older of the open streams' last callbacks (monotonic)."""

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
+from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
 
@@ -137,9 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="your city, for checkpoints trained on it (context-spanning-7b)")
     run.add_argument("--chunk-limit", type=int, default=None,
                      help="most positions per frame (default: measured on this device)")
-    run.add_argument("--precision", default=None, choices=["fp32", "bf16", "q8", "q4"],
-                     help="the speech model's weights: fp32, bf16, or 8-/4-bit (q8, q4: the "
-                          "MLX engine, --device mlx, only for now)")
+    run.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                     help=PRECISION_HELP)
+    run.add_argument("--mimi", default="auto", choices=["auto", "mlx", "torch"],
+                     help="with --device mlx: the audio codec's framework (default: mlx on "
+                          "Apple Silicon, torch on other CPUs, where it is the faster)")
     llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
     llm.add_argument("--asr", default=None, metavar="STT_MODEL",
                      help="recognise the input's speech with this STT (e.g. tiny-stt)")
@@ -173,7 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
     injection = bench_kinds.add_parser("injection", help="chunked prefill against one-by-one")
-    _add_model_args(injection)
+    _add_model_args(injection, mlx=True)
+    injection.add_argument("--precision", default=None, choices=["fp32", "bf16", "q8", "q4"],
+                           help="with --device mlx: the MLX LM's weights (default: fp32 on a "
+                                "CPU, bf16 on Apple Silicon's GPU); torch takes --dtype")
     injection.add_argument("--k", type=int, action="append", default=None,
                            help="K values (default 16, 64, 256)")
     injection.add_argument("--repeats", type=int, default=7)
@@ -201,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     playback.add_argument("--listener-ms", type=float, default=50.0,
                           help="the slow listener's sleep per call (default 50)")
     playback.add_argument("--json", action="store_true", help="print one JSON object")
+    mimi = bench_kinds.add_parser(
+        "mimi", help="Mimi's encode + decode of a frame, torch's and MLX's, and their agreement")
+    mimi.add_argument("--model", default="tiny", help="whose Mimi (default tiny)")
+    mimi.add_argument("--frames", type=int, default=12)
+    mimi.add_argument("--json", action="store_true", help="print one JSON object")
     soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
     soak.add_argument("--minutes", type=float, default=10.0)
     soak.add_argument("--json", action="store_true", help="print one JSON object")
@@ -211,11 +223,21 @@ def build_parser() -> argparse.ArgumentParser:
                           "weights, built on the GPU)")
     gpu.add_argument("--device", default=None, help="cuda (default: the first CUDA GPU)")
     gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    gpu.add_argument("--precision", default=None, metavar="LIST",
+                     help="comma-separated precisions to measure one after the other, e.g. "
+                          "bf16,int8,fp8 (fp32, bf16, int8, fp8): each one's step, block + "
+                          "step, memory and token agreement with the first")
     gpu.add_argument("--block", type=int, action="append", default=None, metavar="N",
                      help="span block size in tokens, repeatable (default 16 64 256 400 600)")
     gpu.add_argument("--repeats", type=int, default=7)
     gpu.add_argument("--allow-cpu", action="store_true",
                      help="run on a CPU too (for testing the command's paths)")
+    gpu.add_argument("--slots", default=None, metavar="N,N,...",
+                     help="also: conversations in one batched engine, every one talking, a "
+                          "span a second somewhere (e.g. 1,8,16,32,48,64): frame p50/p99, "
+                          "memory per slot, the largest N that holds the 80 ms frame")
+    gpu.add_argument("--slot-frames", type=int, default=40,
+                     help="frames measured per slot count (default 40)")
     gpu.add_argument("--json", action="store_true", help="print one JSON object")
     server = bench_kinds.add_parser(
         "server", help="serve's network path: round trip per frame over a local engine, "
@@ -285,7 +307,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
         voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
         conversation=conversation, user_name=args.user_name, user_city=args.user_city,
-        ret_at=tuple(args.ret_at), precision=args.precision,
+        ret_at=tuple(args.ret_at), precision=args.precision, mimi=args.mimi,
     )
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
@@ -294,6 +316,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"{summary.spans} span(s) injected",
         file=sys.stderr,
     )
+    return 0
+
+
+def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> int:
+    """`bench gpu --precision bf16,int8,fp8` (app/bench/precision_bench.py)."""
+    from app.bench.precision_bench import (
+        describe_precisions,
+        parse_precisions,
+        run_precision_bench,
+    )
+
+    if args.dtype != "bfloat16" or getattr(args, "slots", None):
+        raise ValueError("bench gpu --precision chooses each precision's dtype itself and "
+                         "runs no slots: leave out --dtype and --slots")
+    result = run_precision_bench(parse_precisions(args.precision), args.model, args.device,
+                                 blocks, args.repeats, allow_cpu=args.allow_cpu)
+    print(json.dumps(result) if args.json else describe_precisions(result))
     return 0
 
 
@@ -343,6 +382,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_playback_delay_bench(args.seconds, args.listener_ms)
         print(json.dumps(result) if args.json else describe_delay(result))
         return 0
+    if args.bench == "mimi":
+        from app.bench.mimi_bench import describe as describe_mimi
+        from app.bench.mimi_bench import run_mimi_bench
+
+        mimi_result = run_mimi_bench(args.model, args.frames)
+        print(json.dumps(mimi_result) if args.json else describe_mimi(mimi_result))
+        return 0
     if args.bench == "soak":
         from app.bench.soak_bench import run_soak_bench
 
@@ -365,15 +411,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from app.bench.gpu_bench import describe, run_gpu_bench
 
         blocks = tuple(args.block) if args.block else (16, 64, 256, 400, 600)
+        if args.precision is not None:
+            return _cmd_bench_precisions(args, blocks)
+        slot_counts = tuple(int(n) for n in args.slots.split(",") if n.strip()) \
+            if args.slots else ()
         result = run_gpu_bench(args.model, args.device, args.dtype, blocks, args.repeats,
-                               allow_cpu=args.allow_cpu)
+                               allow_cpu=args.allow_cpu, slots=slot_counts,
+                               slot_frames=args.slot_frames)
         print(json.dumps(result) if args.json else describe(result))
         return 0
-    from app.bench.injection_bench import run_injection_bench
-
     ks = tuple(args.k) if args.k else (16, 64, 256)
     if min(ks) < 1:
         raise ValueError("--k must be at least 1")
+    if args.device == "mlx":
+        if args.dtype is not None:
+            raise ValueError("--device mlx takes --precision (fp32, bf16, q8, q4), not --dtype")
+        from app.bench.injection_bench_mlx import describe as describe_mlx
+        from app.bench.injection_bench_mlx import run_mlx_injection_bench
+
+        result = run_mlx_injection_bench(args.model, args.precision or "auto", ks,
+                                         args.repeats, check_wrap=not args.no_wrap)
+        print(json.dumps(result) if args.json else describe_mlx(result))
+        return 0
+    if args.precision is not None:
+        raise ValueError("--precision is for --device mlx; the torch bench takes --dtype")
+    from app.bench.injection_bench import run_injection_bench
+
     result = run_injection_bench(args.model, args.device, args.dtype, ks, args.repeats,
                                  check_wrap=not args.no_wrap)
     if args.json:
@@ -635,6 +698,7 @@ def _guarded(action: Callable[[], int], what: str, log_file: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     debug, argv = _take_debug_flag(list(sys.argv[1:] if argv is None else argv))
     log_file = configure_logging(debug)
+    quiet_library_noise()  # ALSA's lines and torch's no-CUDA notice: the log, not the terminal
     log.info("python main.py %s (ContextSpan %s)", argv[0] if argv else "(the app)",
              contextspan_version())
     if argv and argv[0] == "train":  # its own parser: python main.py train --help

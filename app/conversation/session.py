@@ -40,6 +40,7 @@ from app.conversation.audio_source import (
     SwitchesEchoMode,
 )
 from app.conversation.config import ConversationConfig
+from app.conversation.llm_probe import LlmProbed, probe_in_background
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
     ApplySettings,
@@ -49,6 +50,7 @@ from app.conversation.session_messages import (
 )
 from app.conversation.transcript.builder import TranscriptBuilder, llm_label
 from app.conversation.transcript.entries import TranscriptEntry
+from app.cuts import Cut, cut_if_longer
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import DuplexEngine
@@ -63,7 +65,7 @@ if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model
 
 log = logging.getLogger(__name__)
 
-MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut, with a notice
+MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut (its entry says so)
 SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
 
 
@@ -123,7 +125,7 @@ _RESTART_FIELDS = (
     ("speech", "model_id", "the speech model"),
     ("speech", "custom_folder", "the speech model's folder"),
     ("speech", "device", "the device"),
-    ("speech", "dtype", "the precision"),
+    ("speech", "precision", "the precision"),
     ("speech", "voice", "the voice"),
     ("speech", "role", "the persona"),
     ("speech", "user_name", "your name"),
@@ -196,6 +198,8 @@ class ConversationSession:
         }
         self._audio_missing: tuple[str, ...] = ()  # "microphone", "speaker": not in use now
         self._audio_said: set[tuple[str, ...]] = set()  # no-device notices already shown
+        self._probes: queue.SimpleQueue[LlmProbed] = queue.SimpleQueue()  # the LLM's answers
+        self._probing: object | None = None  # the backend the latest probe asks
 
     # ---- GUI thread (returns at once) -------------------------------------------------
 
@@ -287,12 +291,10 @@ class ConversationSession:
         self._typed(message.text)
 
     def _on_inject_text(self, message: InjectText) -> None:
-        text, source = message.text, message.source
-        if len(text) > MAX_DROPPED_TEXT_CHARS:
-            self._notice(f"{source}: only the first {MAX_DROPPED_TEXT_CHARS} characters are "
-                         "read", "warning")
-            text = text[:MAX_DROPPED_TEXT_CHARS]
-        self._inject(text, source)
+        text, cut = cut_if_longer("the text", message.text, MAX_DROPPED_TEXT_CHARS,
+                                  f"a dropped or pasted text is read up to "
+                                  f"{MAX_DROPPED_TEXT_CHARS:,} characters")
+        self._inject(text, message.source, (cut,) if cut is not None else ())
 
     # ---- session thread ---------------------------------------------------------------
 
@@ -306,16 +308,19 @@ class ConversationSession:
                 "No LLM backend is set up: typed text was not sent anywhere. Choose one in "
                 "Settings, or drop the text in to have it read.", "warning"))
 
-    def _inject(self, text: str, source: str) -> None:
+    def _inject(self, text: str, source: str, cuts: tuple[Cut, ...] = ()) -> None:
+        """The span's entry is shown at once (queued), whatever becomes of it."""
         engine = self._engine
         if engine is None:
             return
         try:
             span_id = engine.inject(text, source)
         except RuntimeError as exc:
-            self._listener.on_entry(self._builder.notice(str(exc), "warning"))
+            self._listener.on_entry(self._builder.span_not_injected(text, source, str(exc),
+                                                                    cuts))
             return
-        self._builder.remember_span(span_id, text, source)
+        for entry in self._builder.remember_span(span_id, text, source, cuts):
+            self._listener.on_entry(entry)
 
     def _notice(self, message: str, severity: str = "warning") -> None:
         self._listener.on_entry(self._builder.notice(message, severity))
@@ -355,14 +360,18 @@ class ConversationSession:
             self._engine = engine
             self._run_control()  # what was asked while the engine loaded, in order
             self._status = self._first_status(engine, orchestrator is not None)
+            if orchestrator is not None:  # is the LLM there? said before the first question
+                self._probe_llm(config)
             self._start_audio(pipeline)
             self._pump(pipeline)
         except CheckpointMissingError as exc:  # not a failure: the app offers the download
             log.info("the speech model is not on disk: %s", exc)
             final = ("model_missing", str(exc))
         except Exception as exc:  # shown in the window; the app stays up
-            log.exception("conversation failed")
-            final = ("error", f"{type(exc).__name__}: {exc}")
+            # The window and the terminal get the words; the class and traceback, the log.
+            reason = str(exc) or type(exc).__name__
+            log.exception("conversation failed: %s", reason)
+            final = ("error", reason)
         finally:
             self._shutdown()
             self._listener.on_state(*final)
@@ -561,8 +570,44 @@ class ConversationSession:
         else:
             orchestrator.reconfigure(backend, tools)
         self._status = _with(self._status, llm_state="idle", llm_message="")
+        self._probe_llm(config)
         model = f" {llm.model}" if llm.model else ""
-        self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}.", "info")
+        tools_used = ", ".join(llm.tools) if llm.tools_enabled and llm.tools else ""
+        with_tools = f", with tools: {tools_used}" if tools_used else ", without tools"
+        self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}"
+                     f"{with_tools}.", "info")
+
+    # ---- is the LLM there? ----------------------------------------------------------------
+
+    def _probe_llm(self, config: ConversationConfig) -> None:
+        """Ask the LLM server whether it is there, with a backend of the probe's own (one
+        backend serves one call at a time: the conversation's may be answering already)."""
+        try:
+            backend = build_backend(config, SETTINGS_HOST)
+        except ValueError:
+            return  # said when the conversation's own backend was built
+        self._probing = backend
+        probe_in_background(backend, self.settings.llm.host, self._probes.put)
+
+    def _take_probes(self) -> None:
+        """The probe's verdict, applied on this thread; stale once the backend changed."""
+        while True:
+            try:
+                probed = self._probes.get_nowait()
+            except queue.Empty:
+                return
+            pipeline = self._pipeline
+            orchestrator = pipeline.orchestrator if pipeline is not None else None
+            if orchestrator is None or probed.backend is not self._probing:
+                continue  # the LLM was changed or turned off since
+            if self._status.llm_state not in ("idle", "off"):  # a question went meanwhile
+                continue
+            self._status = _with(self._status, llm_state=probed.state,
+                                 llm_message=probed.message)
+            self._listener.on_status(self._status)
+            if probed.state != "idle":
+                self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
+                             f"speech model talks on; check {SETTINGS_HOST}.", "warning")
 
     # ---- the event loop -----------------------------------------------------------------
 
@@ -570,6 +615,7 @@ class ConversationSession:
         last_status = 0.0
         while not self._stop.is_set():
             self._run_control()
+            self._take_probes()
             if self._audio_error is not None:
                 self._lose_audio(pipeline)
             if self._resume.is_set():
@@ -642,6 +688,9 @@ class ConversationSession:
         """The speech server's connection dropped, an attempt failed, or it is back."""
         if isinstance(event, remote.ConnectionLost):
             self._remote_down = True
+            for entry in self._builder.context_lost("the speech server's conversation ended "
+                                                    "with the connection"):
+                self._listener.on_entry(entry)
             self._notice(
                 f"The connection to the speech server was lost ({event.reason}). The "
                 "conversation is paused and reconnects on its own (Resume tries at once). The "

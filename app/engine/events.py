@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.cuts import Cut
+
 
 @dataclass(frozen=True)
 class EngineReady:
@@ -21,6 +23,9 @@ class EngineReady:
     budget_ms: float
     context_window: int
     prompt_frames: int  # frames used by the checkpoint's own start of conversation
+    # The most content tokens one span carries here (a block is never split: what fits in
+    # the frame measured on this device); 0: not said. The LLM is told to answer within it.
+    span_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,10 @@ class SpanAccepted:
     truncated: bool
     original_content_tokens: int
     kept_content_tokens: int
+    # What the bounds took out on the way (app/cuts.py), the token limit's last; and, when
+    # the model reads only the start of `text`, how many of its characters that is.
+    cuts: tuple[Cut, ...] = ()
+    read_chars: int | None = None
 
 
 @dataclass(frozen=True)

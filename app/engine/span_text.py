@@ -41,6 +41,8 @@ class SpanTokens:
     content_ids: tuple[int, ...]
     original_content_tokens: int  # before truncation
     truncated: bool
+    # Truncated: how many characters of the text the kept content covers (its start).
+    read_chars: int | None = None
 
 
 class MarkerAutomaton:
@@ -245,9 +247,25 @@ class SpanTokenizer:
         budget = self.max_tokens - len(self.open_ids) - len(self.close_ids)
         original = len(ids)
         content = ids[:budget]
+        truncated = original > budget
         return SpanTokens(
             ids=self.open_ids + tuple(content) + self.close_ids,
             content_ids=tuple(content),
             original_content_tokens=original,
-            truncated=original > budget,
+            truncated=truncated,
+            read_chars=self.chars_covered(text, content) if truncated else None,
         )
+
+    def chars_covered(self, text: str, content: Sequence[int]) -> int:
+        """How many characters at the start of `text` the ids `content` (its first content
+        ids) spell, about: tokenizing folds compatibility forms (NFKC) and collapses spaces,
+        so the count goes by the characters that are not spaces, which both sides share."""
+        read = self._sp.decode(list(content))
+        wanted = sum(1 for c in unicodedata.normalize("NFKC", read) if not c.isspace())
+        seen = 0
+        for index, c in enumerate(text):
+            if seen >= wanted:
+                return index
+            if not c.isspace():
+                seen += len(unicodedata.normalize("NFKC", c))
+        return len(text)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.cuts import Cut
+
 LlmState = Literal["idle", "thinking", "error"]
 
 
@@ -58,6 +60,7 @@ class RetrievalLate:
     question: str
     seconds: float  # from <ret> to the answer, conversation time
     source: str
+    text: str = ""  # the answer that was dropped
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class ToolCalled:
     source: str
     chars: int  # size of the (limited) result handed back to the LLM
     truncated: bool
+    cuts: tuple[Cut, ...] = ()  # what the tool's and the registry's bounds took out
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,19 @@ class SpanQueued:
     span_id: int
     text: str
     source: str  # e.g. "llm", "llm+web_search"
+    cuts: tuple[Cut, ...] = ()  # what was cut from the LLM's reply (or a tool's) to make it
+
+
+@dataclass(frozen=True)
+class AnswerNotInjected:
+    """The LLM answered, but the engine refused the span at once (the conversation was
+    ending): the answer is still shown, with why it never reached the model."""
+
+    turn_id: int
+    text: str
+    source: str
+    reason: str
+    cuts: tuple[Cut, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,6 @@ class TurnLatency:
 
 
 OrchestratorEvent = (
-    LlmStatus | TurnStarted | ToolCalled | SpanQueued | TurnCancelled | TurnFailed | TurnLatency
-    | RetrievalQuestion | RetrievalIgnored | NoSpan | RetrievalLate
+    LlmStatus | TurnStarted | ToolCalled | SpanQueued | AnswerNotInjected | TurnCancelled
+    | TurnFailed | TurnLatency | RetrievalQuestion | RetrievalIgnored | NoSpan | RetrievalLate
 )

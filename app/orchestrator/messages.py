@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.cuts import Cut
 from app.llm.backend import LLMBackend, LLMError
 from app.tools.base import ToolRegistry
 
@@ -78,6 +79,7 @@ class TurnAnswer:
     no_information: bool = False
     arrival_frame: int | None = None  # replay: the frame it would have reached in real time
     posted_at: float = 0.0  # the orchestrator's clock when it was posted (span ready)
+    cuts: tuple[Cut, ...] = ()  # what was cut from the reply (or a tool's) to make `text`
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from app.asr.events import AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
 from app.engine.events import (
     AudioOut,
+    EngineReady,
     FirstAudioAfterSpan,
     RetToken,
     SpanInjected,
@@ -52,6 +53,7 @@ from app.frames import FRAME_S
 from app.llm.backend import CancelEvent, ChatMessage, LLMBackend, LLMError
 from app.orchestrator.conversation_log import ConversationLog
 from app.orchestrator.events import (
+    AnswerNotInjected,
     LlmStatus,
     NoSpan,
     OrchestratorEvent,
@@ -83,7 +85,8 @@ from app.orchestrator.retrieval import (
     normalise_question,
     retrieve,
 )
-from app.orchestrator.span_writer import speakable_span
+from app.orchestrator.span_budget import budget_instruction, span_chars
+from app.orchestrator.span_writer import speakable_span_cut
 from app.orchestrator.turn_policy import is_clear_question, normalize
 from app.tools.base import ToolRegistry, ToolResult
 
@@ -193,6 +196,9 @@ class Orchestrator:
         self._holds_changed = threading.Condition()
         self._due: list[TurnAnswer | TurnError] = []  # replay: not reached yet
         self._fenced = 0  # replay: every event of the frames before this one is handled
+        # The engine's span budget once it is ready (EngineReady.span_tokens): 0, unknown.
+        self._span_tokens = 0
+        self._max_span_chars = self.options.max_span_chars
         # One handler per inbox message type, and per type of event a `Received` carries.
         self._handlers: dict[type, Callable[[Any], None]] = {
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
@@ -203,6 +209,7 @@ class Orchestrator:
             AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
             RetToken: self._on_ret, SpanLate: self._on_span_late, TextPiece: self._on_text,
             SpanInjected: self._on_span_injected, FirstAudioAfterSpan: self._on_first_audio,
+            EngineReady: self._on_engine_ready,
         }
 
     # ---- any thread -------------------------------------------------------------------
@@ -509,6 +516,14 @@ class Orchestrator:
 
     # ---- model-triggered retrieval (the checkpoint's <ret>) -----------------------------
 
+    def _on_engine_ready(self, ready: EngineReady, _at: float) -> None:
+        """The span budget the engine measured on this device: answers are asked for, and
+        cut to, that length from the next turn on."""
+        if ready.span_tokens > 0:
+            self._span_tokens = ready.span_tokens
+            self._max_span_chars = min(self.options.max_span_chars,
+                                       span_chars(ready.span_tokens))
+
     def _on_ret(self, ret: RetToken, _at: float) -> None:
         policy = self._ret_policy
         if policy is None:
@@ -585,14 +600,31 @@ class Orchestrator:
         if now > deadline:
             seconds = round((now - pending.ret_frame) * FRAME_S, 3)
             self._emit(RetrievalLate(turn.turn_id, pending.ret_frame, turn.question, seconds,
-                                     source))
+                                     source, answer.text))
             self._retrieval = None
             return
-        span_id = self.sink.inject(answer.text, source, at_frame=answer.arrival_frame or 0,
-                                   origin_frame=pending.ret_frame, deadline_frame=deadline)
-        pending.span_id = turn.span_id = span_id
+        span_id = self._inject(turn, answer, source, at_frame=answer.arrival_frame or 0,
+                               origin_frame=pending.ret_frame, deadline_frame=deadline)
+        if span_id is None:
+            self._retrieval = None
+            return
+        pending.span_id = span_id
+
+    def _inject(self, turn: _Turn, answer: TurnAnswer, source: str,
+                **where: int | None) -> int | None:
+        """Queue the answer's span, and say so at once (SpanQueued); an engine that refuses
+        it outright (the conversation is ending) gets AnswerNotInjected: either way the
+        answer is shown."""
+        try:
+            span_id = self.sink.inject(answer.text, source, **where)  # type: ignore[arg-type]
+        except RuntimeError as exc:
+            self._emit(AnswerNotInjected(turn.turn_id, answer.text, source, str(exc),
+                                         answer.cuts))
+            return None
+        turn.span_id = span_id
         self._awaiting[span_id] = turn
-        self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
+        self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source, answer.cuts))
+        return span_id
 
     def _assistant_said(self) -> str:
         return " ".join(m.content for m in self._log.messages(2000) if m.role == "assistant")
@@ -606,13 +638,14 @@ class Orchestrator:
 
         def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
             self.events.put(ToolCalled(turn.turn_id, name, arguments, outcome.ok, outcome.error,
-                                       outcome.source, len(outcome.content), outcome.truncated))
+                                       outcome.source, len(outcome.content), outcome.truncated,
+                                       outcome.cuts))
 
         backend, registry = self._asked_with(turn)
         try:
             answer = retrieve(backend, registry, turn.question, assistant_said,
-                              self.options.profile, self.options.max_span_chars, turn.cancel,
-                              on_delta, on_tool)
+                              self.options.profile, self._max_span_chars, turn.cancel,
+                              on_delta, on_tool, budget=budget_instruction(self._span_tokens))
         except LLMError as exc:
             self._post(TurnError(turn.turn_id, exc))
             return
@@ -623,7 +656,8 @@ class Orchestrator:
             return
         tools = (answer.tool,) if answer.tool and answer.text else ()
         self._post(TurnAnswer(turn.turn_id, answer.text, tools,
-                               first_token[0] if first_token else None, answer.no_information))
+                               first_token[0] if first_token else None, answer.no_information,
+                               cuts=answer.cuts))
 
     def _retrieval_turn(self, turn_id: int) -> bool:
         pending = self._retrieval
@@ -647,12 +681,9 @@ class Orchestrator:
             return
         source = "+".join(("llm",) + answer.tools)
         if answer.arrival_frame is None:
-            span_id = self.sink.inject(answer.text, source)
+            self._inject(turn, answer, source)
         else:  # replay: not before the frame it would have reached in real time
-            span_id = self.sink.inject(answer.text, source, at_frame=answer.arrival_frame)
-        turn.span_id = span_id
-        self._awaiting[span_id] = turn
-        self._emit(SpanQueued(turn.turn_id, span_id, answer.text, source))
+            self._inject(turn, answer, source, at_frame=answer.arrival_frame)
 
     def _on_error(self, error: TurnError) -> None:
         if self._retrieval_turn(error.turn_id):
@@ -719,7 +750,9 @@ class Orchestrator:
 
     def _tool_loop(self, turn: _Turn, history: list[ChatMessage]) -> TurnAnswer:
         backend, tools = self._asked_with(turn)
-        messages = [ChatMessage("system", self.options.system_prompt), *history]
+        budget = budget_instruction(self._span_tokens)
+        system = f"{self.options.system_prompt} {budget}" if budget else self.options.system_prompt
+        messages = [ChatMessage("system", system), *history]
         first_token: list[float] = []
         used: list[str] = []
 
@@ -737,10 +770,10 @@ class Orchestrator:
             if not first_token and result.first_token_s is not None:
                 first_token.append(started + result.first_token_s)
             if not result.tool_calls or not allow_tools:
-                text = speakable_span(result.content, self.options.max_span_chars)
+                text, cuts = speakable_span_cut(result.content, self._max_span_chars)
                 if text:
                     return TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
-                                       first_token[0] if first_token else None)
+                                       first_token[0] if first_token else None, cuts=cuts)
                 # Nothing to say is a failed turn the user sees, never a silent one: the
                 # last round (tools withheld) still asking for tools, or an empty answer.
                 if result.tool_calls or round_index == self.options.max_tool_rounds:
@@ -752,7 +785,7 @@ class Orchestrator:
                 outcome = tools.call(call.name, call.arguments, turn.cancel)
                 self.events.put(ToolCalled(
                     turn.turn_id, call.name, dict(call.arguments), outcome.ok, outcome.error,
-                    outcome.source, len(outcome.content), outcome.truncated))
+                    outcome.source, len(outcome.content), outcome.truncated, outcome.cuts))
                 if outcome.ok:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"

@@ -29,9 +29,10 @@ from typing import Any
 
 from app.asr.events import AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
+from app.cuts import Cut
 from app.frames import FRAME_S
 from app.llm.backend import ChatMessage, LLMBackend
-from app.orchestrator.span_writer import speakable_span
+from app.orchestrator.span_writer import speakable_span_cut
 from app.tools.base import ToolRegistry, ToolResult
 
 CONTEXT_CHARS = 480  # each part of the router's user message, as the reference caps it
@@ -126,16 +127,19 @@ class RetrievalAnswer:
     source: str  # "llm" or "llm+<tool>"
     tool: str | None
     no_information: bool  # the LLM said it found nothing (nothing injected)
+    cuts: tuple[Cut, ...] = ()  # what the tool's bounds and the span's took out of it
 
 
 def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_said: str,
              profile: str, max_chars: int, cancel: threading.Event,
              on_delta: Callable[[str], None] | None = None,
              on_tool: Callable[[str, dict[str, Any], ToolResult], None] | None = None,
-             ) -> RetrievalAnswer:
+             budget: str = "") -> RetrievalAnswer:
     """One router call: a tool call (its result read as "(tool result) ...") or one
-    spoken sentence. Raises LLMError when the backend fails."""
+    spoken sentence. Raises LLMError when the backend fails. `budget`: the sentence that
+    says how long the answer may be (span_budget.py)."""
     system = ROUTER_PROMPT + (f"\nThe user's profile: {profile}" if profile else "")
+    system += f"\n{budget}" if budget else ""
     parts = []
     if assistant_said:
         parts.append(f"The assistant has said: {assistant_said[-CONTEXT_CHARS:]}")
@@ -149,11 +153,13 @@ def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_
             on_tool(call.name, dict(call.arguments), outcome)
         if not outcome.ok:
             return RetrievalAnswer("", f"llm+{call.name}", call.name, False)
-        body = speakable_span(outcome.content, max(1, max_chars - len(TOOL_PREFIX)))
+        body, cut = speakable_span_cut(outcome.content, max(1, max_chars - len(TOOL_PREFIX)),
+                                       f"{call.name}'s result")
         if not body:
             return RetrievalAnswer("", f"llm+{call.name}", call.name, False)
-        return RetrievalAnswer(TOOL_PREFIX + body, f"llm+{call.name}", call.name, False)
-    text = speakable_span(result.content, max_chars)
+        return RetrievalAnswer(TOOL_PREFIX + body, f"llm+{call.name}", call.name, False,
+                               outcome.cuts + cut)
+    text, cut = speakable_span_cut(result.content, max_chars)
     if not text or is_no_information(text):
         return RetrievalAnswer("", "llm", None, True)
-    return RetrievalAnswer(text, "llm", None, False)
+    return RetrievalAnswer(text, "llm", None, False, cut)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from app.cuts import Cut
+
 _MARKDOWN = [
     (re.compile(r"```.*?```", re.DOTALL), " "),  # code blocks are not speakable
     (re.compile(r"!\[[^\]]*\]\([^)]*\)"), " "),  # images
@@ -16,6 +18,19 @@ _MARKDOWN = [
     (re.compile(r"`([^`]+)`"), r"\1"),
     (re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE), " "),  # reasoning traces
 ]
+
+
+def speakable_span_cut(answer: str, max_chars: int, what: str = "the LLM's reply"
+                      ) -> tuple[str, tuple[Cut, ...]]:
+    """`speakable_span`, and the cut when `max_chars` took some of it: sizes from the raw
+    `answer` (what the LLM or the tool gave) to the span's text."""
+    whole = speakable_span(answer, len(answer) + 1)  # markdown and spaces out, not cut
+    if len(whole) <= max_chars:
+        return whole, ()
+    text = speakable_span(answer, max_chars)
+    return text, (Cut(what, len(answer), len(text), "characters",
+                      f"an answer is cut to {max_chars:,} characters, what the speech "
+                      "model reads of one span"),)
 
 
 def speakable_span(answer: str, max_chars: int) -> str:

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.cuts import Cut
 from app.engine import events as ev
+from app.engine.context_ledger import ContextLedger
 from app.wire import events as wire
 
 
@@ -27,6 +29,7 @@ class SentSpan:
     text: str
     source: str
     origin_frame: int | None  # the <ret> it answers, on the app's frame count
+    cuts: tuple[Cut, ...] = ()  # what the app cut before sending it (the wire's bound)
 
 
 class EngineEventMapper:
@@ -42,9 +45,9 @@ class EngineEventMapper:
         self.frames = 0  # audio frames received, all conversations
         self._base = 0  # `frames` when the current conversation began
         self.context_window = 0
-        self._frame_positions = 0  # this conversation's frames, as the model counts them
-        self._span_positions = 0  # this conversation's span positions
-        self._span_positions_in_window = 0
+        # This conversation's positions as the server's model holds them: its frames and
+        # the spans it said landed, which slide out of the window as a local engine's do.
+        self._ledger = ContextLedger(0)
         # Positions before this conversation: a reconnect adds a whole window, so spans of
         # the lost conversation count as out of the model's context (they are).
         self._earlier_positions = 0
@@ -58,12 +61,12 @@ class EngineEventMapper:
     def new_conversation(self, ready: wire.Ready) -> None:
         with self._lock:
             self._by_server.clear()
-        if self._frame_positions or self._span_positions:
-            self._earlier_positions += (self._frame_positions + self._span_positions
+        if self._ledger.total:
+            self._earlier_positions += (self._ledger.total
                                         + max(ready.context_window, self.context_window))
         self.context_window = ready.context_window
         self._base = self.frames
-        self._frame_positions = self._span_positions = self._span_positions_in_window = 0
+        self._ledger = ContextLedger(ready.context_window)
 
     def unlanded(self) -> list[tuple[int, SentSpan]]:
         """Spans sent that have not landed (nor been refused): lost with the connection."""
@@ -86,14 +89,14 @@ class EngineEventMapper:
         them (no engine time: the server does not send it; context from what was seen)."""
         index = self.frames
         self.frames += 1
-        self._frame_positions += 1
-        used = self._frame_positions + self._span_positions
-        window = self.context_window
+        ledger = self._ledger
+        ledger.add_frames(1)
+        window, used = self.context_window, ledger.total
         usage = ev.ContextUsage(
             window=window, used=min(used, window) if window else used,
-            frame_positions=self._earlier_positions + self._frame_positions,
-            span_positions=self._span_positions,
-            span_positions_in_window=self._span_positions_in_window,
+            frame_positions=self._earlier_positions + ledger.frame_positions,
+            span_positions=ledger.span_positions,
+            span_positions_in_window=ledger.span_positions_in_window(),
             wrapped=bool(window) and used > window)
         return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
 
@@ -156,21 +159,36 @@ class EngineEventMapper:
             span = self._sent.get(app_id) if app_id is not None else None
         if app_id is None or span is None:
             return []
-        return [ev.SpanAccepted(app_id, span.source, span.text, event.tokens, event.truncated,
-                                event.tokens, event.tokens)]
+        kept = _count(event.kept_tokens) or event.tokens
+        original = max(kept, _count(event.content_tokens) or kept)
+        cuts = span.cuts
+        if original > kept:
+            limit = event.limit if isinstance(event.limit, str) and event.limit else (
+                f"the speech model's span limit: {kept:,} tokens")
+            cuts += (Cut("the span's content", original, kept, "tokens", limit[:200]),)
+        read = _count(event.read_chars)
+        read_chars = read if read is not None and read < len(span.text) else None
+        if read_chars is None and span.cuts:  # the server read all of what it was sent
+            read_chars = len(span.text)
+        return [ev.SpanAccepted(app_id, span.source, span.text, event.tokens,
+                                event.truncated or original > kept, original, kept,
+                                cuts=cuts, read_chars=read_chars)]
 
     def _landed(self, event: wire.Span) -> list[object]:
         app_id = self._app_id(event.span_id)
         with self._lock:
             span = self._sent.pop(app_id, None) if app_id is not None else None
             self._by_server.pop(event.span_id, None)
-        self._span_positions += event.frames
-        self._span_positions_in_window += event.frames
+        self._ledger.add_span_positions(event.frames)
         if app_id is None or span is None:
             return []
         last = self._local(event.landed_frame) or 0
         self._unheard[app_id] = last
-        return [ev.SpanInjected(app_id, span.source, last, last, event.frames, event.chunks,
+        # Where its positions went, as a local engine says it: the transcript places the
+        # span in the window there, and it slides out as the conversation goes on.
+        return [ev.SpanChunkInjected(app_id, span.source, last, event.frames, 0,
+                                     event.prefill_ms),
+                ev.SpanInjected(app_id, span.source, last, last, event.frames, event.chunks,
                                 origin_frame=span.origin_frame)]
 
     def _rejected(self, event: wire.SpanRejected) -> list[object]:
@@ -195,3 +213,10 @@ class EngineEventMapper:
         origin = span.origin_frame if span.origin_frame is not None else 0
         return [ev.SpanLate(app_id, span.source, span.text, origin, self.frames,
                             event.seconds)]
+
+
+def _count(value: object) -> int | None:
+    """A count a server sent, if it is one (a non-negative int, not a bool)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import numpy as np
 
+from app.cuts import cut_if_longer
 from app.engine import events as ev
 from app.remote.engine_events import EngineEventMapper, SentSpan
 from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
@@ -102,6 +103,7 @@ class RemoteEngine:
         self.device = ""
         self.context_window = 0
         self.max_span_tokens = DEFAULT_SPAN_TOKENS
+        self.span_tokens = 0  # what the server measured fits (its ready), 0: not said
         # The catalog's Retrieval for the model (None: end of turn).
         self.retrieval: Retrieval | None = None
         self.display_name = ""
@@ -158,7 +160,7 @@ class RemoteEngine:
             early, self._early = self._early, []
             self._started.set()
         self._put(ev.EngineReady(self.model_id, self.device, "", 0, None, 80.0,
-                                 self.context_window, 0))
+                                 self.context_window, 0, span_tokens=self.span_tokens))
         for event in early:
             self._put(event)
 
@@ -191,7 +193,13 @@ class RemoteEngine:
             self._put(ev.SpanRejected(span_id, source, "the connection to the speech server "
                                                        "is down"))
             return span_id
-        self._mapper.sent(span_id, SentSpan(text, source, origin_frame))
+        # The wire takes so much of a span (more would be refused, and the span lost):
+        # the rest could never be read anyway, and the cut is said with the span.
+        text, cut = cut_if_longer("the text", text, wire.MAX_SPAN_CHARS,
+                                  f"the speech server takes {wire.MAX_SPAN_CHARS:,} "
+                                  "characters a span")
+        self._mapper.sent(span_id, SentSpan(text, source, origin_frame,
+                                            (cut,) if cut is not None else ()))
         loop = self._loop
         with contextlib.suppress(RuntimeError):  # the loop closed: the stop says the rest
             loop.call_soon_threadsafe(self._send_span, text, source, span_id)
@@ -383,6 +391,7 @@ class RemoteEngine:
 
         self.model_id, self.device = ready.model, ready.device
         self.context_window = ready.context_window
+        self.span_tokens = ready.span_tokens
         self._mapper.new_conversation(ready)
         try:
             manifest = get_manifest(ready.model)

@@ -8,7 +8,7 @@ address but the loopback unless asked to).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 
 def presented_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
@@ -30,3 +30,24 @@ def token_matches(presented: str | None, expected: str | None) -> bool:
         return False
     return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"),
                                expected.encode("utf-8", "surrogateescape"))
+
+
+class AsgiHeaders(Mapping[str, str]):
+    """An ASGI request's header bytes read as aiohttp (`serve`) reads them: UTF-8, bytes that
+    are not as lone surrogates, names in any case. Starlette reads them as Latin-1, so a token
+    with a letter beyond ASCII would open `serve` and not the cluster's replicas."""
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        self._values: dict[str, str] = {}
+        for name, value in raw:  # the first of a repeated header, as aiohttp's get()
+            self._values.setdefault(name.decode("latin-1").lower(),
+                                    value.decode("utf-8", "surrogateescape"))
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)

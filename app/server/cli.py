@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
     from app.conversation.config import ConversationConfig
     from app.engine.duplex_engine import EngineOptions
@@ -32,11 +34,17 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
     model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
     model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    model.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                       help=PRECISION_HELP)
     model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
     model.add_argument("--seed", type=int, default=None)
     model.add_argument("--chunk-limit", type=int, default=None,
                        help="most span positions per frame (default: measured by each "
                             "conversation's engine at its start)")
+    model.add_argument("--slots", type=int, default=1, metavar="N",
+                       help="conversations at once in one batched engine (one batched "
+                            "forward per frame); past N a client is answered busy "
+                            "(default 1: one DuplexEngine per conversation)")
     model.add_argument("--voice", default=None, help="default voice (persona checkpoints)")
     model.add_argument("--role", "--persona", dest="role", default=None,
                        help="default persona (persona checkpoints; clients may send their own)")
@@ -143,6 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
     _check_exposure(args)
     if args.chunk_limit is not None and args.chunk_limit < 1:
         raise ValueError("--chunk-limit must be at least 1")
+    if args.slots < 1:
+        raise ValueError("--slots must be at least 1")
     limits = Limits(idle_timeout_s=args.idle_timeout, max_conversation_s=args.max_conversation,
                     max_message_bytes=args.max_message_bytes, heartbeat_s=args.heartbeat)
     limits.check()
@@ -162,12 +172,14 @@ def run_serve(args: argparse.Namespace) -> int:
                           limits)
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
     host = EngineHost.load(args.model, args.device, args.dtype, args.folder, options,
-                           conversation)
+                           conversation, precision=args.precision, slots=args.slots)
     server = EngineServer(host, config)
+    slots = f", {host.slots} conversations at once" if host.slots > 1 else ""
 
     def announce(url: str) -> None:
         print(f"serving {host.model_id} ({host.device}) on {url}: moshi's protocol on "
-              f"/api/chat, the reference's on /ws (Ctrl+C stops)", file=sys.stderr, flush=True)
+              f"/api/chat, the reference's on /ws{slots} (Ctrl+C stops)", file=sys.stderr,
+              flush=True)
 
     asyncio.run(server.serve_until_signalled(announce))
     return 0
@@ -180,6 +192,9 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
     except ImportError as exc:
         raise RuntimeError(f"serve --cluster needs Ray Serve ({exc.name} is missing): "
                            "pip install -e '.[cluster]'") from None
+    if args.precision not in (None, "auto"):
+        raise ValueError("serve --cluster does not pass --precision to its replicas yet: "
+                         "give --dtype, or serve one engine without --cluster")
     gpus = args.gpus_per_replica
     if gpus is None:
         gpus = 0.0 if args.device == "cpu" else 1.0
@@ -189,6 +204,7 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
         limits=limits, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
         target_conversations=args.target_conversations, host=args.host, port=args.port,
+        slots=args.slots,
         ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     settings.check()
     return run_cluster(settings, args.ray_address)

@@ -1,8 +1,9 @@
 """`python main.py serve --cluster`: engine replicas on Ray Serve, behind one address.
 
 Each replica is a Ray Serve deployment replica that loads the checkpoint once and holds one
-conversation at a time, over the same two WebSocket protocols as `serve` (the ASGI
-ingress of the replica serves them through connection.py). A replica asks Ray for a GPU or
+conversation at a time (N with `--slots N`: one BatchedEngine, and Serve's limit N + 1),
+over the same two WebSocket protocols as `serve` (the ASGI ingress of the replica serves
+them through connection.py). A replica asks Ray for a GPU or
 a fraction of one (`num_gpus`); replicas scale with open conversations between a minimum
 and a maximum (Ray Serve's autoscaler). So N GPUs on M machines (`ray start` on each) serve
 N conversations.
@@ -15,12 +16,18 @@ conversation that reaches a replica whose engine is taken gets `busy` (with the 
 state) and a close with 1013. The request router below sends a new connection to the
 least loaded replica of all, so a free replica, when there is one, is always the one found.
 
+The one public address is not Serve's proxy but `serve`'s own listener (front_door.py: the
+header deadline, the connection cap, this computer's rule without a token, the token), which
+relays to Serve's proxy on the loopback; the replicas check the same rule and token again, for
+whatever reaches that proxy directly. Run it on the head node, where Serve's proxy runs.
+
 Needs the `cluster` extra (`pip install -e ".[cluster]"`): ray[serve] and starlette.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,22 +38,25 @@ from ray.serve import Application
 from ray.serve.config import HTTPOptions, RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from app.conversation.config import ConversationConfig
 from app.engine.duplex_engine import EngineOptions
-from app.server.auth import presented_token, token_matches
+from app.server.auth import AsgiHeaders, presented_token, token_matches
 from app.server.codec import Codec
-from app.server.config import Limits
+from app.server.config import Limits, ServerConfig
 from app.server.connection import Connection
 from app.server.engine_host import EngineHost
+from app.server.front_door import FrontDoor, FrontDoorThread
+from app.server.local_origin import refusal
 from app.server.metrics import ServerMetrics
 from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
-from app.server.web_app import RETRY_AFTER_S, health
+from app.server.slot_metrics import render_host_slots
+from app.server.web_app import RETRY_AFTER_S, health, ssl_context
 from app.server.wire_socket import AsgiSocket
 from app.wire import events as wire
 
@@ -79,9 +89,19 @@ class ClusterSettings:
     port: int = 8998
     ssl_cert: Path | None = None
     ssl_key: Path | None = None
+    # Conversations each replica holds at once (`--slots`: a BatchedEngine past 1); the
+    # autoscaler counts free slots: it aims at target_conversations x slots per replica.
+    slots: int = 1
+
+    def server_config(self) -> ServerConfig:
+        """What the front door is told: `serve`'s own settings, for the same guards."""
+        return ServerConfig(host=self.host, port=self.port, token=self.token,
+                            ssl_cert=self.ssl_cert, ssl_key=self.ssl_key, limits=self.limits)
 
     def check(self) -> None:
         self.limits.check()
+        if self.slots < 1:
+            raise ValueError("--slots must be at least 1")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError("replicas: need 1 <= min <= max")
         if not 0 <= self.gpus_per_replica <= 8 or not 0 <= self.cpus_per_replica <= 256:
@@ -101,17 +121,31 @@ class LeastLoadedFirst(RequestRouter):
 
 
 class EngineReplica:
-    """One replica: the checkpoint, loaded once, and its one conversation at a time."""
+    """One replica: the checkpoint, loaded once, and its conversations (`slots` at once)."""
 
     def __init__(self, settings: ClusterSettings) -> None:
         started = time.monotonic()
         self.settings = settings
         self.host = EngineHost.load(settings.model_id, settings.device, settings.dtype,
                                     settings.folder, settings.engine_options,
-                                    settings.conversation)
+                                    settings.conversation, slots=settings.slots)
         self.metrics = ServerMetrics()
         log.info("replica ready: %s on %s in %.1f s", self.host.model_id, self.host.device,
                  time.monotonic() - started)
+
+    def refused(self, connection: HTTPConnection, token_needed: bool = True
+                ) -> tuple[int, str] | None:
+        """(403 or 401, why) for a request `serve` would refuse, or None. The header bytes
+        are read as `serve` reads them (auth.AsgiHeaders), not as Starlette does."""
+        headers = AsgiHeaders(connection.headers.raw)
+        why = refusal(headers, self.settings.token, self.settings.host)
+        if why is None and (not token_needed or self.authorized(headers,
+                                                                connection.query_params)):
+            return None
+        if why is not None:
+            self.metrics.unauthorized += 1
+            return 403, why
+        return 401, "a token is needed"
 
     def authorized(self, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         if token_matches(presented_token(headers, query), self.settings.token):
@@ -123,18 +157,23 @@ class EngineReplica:
         most = self.settings.max_replicas
         replicas = getattr(serve.get_replica_context(), "world_size", None) or most
         if replicas < most:
-            scaling = (f"all {replicas} replica(s) hold a conversation; the cluster adds "
+            scaling = (f"all {replicas} replica(s) hold {self._held()}; the cluster adds "
                        f"replicas up to {most}: try again shortly")
         else:
-            scaling = (f"all {most} replica(s) hold a conversation: try again when one "
+            scaling = (f"all {most} replica(s) hold {self._held()}: try again when one "
                        "ends")
         return wire.Busy(scaling, RETRY_AFTER_S)
 
+    def _held(self) -> str:
+        slots = self.settings.slots
+        return "a conversation" if slots == 1 else f"{slots} conversations each"
+
     async def serve_socket(self, websocket: WebSocket, codec: Codec) -> None:
-        if not self.authorized(websocket.headers, websocket.query_params):
-            try:  # a 401 where the server can say it, else a refused handshake (403)
-                await websocket.send_denial_response(
-                    PlainTextResponse("a token is needed", status_code=401))
+        refused = self.refused(websocket)
+        if refused is not None:
+            status, why = refused
+            try:  # the status where the server can say it, else a refused handshake (403)
+                await websocket.send_denial_response(PlainTextResponse(why, status_code=status))
             except RuntimeError:
                 await websocket.close(code=POLICY_VIOLATION)
             return
@@ -165,14 +204,19 @@ async def _moshi_chat(websocket: WebSocket) -> None:
 
 async def _health(request: Request) -> Response:
     replica = _replica()
+    refused = replica.refused(request, token_needed=False)  # open to all on this computer
+    if refused is not None:
+        return PlainTextResponse(refused[1], status_code=refused[0])
     return JSONResponse(health(replica.host, replica.metrics))
 
 
 async def _metrics(request: Request) -> Response:
     replica = _replica()
-    if not replica.authorized(request.headers, request.query_params):
-        return PlainTextResponse("a token is needed", status_code=401)
-    return PlainTextResponse(replica.metrics.render(replica.host.busy))
+    refused = replica.refused(request)
+    if refused is not None:
+        return PlainTextResponse(refused[1], status_code=refused[0])
+    return PlainTextResponse(replica.metrics.render(replica.host.busy)
+                             + render_host_slots(replica.host))
 
 
 # A plain Starlette app (not FastAPI): Serve pickles the ingress app, and its handlers find
@@ -188,8 +232,8 @@ def build_application(settings: ClusterSettings) -> Application:
     settings.check()
     options: dict = {
         "name": DEPLOYMENT_NAME,
-        # One conversation plus room to answer `busy` at once (see the module's docstring).
-        "max_ongoing_requests": 2,
+        # Its conversations plus room to answer `busy` at once (see the module's docstring).
+        "max_ongoing_requests": settings.slots + 1,
         "ray_actor_options": {"num_gpus": settings.gpus_per_replica,
                               "num_cpus": settings.cpus_per_replica},
         # Ray declares the field `str | Callable`, but its pydantic-v1 model reads to the
@@ -203,26 +247,41 @@ def build_application(settings: ClusterSettings) -> Application:
     else:
         options["autoscaling_config"] = {
             "min_replicas": settings.min_replicas, "max_replicas": settings.max_replicas,
-            "target_ongoing_requests": settings.target_conversations,
+            "target_ongoing_requests": settings.target_conversations * settings.slots,
             "upscale_delay_s": 5.0, "downscale_delay_s": 120.0}
     deployment = serve.deployment(serve.ingress(ASGI_APP)(EngineReplica), **options)
     return deployment.bind(settings)
 
 
-def http_options(settings: ClusterSettings) -> HTTPOptions:
-    tls = {}
-    if settings.ssl_cert or settings.ssl_key:
-        if not (settings.ssl_cert and settings.ssl_key):
-            raise ValueError("TLS needs both --ssl-cert and --ssl-key")
-        tls = {"ssl_certfile": str(settings.ssl_cert), "ssl_keyfile": str(settings.ssl_key)}
-    return HTTPOptions(host=settings.host, port=settings.port, **tls)
+def proxy_options(port: int) -> HTTPOptions:
+    """Serve's proxy: on the loopback, behind the front door (which holds the TLS)."""
+    return HTTPOptions(host="127.0.0.1", port=port)
 
 
-def deploy(settings: ClusterSettings) -> None:
-    """Start Serve's proxies on the connected Ray cluster and deploy the replicas (blocks
-    until every replica has loaded the checkpoint)."""
-    serve.start(http_options=http_options(settings))
-    serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
+def _free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def deploy(settings: ClusterSettings) -> FrontDoorThread:
+    """Open the front door at the settings' address (a port in use or a TLS file that does
+    not load fails here, before any replica loads), start Serve's proxy behind it, and deploy
+    the replicas (blocks until every one has loaded the checkpoint). Stop the door returned
+    when done."""
+    settings.check()
+    ssl_context(settings.server_config())  # the TLS files load, or this says why
+    proxy_port = _free_loopback_port()
+    door = FrontDoorThread(FrontDoor(f"http://127.0.0.1:{proxy_port}",
+                                     settings.server_config()))
+    door.start()
+    try:
+        serve.start(http_options=proxy_options(proxy_port))
+        serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
+    except BaseException:
+        door.stop()
+        raise
+    return door
 
 
 def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
@@ -231,8 +290,9 @@ def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
     import ray
 
     ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    door: FrontDoorThread | None = None
     try:
-        deploy(settings)
+        door = deploy(settings)
         scheme = "https" if settings.ssl_cert else "http"
         print(f"serving {settings.model_id} on {scheme}://{settings.host}:{settings.port} "
               f"with {settings.min_replicas} to {settings.max_replicas} replica(s) "
@@ -242,5 +302,7 @@ def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        if door is not None:
+            door.stop()
         serve.shutdown()
         ray.shutdown()

@@ -58,8 +58,10 @@ class WireMapper:
         if isinstance(event, ev.SpanAccepted):
             question = self._span_questions.pop(event.span_id, "")
             self._spans[event.span_id] = _SpanSoFar(event.text, event.source, question=question)
+            limit = event.cuts[-1].bound if event.cuts else ""
             return [wire.SpanAccepted(event.span_id, event.source, event.tokens,
-                                      event.truncated)]
+                                      event.truncated, event.original_content_tokens,
+                                      event.kept_content_tokens, limit, event.read_chars)]
         if isinstance(event, ev.SpanChunkInjected):
             span = self._spans.get(event.span_id)
             if span is not None:

@@ -54,3 +54,16 @@ def foreign_request(headers: Mapping[str, str]) -> str | None:
     if not is_loopback_name(origin_host):
         return f"a web page from {origin[:80]!r}"
     return None
+
+
+def refusal(headers: Mapping[str, str], token: str | None, server_host: str) -> str | None:
+    """What a server listening on `server_host` answers (403) to a request from elsewhere
+    when it has no token, or None when the request may go on (to the token check). The one
+    rule of `serve` and of `serve --cluster`'s front door and replicas."""
+    if token or not is_loopback_name(server_host):
+        return None
+    why = foreign_request(headers)
+    if why is None:
+        return None
+    return (f"refused: {why}. A server without a token answers only this computer; start it "
+            "with --token to share it.")

@@ -31,10 +31,11 @@ from app.server.config import ServerConfig
 from app.server.connection import Connection
 from app.server.connection_guard import ConnectionGuard
 from app.server.engine_host import EngineHost, Lease
-from app.server.local_origin import foreign_request, is_loopback_name
+from app.server.local_origin import refusal
 from app.server.metrics import ServerMetrics
 from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
+from app.server.slot_metrics import render_host_slots
 from app.server.wire_socket import AiohttpSocket
 from app.wire import events as wire
 
@@ -54,11 +55,54 @@ def ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
     return context
 
 
+def base_url(config: ServerConfig, port: int | None) -> str:
+    """The URL clients use for a listener on `port` (an IPv6 host in brackets)."""
+    host = config.host if ":" not in config.host else f"[{config.host}]"
+    return f"{config.scheme}://{host}:{port}"
+
+
+async def listen(app: web.Application, config: ServerConfig,
+                 metrics: ServerMetrics) -> tuple[web.AppRunner, ConnectionGuard, int]:
+    """Serve `app` on the config's address behind the connection guard (a deadline for
+    request headers, a cap on connections): `serve`'s listener, and the cluster's front
+    door's. Returns the runner, the guard and the port bound (port 0: any free one)."""
+    limits = config.limits
+    # An idle kept-alive connection is closed as soon as a slow request would be.
+    runner = web.AppRunner(app, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
+    await runner.setup()
+    assert runner.server is not None
+    guard = ConnectionGuard(limits.max_connections, limits.header_timeout_s, metrics)
+    guard.install(runner.server)
+    site = web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context(config))
+    await site.start()
+    addresses = runner.addresses  # (host, port, ...) of each bound socket
+    assert addresses
+    return runner, guard, addresses[0][1]
+
+
+def refuse_foreign(request: web.Request, config: ServerConfig, metrics: ServerMetrics) -> None:
+    """Without a token, a loopback server answers this computer only (local_origin.py)."""
+    why = refusal(request.headers, config.token, config.host)
+    if why is not None:
+        metrics.unauthorized += 1
+        raise web.HTTPForbidden(text=why)
+
+
+def authorize(request: web.Request, config: ServerConfig, metrics: ServerMetrics) -> None:
+    """This computer's rule, then the token: 403 or 401, as every route but /health has."""
+    refuse_foreign(request, config, metrics)
+    if not token_matches(presented_token(request.headers, request.query), config.token):
+        metrics.unauthorized += 1
+        raise web.HTTPUnauthorized(text="a token is needed: ?token= or Authorization: Bearer",
+                                   headers={"WWW-Authenticate": "Bearer"})
+
+
 def health(host: EngineHost, metrics: ServerMetrics) -> dict:
     body = {"status": "error" if host.stuck else "ready", "model": host.model_id,
             "device": host.device, "busy": host.busy, "sample_rate": SAMPLE_RATE,
             "frame_size": FRAME_SAMPLES, "sessions_total": sum(metrics.sessions.values()),
-            "frames_total": metrics.frames, "late_frames_total": metrics.late_frames}
+            "frames_total": metrics.frames, "late_frames_total": metrics.late_frames,
+            "slots": host.slots, "free_slots": host.free_slots}
     if host.stuck:
         body["message"] = host.stuck
     return body
@@ -91,27 +135,13 @@ class EngineServer:
 
     async def start(self) -> str:
         """Listen (port 0: any free port); returns the base URL."""
-        limits = self.config.limits
-        # An idle kept-alive connection is closed as soon as a slow request would be.
-        self._runner = web.AppRunner(self.application(), handle_signals=False,
-                                     keepalive_timeout=limits.header_timeout_s)
-        await self._runner.setup()
-        assert self._runner.server is not None
-        self.guard = ConnectionGuard(limits.max_connections, limits.header_timeout_s,
-                                     self.metrics)
-        self.guard.install(self._runner.server)
-        site = web.TCPSite(self._runner, self.config.host, self.config.port,
-                           ssl_context=ssl_context(self.config))
-        await site.start()
-        addresses = self._runner.addresses  # (host, port, ...) of each bound socket
-        assert addresses
-        self.port = addresses[0][1]
+        self._runner, self.guard, self.port = await listen(self.application(), self.config,
+                                                           self.metrics)
         return self.url
 
     @property
     def url(self) -> str:
-        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
-        return f"{self.config.scheme}://{host}:{self.port}"
+        return base_url(self.config, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -134,23 +164,10 @@ class EngineServer:
     # ---- routes -------------------------------------------------------------------------
 
     def _refuse_foreign(self, request: web.Request) -> None:
-        """Without a token, a loopback server answers this computer only (local_origin.py)."""
-        if self.config.token or not is_loopback_name(self.config.host):
-            return
-        why = foreign_request(request.headers)
-        if why is not None:
-            self.metrics.unauthorized += 1
-            raise web.HTTPForbidden(text=f"refused: {why}. A server without a token answers "
-                                         "only this computer; start it with --token to share "
-                                         "it.")
+        refuse_foreign(request, self.config, self.metrics)
 
     def _authorize(self, request: web.Request) -> None:
-        self._refuse_foreign(request)
-        if not token_matches(presented_token(request.headers, request.query), self.config.token):
-            self.metrics.unauthorized += 1
-            raise web.HTTPUnauthorized(text="a token is needed: ?token= or "
-                                            "Authorization: Bearer",
-                                       headers={"WWW-Authenticate": "Bearer"})
+        authorize(request, self.config, self.metrics)
 
     async def _moshi_chat(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
@@ -203,7 +220,8 @@ class EngineServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self._authorize(request)
-        return web.Response(text=self.metrics.render(self.host.busy),
+        text = self.metrics.render(self.host.busy) + render_host_slots(self.host)
+        return web.Response(text=text,
                             content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 

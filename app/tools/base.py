@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.cuts import Cut
 from app.llm.backend import ToolSpec
 
 DEFAULT_OUTPUT_LIMIT = 4000  # characters handed back to the LLM per call
@@ -25,6 +26,7 @@ class ToolResult:
     source: str = ""  # where it came from: a URL, a file path, "calculator", ...
     truncated: bool = False
     error: str | None = None  # a clear one-line message when the tool failed
+    cuts: tuple[Cut, ...] = ()  # the bounds that cut its output, with the sizes
 
     @property
     def ok(self) -> bool:
@@ -92,5 +94,9 @@ class ToolRegistry:
         except Exception as exc:  # a tool bug must not end the turn
             return ToolResult(name, "", error=f"{name} failed: {type(exc).__name__}: {exc}")
         content, cut = limit_text(result.content, self.output_limit)
+        cuts = result.cuts
+        if cut:
+            cuts += (Cut(f"{name}'s result", len(result.content), len(content), "characters",
+                         f"the {self.output_limit:,}-character limit a tool call hands back"),)
         return ToolResult(result.tool, content, result.source, result.truncated or cut,
-                          result.error)
+                          result.error, cuts)

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from app.cuts import Cut
 from app.tools.base import Tool, ToolResult, limit_text
 
 DEFAULT_MAX_BYTES = 2_000_000
@@ -142,10 +143,19 @@ class WebFetchTool(Tool):
             title, text = self._readable(final_url, content_type, charset, body)
         except FetchError as exc:
             return self._error(str(exc), raw)
+        page_chars = len(text)
         text, clipped = limit_text(text, self.max_chars)
+        cuts: tuple[Cut, ...] = ()
+        if cut:  # the download stopped at its bound: how much more there was is unknown
+            cuts += (Cut("the page", None, self.max_bytes, "bytes",
+                         f"web_fetch downloads at most {self.max_bytes:,} bytes of a page"),)
+        if clipped:
+            cuts += (Cut("the page's text", page_chars, len(text), "characters",
+                         f"web_fetch keeps {self.max_chars:,} characters of a page"),)
         if title and not text.startswith(title):
             text = f"{title}\n\n{text}"
-        return ToolResult(self.name, text, source=str(final_url), truncated=cut or clipped)
+        return ToolResult(self.name, text, source=str(final_url), truncated=cut or clipped,
+                          cuts=cuts)
 
     # -- steps -----------------------------------------------------------------------------
 

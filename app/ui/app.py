@@ -204,7 +204,8 @@ class DesktopApp(QObject):
         except CheckpointMissingError:
             pass
         shown = {"notice": notice} if notice else {}
-        dialog = self.model_dialog(manifest, parent=self.window, folder=folder, **shown)
+        dialog = self.model_dialog(manifest, parent=self.window, folder=folder,
+                                   plan_settings=self.window.settings, **shown)
         chosen = dialog.chosen() if dialog.exec() else None  # accepted: a choice was made
         if chosen is None:
             self.window.show_error(f"{manifest.display_name} is not on disk: open Settings to "

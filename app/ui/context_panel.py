@@ -1,6 +1,7 @@
 """What the model knows now: the injected spans still inside the speech model's context
 window, each with the share of the window it uses; a span that slid out (or whose session
-ended, so the next one starts afresh) stays listed, greyed.
+ended, so the next one starts afresh, or that a speech server lost with its connection) stays
+listed, greyed, saying which.
 
 It reads the transcript's own model (the spans' `context`, which the transcript builder keeps
 up to date as frames go by), so it shows exactly the conversation the window shows.
@@ -13,7 +14,7 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
 from app.conversation.transcript.entries import TranscriptEntry
-from app.conversation.transcript.export import describe_source
+from app.conversation.transcript.export import describe_source, shown
 from app.ui.transcript_panel import TranscriptModel
 
 SNIPPET_CHARS = 90
@@ -24,6 +25,8 @@ def describe_context(entry: TranscriptEntry) -> str:
     """`126 positions · 4.2% of the window`, or why it no longer counts."""
     context = entry.context
     assert context is not None
+    if context.lost:
+        return f"{context.positions:,} positions · lost: {context.lost}"
     if context.in_window <= 0:
         return f"{context.positions:,} positions · slid out of the window"
     share = f"{100 * context.share:.1f}% of the window"
@@ -41,7 +44,7 @@ class ContextPanel(QWidget):
         self.list = QListWidget(self)
         self.list.setAccessibleName("Spans in the model's context")
         self.list.setWordWrap(True)
-        self.list.setMinimumWidth(120)
+        self.list.setMinimumWidth(100)  # narrow enough for the transcript to keep half of 640 px
         self.list.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.list.setSpacing(3)
         self.list.setAlternatingRowColors(True)
@@ -78,6 +81,7 @@ class ContextPanel(QWidget):
         self._draw(item, entry)
 
     def _draw(self, item: QListWidgetItem, entry: TranscriptEntry) -> None:
+        entry = shown(entry)  # a file name's bidi controls drawn, not obeyed
         text = " ".join(entry.text.split())
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"

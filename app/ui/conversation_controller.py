@@ -45,6 +45,9 @@ class ConversationController(QObject):
         # offers the download); returns the settings to start with, or None to not start.
         self.preflight: Callable[[AppSettings], AppSettings | None] | None = None
         self._local_ids = itertools.count(-1, -1)  # notices made here, apart from sessions
+        # Called with each session entry on the session's thread, before the signal: for
+        # what must go on while the GUI thread is busy (the autosave). Must return at once.
+        self.entry_sinks: list[Callable[[TranscriptEntry], None]] = []
         self._reaper = QTimer(self)
         self._reaper.setInterval(100)
         self._reaper.timeout.connect(self._reap)
@@ -55,6 +58,8 @@ class ConversationController(QObject):
         self.state_changed.emit(state, detail)
 
     def on_entry(self, entry: TranscriptEntry) -> None:
+        for sink in self.entry_sinks:  # e.g. the autosave: it must not wait for the GUI
+            sink(entry)
         self.entry.emit(entry)
 
     def on_status(self, status: SessionStatus) -> None:

@@ -1,11 +1,12 @@
 """The conversation shown in the window, kept on disk as it goes.
 
 A conversation is what the transcript panel holds between two "New conversation"s: it may
-span several Start/Stop sessions. It is autosaved (a few seconds after it changes, off the
-GUI thread) through the conversation store. "New conversation" saves it and starts an empty
-one; entries that arrive late from the old one's session (the close of its last utterance,
-a request cancelled by the stop) are told apart by their origin and go to the saved file,
-never into the new transcript.
+span several Start/Stop sessions. It is autosaved a few seconds after it changes by a thread
+of its own (conversation/transcript/autosave.py), which hears the session's entries straight
+from the session's thread: a busy or frozen GUI thread does not stop it. "New conversation"
+saves it and starts an empty one; entries that arrive late from the old one's session (the
+close of its last utterance, a request cancelled by the stop) are told apart by their origin
+and go to the saved file, never into the new transcript.
 
 What the user typed and has not sent is kept too, by the same writer and timer: the input
 box's draft goes beside the saved conversations, and the next start puts it back in the box.
@@ -14,17 +15,19 @@ box's draft goes beside the saved conversations, and the next start puts it back
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.conversation.session import SessionStatus
+from app.conversation.transcript.autosave import LiveAutosave
 from app.conversation.transcript.builder import llm_label
 from app.conversation.transcript.entries import STOPPED, TranscriptEntry, closed
 from app.conversation.transcript.export import TranscriptHeader
@@ -50,6 +53,14 @@ def describe_llm(settings: AppSettings) -> tuple[str, tuple[str, ...]]:
         return "off", ()
     tools = tuple(llm.tools) if llm.tools_enabled else ()
     return f"{llm_label(llm.backend, llm.model)} at {llm.host}", tools
+
+
+def _then(used: list, value: object) -> bool:
+    """Append `value` when it differs from the last one used; True when it did."""
+    if used and used[-1] == value:
+        return False
+    used.append(value)
+    return True
 
 
 @dataclass
@@ -88,12 +99,21 @@ class ConversationKeeper(QObject):
         self._archived_origins: dict[str, str | None] = {}  # origin -> id (None: deleted)
         self._model = ""
         self._device = ""
-        self._changes = 0  # changes to the current conversation, ever
-        self._saved_changes = 0  # how many of them are on disk
+        # What this conversation ran on, in order (see TranscriptHeader), and its restarts.
+        self._models: list[str] = []
+        self._devices: list[str] = []
+        self._llms: list[str] = []
+        self._tool_sets: list[tuple[str, ...]] = []
+        self._restarts = 0
+        self._running = False  # a session runs in this conversation now
+        self._restart_pending = False  # marked once the restarted session's model runs
+        self._marker_ids = itertools.count(1)  # the keeper's own notices (local origin;
+        # the controller's are numbered from -1 down)
         self._listed = False  # the current conversation has a file (it is in the list)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")
+        self._listed_title = ""  # the title it was last written with
+        # The current conversation's copy and the store's one writer (its own thread).
+        self._autosave = LiveAutosave(store, autosave_ms / 1000, on_written=self._done.emit)
         self._pending: Future | None = None
-        self._pending_current: tuple[Future, int] | None = None
         self._error: str | None = None
         self._draft = ""  # the input box's unsent text, as last noted
         self._draft_written = ""  # ... as last handed to the writer
@@ -105,8 +125,15 @@ class ConversationKeeper(QObject):
         self._timer.timeout.connect(self.save)
         self._done.connect(self._written)
         self._draft_done.connect(self._draft_written_out)
+        self._autosave.set_header(self._header_base())
 
     # ---- what arrives -------------------------------------------------------------------
+
+    def from_session(self, entry: TranscriptEntry) -> None:
+        """An entry on its session's thread (ConversationController.entry_sinks): to the
+        autosave at once, before the GUI thread draws it."""
+        if entry.origin:  # the window's own notices come through on_entry
+            self._autosave.from_session(entry)
 
     @Slot(object)
     def on_entry(self, entry: TranscriptEntry) -> None:
@@ -122,23 +149,57 @@ class ConversationKeeper(QObject):
                 self._write(archived.header, list(archived.entries))
             return
         self.panel.upsert(entry)
+        self._autosave.from_window(entry)  # a session's: kept only when not heard directly
         if entry.origin != self._local_origin:
             self._origins.add(entry.origin)
         self._changed()
 
     def note_status(self, status: SessionStatus) -> None:
-        if status.model:
-            self._model = f"{status.model} ({status.dtype})" if status.dtype else status.model
-            self._device = status.device
+        """What the session runs on: the header lists each speech model and device used,
+        and a restart's marker names the new one."""
+        if not status.model:
+            return
+        self._model = f"{status.model} ({status.dtype})" if status.dtype else status.model
+        self._device = status.device or "an unknown device"
+        if status.server:
+            self._device = f"{self._device} on the server at {status.server}"
+        changed = _then(self._models, self._model) | _then(self._devices, self._device)
+        if self._restart_pending:  # the first status of a later session: it runs now
+            self._restart_pending = False
+            self._restarts += 1
+            self.on_entry(TranscriptEntry(
+                next(self._marker_ids), "notice",
+                f"The speech model started again, {self._model} on {self._device}: it does "
+                "not know what was said or read above (this transcript keeps it).",
+                time.time(), origin=self._local_origin, detail="info"))
+        elif changed:
+            self._changed()
 
     def note_started(self) -> None:
-        """A session started in this conversation: the first one dates it."""
+        """A session started in this conversation: the first one dates it, a later one (Stop
+        and Start, a restart for new settings, New conversation's fresh model) is marked
+        where it happened, since the model forgets what came before."""
+        if self._running:  # "loading" comes several times per start
+            return
+        self._running = True
+        self._note_llm()
         if self.started is None:
             self.started = time.time()
             self._changed()
+        elif self._models:  # a session ran in this conversation before: mark this one
+            self._restart_pending = True
+
+    def _note_llm(self) -> None:
+        """The LLM and tools of a running conversation, appended when they changed."""
+        if self._running:
+            llm, tools = describe_llm(self._settings())
+            if _then(self._llms, llm) | _then(self._tool_sets, tools):
+                self._autosave.set_header(self._header_base())
 
     def close_open(self, reason: str = STOPPED) -> None:
         """A session ended: what it left open is closed, here and in put-away conversations."""
+        self._running = self._restart_pending = False
+        self._autosave.close_open(reason)
         if self.panel.close_open(reason):
             self._changed()
         for archived in self._archived.values():
@@ -148,45 +209,54 @@ class ConversationKeeper(QObject):
 
     # ---- saving -----------------------------------------------------------------------------
 
-    def header(self) -> TranscriptHeader:
-        entries = self.panel.entries()
+    def _header_base(self) -> TranscriptHeader:
+        """What the conversation ran on (no title: that comes from its entries)."""
+        self._note_llm()
         llm, tools = describe_llm(self._settings())
+        if self._llms:  # the last one a session ran with, not what Settings say now
+            llm, tools = self._llms[-1], self._tool_sets[-1]
+        return TranscriptHeader(conversation_id=self.conversation_id, started=self.started,
+                                model=self._model, device=self._device, llm=llm, tools=tools,
+                                models=tuple(self._models), devices=tuple(self._devices),
+                                llms=tuple(self._llms), tool_sets=tuple(self._tool_sets),
+                                restarts=self._restarts)
+
+    def header(self) -> TranscriptHeader:
+        """The header of the conversation as the window shows it (File → Export)."""
+        entries = self.panel.entries()
         started = self.started
         if started is None:
             said = [e.wall_time for e in entries if e.kind != "notice"]
             started = said[0] if said else None
-        return TranscriptHeader(conversation_id=self.conversation_id,
-                                title=title_for(entries), started=started, model=self._model,
-                                device=self._device, llm=llm, tools=tools)
+        return replace(self._header_base(), title=title_for(entries), started=started)
 
     def _changed(self) -> None:
-        self._changes += 1
-        if not self._timer.isActive():  # at most one write per interval while it grows
+        self._autosave.set_header(self._header_base())
+        self._autosave.touch()
+        if not self._timer.isActive():  # the GUI's own save, at most one per interval
             self._timer.start()
 
     @Slot()
     def save(self) -> None:
-        """Write the current conversation (off the GUI thread), if it holds anything worth
-        keeping."""
+        """Write the current conversation now (on the autosave's thread), if it holds
+        anything worth keeping; the autosave also writes on its own, GUI thread or not."""
         self._timer.stop()
         self._save_draft()
-        entries = self.panel.entries()
-        if not worth_keeping(entries):
-            self._saved_changes = self._changes
-            return
-        self._write(self.header(), entries, self._changes)
+        self._autosave.set_header(self._header_base())
+        if not self._autosave.saved():
+            self._pending = self._autosave.write_now()
+        title = title_for(self.panel.entries())
+        if self._listed and title != self._listed_title:  # the user's first words
+            self.listChanged.emit()
+        self._listed_title = title
 
-    def _write(self, header: TranscriptHeader, entries: list[TranscriptEntry],
-               changes: int = -1) -> None:
-        """`changes`: how many changes of the current conversation this write holds (-1: it
-        is a put-away conversation's)."""
-        future = self._writer.submit(self.store.save, header, entries)
+    def _write(self, header: TranscriptHeader, entries: list[TranscriptEntry]) -> None:
+        """A put-away conversation's write, after the writes asked before it."""
+        future = self._autosave.submit(self.store.save, header, entries)
         self._pending = future  # writes run in order: waiting for the last waits for all
-        if changes >= 0:
-            self._pending_current = (future, changes)
         conversation_id = header.conversation_id
         future.add_done_callback(lambda f: self._done.emit(
-            conversation_id, changes, "" if f.exception() is None else str(f.exception())))
+            conversation_id, -1, "" if f.exception() is None else str(f.exception())))
 
     @Slot(str, int, str)
     def _written(self, conversation_id: str, changes: int, error: str) -> None:
@@ -196,11 +266,9 @@ class ConversationKeeper(QObject):
             self.saveFailed.emit(error)
             return
         self._error = None
-        if changes >= 0 and conversation_id == self.conversation_id:
-            self._saved_changes = max(self._saved_changes, changes)
-            if not self._listed:
-                self._listed = True
-                self.listChanged.emit()
+        if changes >= 0 and conversation_id == self.conversation_id and not self._listed:
+            self._listed = True
+            self.listChanged.emit()
 
     # ---- the unsent draft ---------------------------------------------------------------------
 
@@ -220,7 +288,7 @@ class ConversationKeeper(QObject):
         if self._draft == self._draft_written:
             return
         text = self._draft_written = self._draft
-        future = self._writer.submit(self.store.save_draft, text)
+        future = self._autosave.submit(self.store.save_draft, text)
         self._pending = future
         self._pending_draft = (future, text)
         future.add_done_callback(lambda f: self._draft_done.emit(
@@ -241,7 +309,7 @@ class ConversationKeeper(QObject):
     def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Save now and wait (bounded) for the write."""
         self._save_draft()
-        if self._changes != self._saved_changes:
+        if not self._autosave.saved():
             self.save()
         if self._pending is not None:
             try:
@@ -251,10 +319,6 @@ class ConversationKeeper(QObject):
                 return
             except Exception as exc:  # noqa: BLE001 - said by _written too, later
                 self._error = str(exc)
-        if self._pending_current is not None:
-            future, changes = self._pending_current
-            if future.done() and future.exception() is None:
-                self._saved_changes = max(self._saved_changes, changes)
         if self._pending_draft is not None:
             future, text = self._pending_draft
             if future.done() and future.exception() is None and text == self._draft_written:
@@ -264,7 +328,7 @@ class ConversationKeeper(QObject):
         """Whether closing now would lose something: it saves what is pending first, so this
         is True only when the conversation could not be written (or the write hangs)."""
         self.flush()
-        return self._changes != self._saved_changes or self._draft != self._draft_saved
+        return not self._autosave.saved() or self._draft != self._draft_saved
 
     @property
     def save_error(self) -> str | None:
@@ -276,6 +340,7 @@ class ConversationKeeper(QObject):
         """Put the current conversation away (saved) and start an empty one."""
         self.flush()
         entries = self.panel.entries()
+        previous = self.conversation_id
         if worth_keeping(entries):
             self._archived[self.conversation_id] = _Archived(self.header(), entries)
             for origin in self._origins:
@@ -284,12 +349,17 @@ class ConversationKeeper(QObject):
             for origin in self._origins:
                 self._archived_origins[origin] = None
         self.panel.clear()
-        self._pending_current = None
         self.conversation_id = new_conversation_id()
+        owner = previous if previous in self._archived else None
+        for origin in self._autosave.switch(self.conversation_id, keep=self._local_origin):
+            # a session the window had not heard from yet: its late entries go with the old
+            self._archived_origins.setdefault(origin, owner)
         self.started = None
+        self._models, self._devices, self._llms, self._tool_sets = [], [], [], []
+        self._restarts, self._restart_pending = 0, False
         self._origins = set()
-        self._listed = False
-        self._changes = self._saved_changes = 0
+        self._listed, self._listed_title = False, ""
+        self._autosave.set_header(self._header_base())
         self.listChanged.emit()
 
     def delete(self, conversation_id: str) -> None:
@@ -309,4 +379,5 @@ class ConversationKeeper(QObject):
 
     def shutdown(self) -> None:
         self.flush()
-        self._writer.shutdown(wait=True)
+        if not self._autosave.close(FLUSH_TIMEOUT_S):
+            log.warning("the autosave was still writing after %.0f s", FLUSH_TIMEOUT_S)

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.transcript.saved import ConversationSummary
+from app.display_text import visible_controls
 
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
@@ -37,6 +38,8 @@ class ConversationList(QWidget):
         self.list.setAccessibleName("Conversations")
         self.list.setMinimumWidth(120)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setWordWrap(True)  # a narrow panel wraps a title, it does not scroll sideways
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.new_button = QToolButton(self)
         self.new_button.setText("&New")
         self.open_button = QToolButton(self)
@@ -65,6 +68,7 @@ class ConversationList(QWidget):
         """The current conversation first, then the saved ones (newest first)."""
         self._current_id = current_id
         self.list.clear()
+        current_title = visible_controls(current_title)  # titles are what the user said
         item = QListWidgetItem(f"● {current_title} (now)")
         item.setData(_ID_ROLE, current_id)
         item.setToolTip("The conversation in the window")
@@ -72,10 +76,11 @@ class ConversationList(QWidget):
         for summary in saved:
             if summary.conversation_id == current_id:
                 continue
-            item = QListWidgetItem(f"{summary.title}\n{started_label(summary.started)} · "
+            title = visible_controls(summary.title)
+            item = QListWidgetItem(f"{title}\n{started_label(summary.started)} · "
                                    f"{summary.entries} entries")
             item.setData(_ID_ROLE, summary.conversation_id)
-            item.setToolTip(f"{summary.title} — {summary.path}")
+            item.setToolTip(f"{title} — {visible_controls(str(summary.path))}")
             self.list.addItem(item)
         self._enable()
 

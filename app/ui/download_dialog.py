@@ -26,13 +26,14 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -51,7 +52,10 @@ from app.checkpoints.downloader import (
     format_bytes,
 )
 from app.checkpoints.loader import CheckpointMissingError, checkpoint_info, ensure_built
+from app.settings.schema import AppSettings
 from app.text_bounds import bounded
+from app.ui import safe_file_dialog
+from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 
 TINY_MODEL_ID = "tiny"
 TINY_CAPTION = "random weights — it babbles; for trying the app"
@@ -62,6 +66,8 @@ _RATE_WINDOW_S = 3.0
 _ERROR_STYLE = "color: #b00020;"
 _NOTICE_SHOWN = 600  # characters of the app's notice shown above the choices
 _OK_STYLE = "color: #1b7f3b;"
+_LEAST_BODY_PX = 120  # the scrolled choices keep at least this much height
+_WINDOW_FRAME_PX = 40  # a title bar and frame, taken off the screen's height
 
 
 class _Job(QObject):
@@ -120,6 +126,8 @@ class ModelMissingDialog(QDialog):
         validate: Callable[[Path], object] | None = None,
         check_size: bool = True,
         notice: str | None = None,
+        plan_settings: AppSettings | None = None,
+        memory_survey: Survey = survey_settings,
     ) -> None:
         """`notice`: what the app has to tell before anything else (the settings file was
         repaired, so the model asked for here may be a default the user never chose); shown
@@ -145,7 +153,17 @@ class ModelMissingDialog(QDialog):
                             else "Model not on disk")
         self.setMinimumWidth(560)
 
-        layout = QVBoxLayout(self)
+        # The choices scroll when the screen is short (a gated model's licence text, a
+        # notice): Continue and Close below them never do.
+        self.body = QWidget()
+        layout = QVBoxLayout(self.body)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.choices_area = QScrollArea(self)
+        self.choices_area.setWidget(self.body)
+        self.choices_area.setWidgetResizable(True)
+        self.choices_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.choices_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.choices_area.setMinimumHeight(_LEAST_BODY_PX)
         self.notice_label: QLabel | None = None
         if notice:
             self.notice_label = QLabel(
@@ -161,6 +179,13 @@ class ModelMissingDialog(QDialog):
         )
         intro.setWordWrap(True)
         layout.addWidget(intro)
+        # What fits in this machine's memory with the model asked for (made off the GUI
+        # thread), before gigabytes are downloaded for it.
+        self.memory_plan: MemoryPlanView | None = None
+        if plan_settings is not None and not self.is_stt:
+            self.memory_plan = MemoryPlanView(memory_survey)
+            layout.addWidget(self.memory_plan)
+            self.memory_plan.refresh(plan_settings)
         layout.addWidget(self._download_box(token))
         folder_box = self._folder_box()
         layout.addWidget(folder_box)
@@ -175,7 +200,10 @@ class ModelMissingDialog(QDialog):
         self.close_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
-        layout.addWidget(self.buttons)
+        layout.addStretch(1)
+        outer = QVBoxLayout(self)
+        outer.addWidget(self.choices_area, 1)
+        outer.addWidget(self.buttons)
 
         if check_size and manifest.hf_repo:
             self.check_size()
@@ -488,7 +516,7 @@ class ModelMissingDialog(QDialog):
         self._refit_later()
 
     def _ask_for_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(
+        path = safe_file_dialog.existing_directory(  # never reads a /proc file on this thread
             self, "Choose the folder that holds the checkpoint", str(Path.home())
         )
         if path:
@@ -515,8 +543,15 @@ class ModelMissingDialog(QDialog):
 
     def _fit(self) -> None:
         """Grow to the height the word-wrapped labels need at this width (a top-level
-        window's size hint ignores height-for-width, so long messages would be squashed)."""
-        needed = self.heightForWidth(self.width())
+        window's size hint ignores height-for-width, so long messages would be squashed),
+        but no taller than the screen: beyond that the choices scroll."""
+        viewport = self.choices_area.viewport()
+        body = self.body.heightForWidth(viewport.width())
+        needed = max(body, self.body.minimumSizeHint().height()) \
+            + self.height() - viewport.height()
+        screen = self.screen()
+        if screen is not None:
+            needed = min(needed, screen.availableGeometry().height() - _WINDOW_FRAME_PX)
         if needed > self.height():
             self.resize(self.width(), needed)
 

@@ -55,11 +55,14 @@ class ElidedLabel(QLabel):
     def is_elided(self) -> bool:
         return self.full_width() > self.width()
 
+    def shown_text(self) -> str:
+        """What is drawn at the present width: the text, or its start and an ellipsis."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
+                                             self.contentsRect().width())
+
     def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
         painter = QPainter(self)
-        rect = self.contentsRect()
-        elided = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
-                                               rect.width())
         painter.setPen(self.colour())
-        painter.drawText(rect, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft),
-                         elided)
+        painter.drawText(self.contentsRect(),
+                         int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft),
+                         self.shown_text())

@@ -21,8 +21,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
+from app.display_text import visible_controls
 from app.settings.schema import AppSettings
 from app.ui.conversation_controller import ConversationController
+from app.ui.dock_share import DockShare
 from app.ui.input_box import InputBox
 from app.ui.level_meter import LevelMeter
 from app.ui.restart_banner import RestartBanner
@@ -111,6 +113,9 @@ class MainWindow(QMainWindow):
         # Menus, conversations (entries reach the transcript through it), what the model
         # knows, find, zoom, push-to-talk, geometry, About.
         self.features = WindowFeatures(self)
+        # The side panels narrow before the transcript does (it keeps half the width).
+        self.dock_share = DockShare(self, self.transcript,
+                                    (self.features.context_dock, self.features.list_dock))
 
     # ---- drawing ----------------------------------------------------------------------
 
@@ -136,8 +141,9 @@ class MainWindow(QMainWindow):
         self.speaker_meter.set_level(status.speaker_db)
 
     def show_error(self, message: str) -> None:
-        """A clear message in the window (never a crash, never a modal for every hiccup)."""
-        self.banner.setText(message)
+        """A clear message in the window (never a crash, never a modal for every hiccup);
+        a file name's bidi controls in it are drawn, not obeyed."""
+        self.banner.setText(visible_controls(message))
         self.banner.show()
 
     # ---- user actions -----------------------------------------------------------------

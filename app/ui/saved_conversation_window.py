@@ -9,7 +9,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.conversation.transcript.entries import TranscriptEntry
-from app.conversation.transcript.export import TranscriptHeader
+from app.conversation.transcript.export import TranscriptHeader, header_lines
 from app.ui.export_dialog import export_with_dialog
 from app.ui.transcript_panel import TranscriptPanel
 from app.ui.ui_state import UiState
@@ -27,9 +27,8 @@ class SavedConversationWindow(QWidget):
         about = QLabel(self)
         about.setWordWrap(True)
         about.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        ran_on = " · ".join(part for part in (header.model, header.device,
-                                              f"LLM: {header.llm}" if header.llm else "")
-                            if part)
+        # Every model, device, LLM and tool set it ran on, as the export's header says it.
+        ran_on = " · ".join(line.removeprefix("- ") for line in header_lines(header))
         about.setText(f"Saved conversation, read-only. {ran_on}")
         self.transcript = TranscriptPanel(self)
         self.transcript.extend(entries)

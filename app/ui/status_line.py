@@ -1,18 +1,140 @@
 """The status bar: model and device, frame time against the 80 ms budget, context, LLM.
 
 Every field elides (the whole text is its tooltip), so the window's minimum width never
-depends on what the fields say; after a conversation stops the figures are dropped.
+depends on what the fields say; after a conversation stops the figures are dropped. When the
+window is too narrow for all of them, the fields step aside by priority rather than each being
+cut to a letter: the state, the warnings and the LLM stay readable, and what stepped aside is
+listed in the tooltip of a "+N" mark at the end of the bar.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
+from PySide6.QtCore import QEvent, QSize
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.conversation.session import SessionStatus
 from app.frames import FRAME_S
 from app.ui.elided_label import ElidedLabel
 from app.ui.theme import warning_color
+
+READABLE_CHARS = 10  # an elided field keeps about this many characters, or steps aside
+GAP_PX = 10  # between two fields
+
+
+class StatusFields(QWidget):
+    """The fields in one row, placed by hand (no layout: hiding a field re-lays nothing
+    out). The first field is left-aligned and takes what is left over; the others sit at
+    the right. In the order of `rank` each field gets what it asks for, or what is left if
+    that is enough to read; one that cannot is hidden and named in the `more` mark."""
+
+    def __init__(self, fields: list[ElidedLabel], busy: QWidget,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.fields = fields  # in display order, the first one at the left
+        self.busy = busy
+        self.more = QLabel(self)  # "+2": the fields that stepped aside, in its tooltip
+        self.more.hide()
+        for widget in (busy, *fields):
+            widget.setParent(self)
+        self.rank = {id(field): index for index, field in enumerate(fields)}
+
+    def set_ranks(self, ranked: list[ElidedLabel]) -> None:
+        """Which field keeps its room first (the most important first)."""
+        self.rank = {id(field): index for index, field in enumerate(ranked)}
+        self.arrange()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        shown = [f for f in self.fields if f.text()]
+        width = sum(f.sizeHint().width() for f in shown) + GAP_PX * max(0, len(shown) - 1)
+        return QSize(width, self._height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(0, self._height())  # the fields step aside, they never hold the window
+
+    def _height(self) -> int:
+        return max([f.sizeHint().height() for f in self.fields] + [self.busy.height()])
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # a field's text (its size hint) changed
+            self.arrange()
+            self.updateGeometry()
+        return super().event(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.arrange()
+
+    @staticmethod
+    def readable_width(field: ElidedLabel) -> int:
+        """The least a field is shown at: its first few characters and the ellipsis."""
+        text = field.text()
+        short = text if len(text) <= READABLE_CHARS else text[:READABLE_CHARS] + "…"
+        return min(field.sizeHint().width(),
+                   field.fontMetrics().horizontalAdvance(short) + field.full_width()
+                   - field.fontMetrics().horizontalAdvance(text))
+
+    def arrange(self) -> None:
+        width, height = self.width(), self.height()
+        busy = self.busy.width() + GAP_PX if not self.busy.isHidden() else 0
+        candidates = sorted((f for f in self.fields if f.text()),
+                            key=lambda f: self.rank.get(id(f), len(self.rank)))
+        kept, dropped = self._allot(candidates, width - busy)
+        more_w = 0
+        if dropped:  # room for the mark that names them, as wide as it can be
+            more_w = self.more.fontMetrics().horizontalAdvance(f"+{len(candidates)}") + 2
+            kept, dropped = self._allot(candidates, width - busy - more_w - GAP_PX)
+        # Text and visibility are set only when they change: each change asks for a new
+        # arrangement (a LayoutRequest), and an unchanged one must not ask again.
+        mark = f"+{len(dropped)}" if dropped else ""
+        tip = "\n".join(_described(f) for f in self.fields if f in dropped)
+        if self.more.text() != mark:
+            self.more.setText(mark)
+        if self.more.toolTip() != tip:
+            self.more.setToolTip(tip)
+        for widget, wanted in ((self.more, bool(dropped)),
+                               *((field, field in kept) for field in self.fields)):
+            if widget.isHidden() == wanted:
+                widget.setVisible(wanted)
+        shown = [f for f in self.fields if f in kept]
+        right = width
+        if dropped:
+            self.more.setGeometry(right - more_w, 0, more_w, height)
+            right -= more_w + GAP_PX
+        for field in reversed(shown[1:] if shown and shown[0] is self.fields[0] else shown):
+            right -= kept[field]
+            field.setGeometry(right, 0, kept[field], height)
+            right -= GAP_PX
+        x = 0
+        if busy:
+            self.busy.move(0, (height - self.busy.height()) // 2)
+            x = busy
+        first = self.fields[0]
+        if first in kept:  # the left field takes what is left over
+            first.setGeometry(x, 0, max(kept[first], right + GAP_PX - x), height)
+
+    def _allot(self, ranked: list[ElidedLabel],
+               room: int) -> tuple[dict[ElidedLabel, int], list[ElidedLabel]]:
+        """Widths by priority: each field what it asks for, or what is left if that is
+        enough to read; else it steps aside (a later, shorter one may still fit)."""
+        kept: dict[ElidedLabel, int] = {}
+        used = 0
+        for field in ranked:
+            gap = GAP_PX if kept else 0
+            width = min(field.sizeHint().width(), room - used - gap)
+            if width >= self.readable_width(field):
+                kept[field] = width
+                used += gap + width
+        return kept, [f for f in ranked if f not in kept]
+
+
+def _described(field: ElidedLabel) -> str:
+    """A hidden field in the mark's tooltip: its own tooltip when that starts with its text
+    (and says more), else its text and the tooltip."""
+    text, tip = field.text(), field.toolTip()
+    if not tip or tip.startswith(text):
+        return tip or text
+    return f"{text} — {tip}"
 
 
 class StatusLine(QStatusBar):
@@ -30,18 +152,19 @@ class StatusLine(QStatusBar):
         self.busy.setFixedWidth(120)
         self.busy.setFixedHeight(12)
         self.busy.hide()
-        self.addWidget(self.busy)
-        self.addWidget(self.state, 1)
-        for label in (self.model, self.frame, self.context, self.llm, self.audio, self.asr):
-            self.addPermanentWidget(label)
+        self.fields = StatusFields([self.state, self.model, self.frame, self.context, self.llm,
+                                    self.audio, self.asr], self.busy, self)
+        self.addPermanentWidget(self.fields, 1)
         self.last_status: SessionStatus | None = None
         self._warn_frame = False
         self._warn_llm = False
         self._warn_asr = False
+        self._rank()
 
     def show_state(self, text: str, busy: bool = False) -> None:
         self.state.setText(text)
         self.busy.setVisible(busy)
+        self.fields.arrange()
 
     def show_status(self, status: SessionStatus) -> None:
         self.last_status = status
@@ -61,7 +184,7 @@ class StatusLine(QStatusBar):
         self.llm.setText(f"LLM: {status.llm_state}")
         self.llm.setToolTip(f"LLM: {status.llm_state}"
                             + (f" — {status.llm_message}" if status.llm_message else ""))
-        self._warn_llm = status.llm_state == "error"
+        self._warn_llm = status.llm_state in ("error", "unreachable", "model missing")
         problems = status.dropped_frames + status.underruns + status.overruns
         self.audio.setText(
             f"audio: {status.dropped_frames} dropped, {status.underruns} under, "
@@ -71,9 +194,9 @@ class StatusLine(QStatusBar):
         missed_s = status.asr_dropped_frames * FRAME_S
         self.asr.setText(f"speech recognition missed {missed_s:.1f} s" if self._warn_asr else "")
         self.asr.setToolTip(
-            f"The speech recognizer fell behind and never heard "
-            f"{status.asr_dropped_frames} audio frames ({missed_s:.1f} s)"
-            ": the computer is too busy. Words in those moments may be missing from your turns."
+            f"{self.asr.text()}: the speech recognizer fell behind and never heard "
+            f"{status.asr_dropped_frames} audio frames"
+            ". The computer is too busy; words in those moments may be missing from your turns."
             if self._warn_asr else "")
         self._colour_warnings()
 
@@ -104,6 +227,17 @@ class StatusLine(QStatusBar):
         self.frame.set_colour(red if self._warn_frame else None)
         self.llm.set_colour(red if self._warn_llm else None)
         self.asr.set_colour(red if self._warn_asr else None)
+        self._rank()
+
+    def _rank(self) -> None:
+        """What keeps its room first when the bar is narrow: the state, then a field in
+        warning red, then the LLM, the frame time (or network), the context, audio, model."""
+        order = [self.state, self.asr, self.llm, self.frame, self.context, self.audio,
+                 self.model]
+        warned = {id(self.frame): self._warn_frame, id(self.llm): self._warn_llm,
+                  id(self.asr): self._warn_asr}
+        self.fields.set_ranks(sorted(order, key=lambda f: (f is not self.state,
+                                                           not warned.get(id(f), False))))
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
         super().changeEvent(event)

@@ -15,7 +15,7 @@ follows a dark desktop. A pending LLM request draws a Cancel button of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from PySide6.QtCore import (
@@ -61,13 +61,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversation.transcript.entries import STOPPED, TranscriptEntry, closed
+from app.conversation.transcript.entries import (
+    READ_MARK,
+    STOPPED,
+    TranscriptEntry,
+    closed,
+    read_split,
+)
 from app.conversation.transcript.export import (
     KIND_LABELS,
     describe_landing,
     describe_source,
     format_clock,
     format_conversation_time,
+    shown,
     shows_detail,
     to_plain_text,
 )
@@ -247,9 +254,13 @@ class RowLayout:
     bubble: QRect
     header: QRect
     meta: QRect  # spans: provenance line; empty for other kinds
-    body: QRect
+    body: QRect  # a span the model read only the start of: the part it read
     detail: QRect  # tools and spans: what happened to them; empty otherwise
     button: QRect  # a pending LLM request: its Cancel button; empty otherwise
+    # A span the model read only the start of: the line that marks where it stopped, and
+    # the rest of the text below it, drawn greyed; empty otherwise.
+    mark: QRect = field(default_factory=QRect)
+    unread: QRect = field(default_factory=QRect)
 
 
 _OUTER_X = 10
@@ -384,9 +395,17 @@ class TranscriptDelegate(QStyledItemDelegate):
             if meta
             else QRect()
         )
+        split = read_split(entry)
+        read_text, unread_text = split if split is not None else (entry.text, "")
         body_box = body_fm.boundingRect(
-            QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, entry.text or " "
+            QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, read_text or " "
         )
+        mark_box = unread_box = QRect()
+        if split is not None:
+            mark_box = small_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS,
+                                             READ_MARK)
+            unread_box = body_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS,
+                                              unread_text or " ")
         detail = self.detail_text(entry)
         detail_box = (
             small_fm.boundingRect(QRect(0, 0, max_inner, _UNBOUNDED), _TEXT_FLAGS, detail)
@@ -396,7 +415,8 @@ class TranscriptDelegate(QStyledItemDelegate):
         if style.placement in ("left", "right"):  # chat bubbles hug their text
             inner = min(
                 max_inner,
-                max(header_w, meta_box.width(), body_box.width(), detail_box.width()),
+                max(header_w, meta_box.width(), body_box.width(), detail_box.width(),
+                    mark_box.width(), unread_box.width()),
             )
         else:
             inner = max_inner
@@ -420,6 +440,13 @@ class TranscriptDelegate(QStyledItemDelegate):
             y += meta_box.height() + _GAP
         body = QRect(x, y, inner, body_box.height())
         y += body_box.height()
+        mark_rect = unread_rect = QRect()
+        if split is not None:
+            y += _GAP
+            mark_rect = QRect(x, y, inner, mark_box.height())
+            y += mark_box.height() + _GAP
+            unread_rect = QRect(x, y, inner, unread_box.height())
+            y += unread_box.height()
         detail_rect = QRect()
         if detail:
             y += _GAP
@@ -440,11 +467,14 @@ class TranscriptDelegate(QStyledItemDelegate):
             body=body,
             detail=detail_rect,
             button=button,
+            mark=mark_rect,
+            unread=unread_rect,
         )
 
     def row_layout(self, index: ModelIndex) -> RowLayout:
         """The layout of a row at the view's current width (what paint() draws)."""
-        return self.layout_for(self._model.entry_at(index.row()), self._view.viewport().width())
+        return self.layout_for(shown(self._model.entry_at(index.row())),
+                               self._view.viewport().width())
 
     def sizeHint(self, option: QStyleOptionViewItem, index: ModelIndex) -> QSize:
         layout = self.row_layout(index)
@@ -452,7 +482,7 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     # --- painting ----------------------------------------------------------------------
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: ModelIndex) -> None:
-        entry = self._model.entry_at(index.row())
+        entry = shown(self._model.entry_at(index.row()))  # bidi controls drawn, not obeyed
         layout = self.row_layout(index)
         theme = self.theme()
         style = style_for(entry, theme)
@@ -500,7 +530,16 @@ class TranscriptDelegate(QStyledItemDelegate):
         body_flags = _TEXT_FLAGS
         if style.placement == "center":
             body_flags |= int(Qt.AlignmentFlag.AlignHCenter)
-        painter.drawText(layout.body, body_flags, entry.text)
+        split = read_split(entry)
+        painter.drawText(layout.body, body_flags, entry.text if split is None else split[0])
+        if split is not None and not layout.mark.isNull():
+            # Where the model stopped reading; the rest reads greyed, as not read.
+            painter.setFont(self._small_font)
+            painter.setPen(style.accent)
+            painter.drawText(layout.mark, _TEXT_FLAGS, READ_MARK)
+            painter.setFont(self._body_font_for(entry))
+            painter.setPen(theme.meta)
+            painter.drawText(layout.unread, body_flags, split[1])
         if not layout.detail.isNull():
             painter.setFont(self._small_font)
             painter.setPen(theme.meta)

@@ -86,6 +86,7 @@ class WindowFeatures(QObject):
         self._keyboard()
 
         controller.entry.connect(self.keeper.on_entry)
+        controller.entry_sinks.append(self.keeper.from_session)  # autosave: no GUI wait
         editor = window.input_box.editor
         editor.textChanged.connect(lambda: self.keeper.note_draft(editor.toPlainText()))
         controller.state_changed.connect(self._on_state)

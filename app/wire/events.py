@@ -56,6 +56,9 @@ class Ready:
     frames_received: int = 0
     chunk_limit: int = 0
     context_window: int = 0
+    # The most content tokens one span carries on the server's device (a block is never
+    # split: what fits in its frame, measured); 0: not said (an older server).
+    span_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ class SpanAccepted:
     source: str = ""
     tokens: int = 0  # positions it takes in the model's context, wrapping included
     truncated: bool = False
+    # The content's tokens before and after the model's limit (0: not said, an older
+    # server), the limit in words, and when cut, the characters of the text it kept.
+    content_tokens: int = 0
+    kept_tokens: int = 0
+    limit: str = ""
+    read_chars: int | None = None
 
 
 @dataclass(frozen=True)

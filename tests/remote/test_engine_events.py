@@ -25,8 +25,10 @@ def test_a_span_keeps_the_apps_id_from_queued_to_landed() -> None:
     assert mapper.map(wire.SpanQueued(span_id=40, source="llm", id="7")) == []
     accepted, = mapper.map(wire.SpanAccepted(span_id=40, source="llm", tokens=12))
     assert accepted == ev.SpanAccepted(7, "llm", "Canberra.", 12, False, 12, 12)
-    landed, = mapper.map(wire.Span(text="Canberra.", source="llm", frames=12, span_id=40,
-                                   landed_frame=2))
+    chunk, landed = mapper.map(wire.Span(text="Canberra.", source="llm", frames=12,
+                                         span_id=40, landed_frame=2))
+    # Where its positions went, as a local engine says it (the context panel places it).
+    assert isinstance(chunk, ev.SpanChunkInjected) and (chunk.span_id, chunk.k) == (7, 12)
     assert isinstance(landed, ev.SpanInjected)
     assert (landed.span_id, landed.last_frame, landed.positions, landed.origin_frame) == (
         7, 2, 12, 1)

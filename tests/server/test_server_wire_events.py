@@ -68,7 +68,7 @@ def test_the_retrieval_flow_maps_to_the_references_events():
     assert out == [
         wire.Ret(40),
         wire.Question("capital of france", 12.0),
-        wire.SpanAccepted(7, "llm", 6, False),
+        wire.SpanAccepted(7, "llm", 6, False, 4, 4),  # its content's tokens: none cut
         wire.Span("Paris is the capital.", "capital of france", "llm", 6, 0.48, 20.0, 7, 1,
                   44, 40),
         wire.Slot(20.0, 30.0, 50.0, False, 7),

@@ -301,15 +301,17 @@ def test_test_connection_keeps_the_focus(qtbot):
     assert not dialog.timeout_spin.hasFocus()
 
 
-def test_the_quantize_setting_is_kept_but_not_offered(qtbot):
-    from PySide6.QtWidgets import QCheckBox
-
-    settings = AppSettings(speech=SpeechModelSettings(quantize=True))
+def test_a_saved_precision_the_device_does_not_offer_is_kept_and_marked(qtbot):
+    settings = AppSettings(speech=SpeechModelSettings(device="mlx", precision="int8"))
     dialog = SettingsDialog(settings, stt_models={})
     qtbot.addWidget(dialog)
-    boxes = [box.text() for box in dialog.findChildren(QCheckBox)]
-    assert boxes and not any("8-bit" in text for text in boxes)
-    assert dialog.settings().speech.quantize is True  # an old file's value is not rewritten
+    combo = dialog.precision_combo
+    assert [combo.itemData(i) for i in range(combo.count())] == [
+        "auto", "fp32", "bf16", "q8", "q4", "int8"]
+    assert "not for this device" in combo.currentText()
+    assert dialog.settings().speech.precision == "int8"  # nothing changes by itself
+    dialog.device_combo.setCurrentText("cuda")  # a device that runs it: no mark
+    assert combo.currentData() == "int8" and "not for" not in combo.currentText()
 
 
 # ---- item 5: the process-level deadline after closing ------------------------------------------

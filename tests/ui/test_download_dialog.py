@@ -21,11 +21,11 @@ from types import ModuleType  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QDialog, QFileDialog  # noqa: E402
+from PySide6.QtWidgets import QDialog  # noqa: E402
 
 from app.checkpoints.catalog import Manifest, get_manifest  # noqa: E402
 from app.checkpoints.downloader import format_bytes  # noqa: E402
-from app.ui import download_dialog  # noqa: E402
+from app.ui import download_dialog, safe_file_dialog  # noqa: E402
 from app.ui.download_dialog import TINY_CAPTION, ModelMissingDialog  # noqa: E402
 
 WAIT_MS = 10_000
@@ -200,7 +200,7 @@ def test_a_local_folder_is_checked_by_the_loader(qtbot, open_dialog, tmp_path, m
     good.mkdir()
     for name in manifest.files.values():
         (good / name).write_bytes(b"weights")
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(good))
+    monkeypatch.setattr(safe_file_dialog, "existing_directory", lambda *a, **k: str(good))
     qtbot.mouseClick(dialog.folder_button, Qt.MouseButton.LeftButton)
     assert dialog.result() == QDialog.DialogCode.Accepted
     assert dialog.chosen() == ("folder", good)

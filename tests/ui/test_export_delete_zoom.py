@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QPoint
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QFileDialog, QMessageBox
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QMessageBox
 
 from app.conversation.transcript.entries import TranscriptEntry
 from app.conversation.transcript.export import TranscriptHeader
+from app.ui import safe_file_dialog
 
 
 def settle() -> None:
@@ -31,7 +32,7 @@ def test_export_opens_in_home_when_there_is_no_documents_folder(bare_window, tmp
         opened.append(Path(start))
         return "", ""  # cancelled: where it opened is what is checked
 
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", ask)
+    monkeypatch.setattr(safe_file_dialog, "save_file_name", ask)
     bare_window.controller.entry.emit(TranscriptEntry(1, "user", "hi", time.time(), origin="s"))
     bare_window.export_action.trigger()
     assert opened[0].parent.is_dir()  # a missing folder opens Qt's dialog in the cwd

@@ -85,10 +85,12 @@ def test_remote_conversation_answers_survives_a_killed_server_and_stops(
         assert window.start_action.text() == "&Resume"
         qtbot.waitUntil(lambda: window.status_line.frame.text() == "server: disconnected",
                         timeout=10_000)
-        # Paused, not broken: a typed question is still taken (its span is refused, said).
+        # Paused, not broken: a typed question is still taken (its span is refused, said on
+        # the answer's own entry).
         window.input_box.editor.setPlainText("And of France?")
         window.input_box.send_button.click()
-        qtbot.waitUntil(lambda: bool(notices(window, "speech server is down")),
+        qtbot.waitUntil(lambda: any(e.kind == "span" and e.final and "speech server is down"
+                                    in e.detail for e in window.transcript.entries()),
                         timeout=30_000)
         assert controller.state == "paused" and controller.running
 

@@ -11,12 +11,12 @@ import threading
 import time
 
 import pytest
-from PySide6.QtWidgets import QFileDialog
 
 from app.bench.audio_bench import PrivatePulseAudio
 from app.conversation.transcript.export import read_transcript
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
+from app.ui import safe_file_dialog
 from app.ui.app import _live_audio_factory
 from app.ui.conversation_controller import ConversationController
 from app.ui.main_window import MainWindow
@@ -89,7 +89,7 @@ def test_two_conversations_survive_stop_start_new_reopen_export_and_close(
         assert all(e.final for e in viewer.entries())
 
         exports = iter([tmp_path / "second.md", tmp_path / "first.json"])
-        monkeypatch.setattr(QFileDialog, "getSaveFileName",
+        monkeypatch.setattr(safe_file_dialog, "save_file_name",
                             lambda *_args, **_kw: (str(next(exports)), "Markdown (*.md)"))
         window.export_action.trigger()
         viewer.export_button.click()

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QFileDialog, QToolBar
+from PySide6.QtWidgets import QApplication, QToolBar
 
 from app.conversation.session import SessionStatus
 from app.conversation.transcript.entries import TranscriptEntry
 from app.conversation.transcript.export import iso_time, read_transcript
+from app.ui import safe_file_dialog
 from app.ui.theme import warning_color
 from app.ui.ui_state import documents_dir
 
@@ -110,7 +111,7 @@ def test_after_stop_no_stale_figures_dark_meters_and_no_partial_bubble(qtbot, ba
     last = window.transcript.entries()[-1]
     assert last.kind == "assistant" and last.final
     target = tmp_path / "talk.md"
-    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+    monkeypatch.setattr(safe_file_dialog, "save_file_name",
                         lambda *_a, **_k: (str(target), "Markdown (*.md)"))
     window.export_action.trigger()
     markdown = target.read_text(encoding="utf-8")
@@ -174,7 +175,7 @@ def save_dialog(monkeypatch):
         opened.append(Path(directory))
         return str(answers.pop(0)), "Markdown (*.md)"
 
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", ask)
+    monkeypatch.setattr(safe_file_dialog, "save_file_name", ask)
     return opened, answers
 
 

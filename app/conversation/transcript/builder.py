@@ -21,7 +21,15 @@ from dataclasses import replace
 from typing import Any
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial
-from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
+from app.conversation.transcript.entries import (
+    QUEUED,
+    READING,
+    EntryKind,
+    SpanContext,
+    TranscriptEntry,
+)
+from app.conversation.transcript.export import describe_source, format_conversation_time
+from app.cuts import Cut, describe_read
 from app.engine import events as ev
 from app.frames import FRAME_S
 from app.orchestrator import events as oe
@@ -45,11 +53,19 @@ class TranscriptBuilder:
         self._llm = llm
         self._ids = itertools.count(1)
         self._last_id = 0
+        self._last_notice_id = 0  # the latest notice: words after it start a new bubble
         self._assistant: TranscriptEntry | None = None
         self._assistant_last_frame = -1
         self._user: TranscriptEntry | None = None
         self._spans: dict[int, TranscriptEntry] = {}  # span id -> its entry, until it lands
         self._span_text: dict[int, tuple[str, str]] = {}
+        # What the bounds cut from each span on its way (app/cuts.py), and how many of its
+        # characters the model read when it read only the start.
+        self._span_cuts: dict[int, tuple[Cut, ...]] = {}
+        self._span_read: dict[int, int] = {}
+        # LLM spans the engine refused before their SpanQueued came (a remote engine that is
+        # down refuses in `inject`): span id -> why, said on the answer's entry.
+        self._refused: dict[int, str] = {}
         self._retrievals: dict[int, TranscriptEntry] = {}  # <ret> frame -> its entry
         self._thinking: dict[int, TranscriptEntry] = {}  # turn id -> its pending entry
         # The context window: positions so far, and where each landed span's chunks are.
@@ -62,9 +78,35 @@ class TranscriptBuilder:
         """The LLM changed during the conversation: spans from now on name the new one."""
         self._llm = label
 
-    def remember_span(self, span_id: int, text: str, source: str) -> None:
-        """Spans the UI queued itself (typed, dropped): their text and source for display."""
+    def remember_span(self, span_id: int, text: str, source: str,
+                      cuts: tuple[Cut, ...] = ()) -> list[TranscriptEntry]:
+        """A span the UI queued itself (typed, dropped, pasted): its entry, at once, with its
+        whole text (`cuts`: what was cut before it was queued)."""
         self._span_text[span_id] = (text, source)
+        self._add_cuts(span_id, cuts)
+        if span_id in self._spans:  # the engine spoke of it first
+            return []
+        entry = self._new("span", text, self._clock(), source=self._name_source(source),
+                          final=False)
+        return [self._span_state(span_id, entry, QUEUED)]
+
+    def span_not_injected(self, text: str, source: str, reason: str,
+                          cuts: tuple[Cut, ...] = ()) -> TranscriptEntry:
+        """A span the engine refused outright: its entry, with its text and why."""
+        entry = self._new("span", text, self._clock(), source=self._name_source(source))
+        return replace(entry, detail=self._detail(entry, f"not injected: {reason}", cuts))
+
+    def context_lost(self, reason: str) -> list[TranscriptEntry]:
+        """The speech model's context is gone (the server's conversation ended with the
+        connection): the landed spans it held are marked lost, not left "inside"."""
+        out = []
+        for entry in self._in_window.values():
+            assert entry.context is not None
+            out.append(replace(entry, context=replace(entry.context, in_window=0,
+                                                      lost=reason)))
+        self._in_window.clear()
+        self._chunks.clear()
+        return out
 
     def _new(self, kind: EntryKind, text: str, now: float, **fields: Any) -> TranscriptEntry:
         return TranscriptEntry(self._next_id(), kind, text, now, origin=self.origin, **fields)
@@ -117,8 +159,9 @@ class TranscriptBuilder:
         if isinstance(event, (ev.EngineError, AsrError)):
             return [self._notice(event.message, now, "error" if event.fatal else "warning")]
         if isinstance(event, ev.SpanRejected):
-            return [self._notice(f"A span from {self._name_source(event.source)} was not "
-                                 f"injected: {event.reason}", now, "warning")]
+            return self._span_refused(event.span_id, event.source, "", event.reason, now,
+                                      f"A span from {self._name_source(event.source)} was not "
+                                      f"injected: {event.reason}")
         return self._turn_entries(event, now) or self._retrieval_entries(event, now)
 
     # ---- an LLM request, from "asking" to what came of it --------------------------------
@@ -132,8 +175,11 @@ class TranscriptBuilder:
         if isinstance(event, oe.ToolCalled):
             status = "ok" if event.ok else f"failed: {event.error}"
             args = ", ".join(f"{k}={v!r}" for k, v in event.arguments.items())
-            detail = f"{status}; {event.chars} characters" + (" (truncated)"
-                                                               if event.truncated else "")
+            detail = f"{status}; {event.chars:,} characters"
+            if event.cuts:  # each bound that cut the output, with the sizes
+                detail += "; " + "; ".join(cut.describe() for cut in event.cuts)
+            elif event.truncated:
+                detail += " (truncated)"
             pending = self._thinking.get(event.turn_id)
             tool = self._become(pending, "tool", f"{event.tool}({args})", now,
                                 source=event.source, detail=detail)
@@ -145,6 +191,9 @@ class TranscriptBuilder:
             return [tool, self._thinking[event.turn_id]]
         if isinstance(event, oe.SpanQueued):
             return self._span_queued(event, now)
+        if isinstance(event, oe.AnswerNotInjected):
+            return self._answer_dropped(event.turn_id, event.text, event.source, event.cuts,
+                                        f"not injected: {event.reason}", now)
         if isinstance(event, oe.TurnFailed):
             return [self._end_turn(event.turn_id, f"The LLM could not answer: {event.message}",
                                    now, "warning")]
@@ -173,23 +222,45 @@ class TranscriptBuilder:
                             detail=severity)
 
     def _span_queued(self, event: oe.SpanQueued, now: float) -> list[TranscriptEntry]:
+        """The LLM answered and its span is queued: the answer is a span entry from now on,
+        saying where it stands (queued, being read, landed, or not injected and why)."""
+        refused = self._refused.pop(event.span_id, None)
+        if refused is not None:
+            return self._answer_dropped(event.turn_id, event.text, event.source, event.cuts,
+                                        f"not injected: {refused}", now)
         pending = self._thinking.pop(event.turn_id, None)
-        if event.span_id in self._spans or pending is None or self._below(pending):
-            # The span gets an entry of its own, at the end: the engine took it first (its
-            # SpanAccepted came before this), the request was not on screen, or the model
-            # spoke on meanwhile, and a span reads where it reached the voice, not above
-            # words said before it landed.
-            self._span_text.setdefault(event.span_id, (event.text, event.source))
-            if pending is None:
-                return []
-            return [self._become(pending, "notice", f"The LLM answered {pending.text}: its "
-                                 "span is below, where it reached the voice.", now,
-                                 detail="info")]
-        entry = self._become(pending, "span", event.text, now,
-                             source=self._name_source(event.source), detail="queued",
-                             final=False)
-        self._spans[event.span_id] = entry
-        return [entry]
+        self._span_text.setdefault(event.span_id, (event.text, event.source))
+        self._add_cuts(event.span_id, event.cuts)
+        entry = self._spans.get(event.span_id)
+        if entry is not None:  # the engine took it first (its SpanAccepted came before)
+            out = [self._span_state(event.span_id, entry, self._state(entry))]
+            if out[0] == entry:
+                out = []
+        elif pending is not None and not self._below(pending):
+            entry = self._become(pending, "span", event.text, now,
+                                 source=self._name_source(event.source), final=False)
+            return [self._span_state(event.span_id, entry, QUEUED)]
+        else:  # at the end, below what was said since the question
+            entry = self._new("span", event.text, now,
+                              source=self._name_source(event.source), final=False)
+            out = [self._span_state(event.span_id, entry, QUEUED)]
+        if pending is None or pending.key == entry.key:
+            return out
+        return [self._become(pending, "notice", f"The LLM answered {pending.text}: its span "
+                             "is below.", now, detail="info"), *out]
+
+    def _answer_dropped(self, turn_id: int, text: str, source: str, cuts: tuple[Cut, ...],
+                        why: str, now: float) -> list[TranscriptEntry]:
+        """An answer that will never reach the model: still shown, with why."""
+        pending = self._thinking.pop(turn_id, None)
+        if pending is not None and self._below(pending):
+            pending_notice = self._become(pending, "notice", f"The LLM answered "
+                                          f"{pending.text}: its answer is below.", now,
+                                          detail="info")
+            entry = self._new("span", text, now, source=self._name_source(source))
+            return [pending_notice, replace(entry, detail=self._detail(entry, why, cuts))]
+        entry = self._become(pending, "span", text, now, source=self._name_source(source))
+        return [replace(entry, final=True, detail=self._detail(entry, why, cuts))]
 
     # ---- spans ---------------------------------------------------------------------------
 
@@ -200,11 +271,44 @@ class TranscriptBuilder:
         tools = source.split("+")[1:]
         return f"{self._llm} via {', '.join(tools)}" if tools else self._llm
 
+    def _add_cuts(self, span_id: int, cuts: tuple[Cut, ...]) -> None:
+        if cuts:
+            self._span_cuts[span_id] = self._span_cuts.get(span_id, ()) + cuts
+
+    def _detail(self, entry: TranscriptEntry, state: str,
+                cuts: tuple[Cut, ...] = ()) -> str:
+        """A span's detail line: where it stands, then every cut on its way with its sizes,
+        then how much of its text the model read when that is not all of it."""
+        parts = [state, *(cut.describe() for cut in cuts)]
+        if entry.read_chars is not None and entry.read_chars < len(entry.text):
+            parts.append(describe_read(entry.read_chars, len(entry.text)))
+        return "; ".join(parts)
+
+    def _span_state(self, span_id: int, entry: TranscriptEntry, state: str
+                    ) -> TranscriptEntry:
+        """`entry` (still open) as span `span_id`'s, saying `state`; kept until it ends."""
+        read = self._span_read.get(span_id)
+        if read is not None:
+            entry = replace(entry, read_chars=read)
+        entry = replace(entry, detail=self._detail(entry, state,
+                                                   self._span_cuts.get(span_id, ())))
+        self._spans[span_id] = entry
+        return entry
+
+    @staticmethod
+    def _state(entry: TranscriptEntry) -> str:
+        return entry.detail.split("; ", 1)[0] if entry.detail else QUEUED
+
     def _span_accepted(self, event: ev.SpanAccepted, now: float) -> list[TranscriptEntry]:
-        detail = "queued"
-        if event.truncated:
-            detail = (f"truncated: kept {event.kept_content_tokens:,} of "
-                      f"{event.original_content_tokens:,} tokens")
+        cuts = event.cuts
+        if event.truncated and not any(cut.unit == "tokens" for cut in cuts):
+            cuts += (Cut("the span's content", event.original_content_tokens,
+                         event.kept_content_tokens, "tokens",
+                         f"the speech model's span limit: {event.kept_content_tokens:,} "
+                         "tokens"),)
+        self._add_cuts(event.span_id, cuts)
+        if event.read_chars is not None:
+            self._span_read[event.span_id] = event.read_chars
         entry = self._spans.get(event.span_id)
         if entry is None:
             text, source = self._span_text.get(event.span_id, (event.text, event.source))
@@ -215,12 +319,10 @@ class TranscriptBuilder:
             else:
                 entry = self._new("span", text, now, final=False)
             entry = replace(entry, source=self._name_source(source))
-        entry = replace(entry, detail=detail)
-        self._spans[event.span_id] = entry
-        return [entry]
+        return [self._span_state(event.span_id, entry, READING)]
 
     def _only_pending_llm_request(self, source: str) -> TranscriptEntry | None:
-        if not (source == "llm" or source.startswith("llm+")) or len(self._thinking) != 1:
+        if not _from_llm(source) or len(self._thinking) != 1:
             return None
         pending = next(iter(self._thinking.values()))
         return None if self._below(pending) else pending
@@ -230,19 +332,48 @@ class TranscriptBuilder:
         if entry is None:
             return []
         out = self._close_assistant()
-        parts = [entry.detail] if entry.detail.startswith("truncated") else []
         chunks = "1 chunk" if event.chunks == 1 else f"{event.chunks} chunks"
-        parts.append(f"{event.positions:,} positions in {chunks}")
+        state = f"{event.positions:,} positions in {chunks}"
         if event.origin_frame is not None:
             after = (event.last_frame - event.origin_frame) * FRAME_S
-            parts.append(f"landed {after:.2f} s after <ret>")
-        landed = replace(entry, final=True, landed_frame=event.last_frame,
-                         conversation_s=event.last_frame * FRAME_S, detail="; ".join(parts),
+            state += f"; landed {after:.2f} s after <ret>"
+        at = event.last_frame * FRAME_S
+        if self._assistant is not None and self._assistant.entry_id > entry.entry_id:
+            # The model spoke on while it waited: the span reads where the model read it,
+            # below those words; where it was queued says so.
+            out.append(replace(entry, kind="notice", final=True, wall_time=now,
+                               text=f"The span from {describe_source(entry.source)} queued "
+                                    f"here reached the speech model at "
+                                    f"{format_conversation_time(at)}: it is below.",
+                               detail="info", read_chars=None))
+            entry = self._new("span", entry.text, now, source=entry.source,
+                              read_chars=entry.read_chars)
+        landed = replace(entry, final=True, landed_frame=event.last_frame, conversation_s=at,
+                         detail=self._detail(entry, state,
+                                             self._span_cuts.pop(event.span_id, ())),
                          wall_time=now, context=self._context_of(event.span_id,
                                                                  event.positions))
+        self._span_read.pop(event.span_id, None)
         if landed.context is not None and landed.context.in_window:
             self._in_window[event.span_id] = landed
         return [*out, landed]
+
+    def _span_refused(self, span_id: int, source: str, text: str, reason: str, now: float,
+                      notice: str, severity: str = "warning") -> list[TranscriptEntry]:
+        """A span the engine will not read: its entry says so (one is made from its text when
+        none is on screen yet); a span the transcript knows nothing of is a notice."""
+        entry = self._spans.pop(span_id, None)
+        if entry is None:
+            known, known_source = self._span_text.get(span_id, (text, source))
+            if not known and _from_llm(source):  # its SpanQueued is on its way: said there
+                self._refused[span_id] = reason
+                return []
+            if not known:
+                return [self._notice(notice, now, severity)]
+            entry = self._new("span", known, now, source=self._name_source(known_source))
+        self._span_read.pop(span_id, None)
+        detail = self._detail(entry, f"not injected: {reason}", self._span_cuts.pop(span_id, ()))
+        return [replace(entry, final=True, wall_time=now, detail=detail)]
 
     # ---- the context window --------------------------------------------------------------
 
@@ -316,14 +447,21 @@ class TranscriptBuilder:
                                           now, "info"))
             return out
         if isinstance(event, oe.RetrievalLate):
-            return [self._end_turn(event.turn_id, f"The answer to “{event.question}” came "
-                                   f"{event.seconds:.1f} s after <ret>, past the model's "
-                                   "deadline: dropped", now, "warning")]
+            late = (f"The answer to “{event.question}” came {event.seconds:.1f} s after "
+                    "<ret>, past the model's deadline: dropped")
+            if not event.text:
+                return [self._end_turn(event.turn_id, late, now, "warning")]
+            return self._answer_dropped(
+                event.turn_id, event.text, event.source, (),
+                f"not injected: it came {event.seconds:.1f} s after <ret>, past the model's "
+                "deadline", now)
         if isinstance(event, ev.SpanLate):
-            self._spans.pop(event.span_id, None)
-            return [self._notice(f"A span from {self._name_source(event.source)} reached the "
-                                 f"model {event.seconds:.1f} s after <ret>, past its deadline: "
-                                 "dropped", now, "warning")]
+            why = (f"it reached the model {event.seconds:.1f} s after <ret>, past its "
+                   "deadline")
+            return self._span_refused(event.span_id, event.source, event.text, why, now,
+                                      f"A span from {self._name_source(event.source)} "
+                                      f"reached the model {event.seconds:.1f} s after <ret>, "
+                                      "past its deadline: dropped")
         if isinstance(event, oe.RetrievalIgnored):
             return [self._notice(f"The model asked again {at(event.ret_frame)} while a "
                                  "retrieval was pending: ignored", now, "info")]
@@ -351,12 +489,15 @@ class TranscriptBuilder:
         return [self._assistant]
 
     def _notice(self, message: str, now: float, severity: str) -> TranscriptEntry:
-        return self._new("notice", message, now, detail=severity)
+        entry = self._new("notice", message, now, detail=severity)
+        self._last_notice_id = entry.entry_id  # the model's next words go below it
+        return entry
 
     def _assistant_piece(self, piece: ev.TextPiece, now: float) -> list[TranscriptEntry]:
         current = self._assistant
         if (current is None or current.final
-                or piece.frame_index - self._assistant_last_frame > ASSISTANT_PAUSE_FRAMES):
+                or piece.frame_index - self._assistant_last_frame > ASSISTANT_PAUSE_FRAMES
+                or self._last_notice_id > current.entry_id):  # a notice came between
             closed = [] if current is None or current.final else [replace(current, final=True)]
             self._assistant = self._new("assistant", piece.text.lstrip(), now,
                                         conversation_s=piece.frame_index * FRAME_S,
@@ -366,6 +507,10 @@ class TranscriptBuilder:
         self._assistant = replace(current, text=current.text + piece.text)
         self._assistant_last_frame = piece.frame_index
         return [self._assistant]
+
+
+def _from_llm(source: str) -> bool:
+    return source == "llm" or source.startswith("llm+")
 
 
 def _tenths(context: SpanContext) -> int:

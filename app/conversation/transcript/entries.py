@@ -21,6 +21,7 @@ class SpanContext:
     positions: int  # positions the span occupies (wrapping included)
     in_window: int  # of those, how many are still inside the window (0: it slid out)
     window: int  # the model's context window, in positions
+    lost: str = ""  # why the model no longer holds it, when not by sliding out (in_window 0)
 
     @property
     def share(self) -> float:
@@ -44,6 +45,9 @@ class TranscriptEntry:
     # app's lifetime and across saved conversations.
     origin: str = ""
     context: SpanContext | None = None  # spans, once landed: their share of the window
+    # Spans whose text the model read only the start of: how many characters that is (the
+    # bubble shows all of `text` and marks the part read).
+    read_chars: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -51,6 +55,9 @@ class TranscriptEntry:
 
 
 STOPPED = "the conversation stopped"
+# How a span that has not landed begins its detail: the first part of it says where it stands.
+QUEUED = "queued: waiting for the speech model"
+READING = "being read by the speech model"
 
 
 def closed(entry: TranscriptEntry, reason: str = STOPPED) -> TranscriptEntry:
@@ -63,7 +70,24 @@ def closed(entry: TranscriptEntry, reason: str = STOPPED) -> TranscriptEntry:
         return replace(entry, kind="notice", detail="info", final=True,
                        text=f"The request about {entry.text} was cancelled: {reason}")
     if entry.kind == "span":
-        detail = f"{entry.detail}; not injected: {reason}" if entry.detail else (
-            f"not injected: {reason}")
-        return replace(entry, detail=detail, final=True)
+        state, _, rest = entry.detail.partition("; ")
+        if state == QUEUED:
+            state = f"not injected: {reason}"
+        elif state == READING:
+            state = f"only partly read: {reason}"
+        else:
+            state, rest = f"not injected: {reason}", entry.detail
+        return replace(entry, detail="; ".join(p for p in (state, rest) if p), final=True)
     return replace(entry, final=True)
+
+
+READ_MARK = "▲ the model read up to here; what follows it did not read ▼"
+
+
+def read_split(entry: TranscriptEntry) -> tuple[str, str] | None:
+    """A span whose text the model read only the start of: (the part read, the rest), cut
+    at `read_chars`; None when it read all of it (or it is not a span)."""
+    read = entry.read_chars
+    if entry.kind != "span" or read is None or not 0 <= read < len(entry.text):
+        return None
+    return entry.text[:read], entry.text[read:]

@@ -13,12 +13,13 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
 from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
+from app.display_text import visible_controls
 
 JSON_FORMAT = "contextspan-transcript"
 JSON_VERSION = 2  # 1: epoch-float times and no header (still read)
@@ -47,6 +48,13 @@ class TranscriptHeader:
     device: str = ""
     llm: str = ""  # e.g. "qwen3:4b on Ollama at http://127.0.0.1:11434", or "off"
     tools: tuple[str, ...] = ()
+    # Everything it ran on, in the order used (a change appends; `model` … `tools` above are
+    # the last of each): a conversation may span several sessions and settings changes.
+    models: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # "cuda on the server at http://…" for a server's model
+    llms: tuple[str, ...] = ()
+    tool_sets: tuple[tuple[str, ...], ...] = ()
+    restarts: int = 0  # sessions after the first (each is marked in the transcript)
 
 
 def format_clock(wall_time: float) -> str:
@@ -109,6 +117,17 @@ def describe_landing(entry: TranscriptEntry) -> str:
     return f"landed before frame {entry.landed_frame}"
 
 
+def shown(entry: TranscriptEntry) -> TranscriptEntry:
+    """The entry as it is drawn and written for people (the panel, Markdown, plain text):
+    bidi controls in its text, source and detail made visible (app/display_text.py). The
+    entry itself (and JSON) keeps the original; an entry without one comes back as it is."""
+    text, source, detail = (visible_controls(entry.text), visible_controls(entry.source),
+                            visible_controls(entry.detail))
+    if text is entry.text and source is entry.source and detail is entry.detail:
+        return entry
+    return replace(entry, text=text, source=source, detail=detail)
+
+
 def entry_heading(entry: TranscriptEntry) -> str:
     """The label line of an entry without timestamps, shared by every text form."""
     label = KIND_LABELS.get(entry.kind, entry.kind)
@@ -128,6 +147,7 @@ def shows_detail(entry: TranscriptEntry) -> bool:
 def entry_to_plain_text(entry: TranscriptEntry) -> str:
     """One entry as clipboard text: `[time] Label: text`, a tool's or span's detail on the
     next line."""
+    entry = shown(entry)
     partial = " (partial)" if not entry.final else ""
     text = f"[{format_timestamps(entry)}] {entry_heading(entry)}{partial}: {entry.text}"
     if shows_detail(entry):
@@ -145,6 +165,7 @@ def _blockquote(text: str) -> str:
 
 
 def _markdown_entry(entry: TranscriptEntry) -> str:
+    entry = shown(entry)
     stamps = format_timestamps(entry)
     partial = " _(partial)_" if not entry.final else ""
     label = KIND_LABELS.get(entry.kind, entry.kind)
@@ -172,11 +193,27 @@ def _started(entries: Sequence[TranscriptEntry], header: TranscriptHeader | None
     return said[0] if said else (entries[0].wall_time if entries else None)
 
 
+def _tool_set(tools: Sequence[str]) -> str:
+    return ", ".join(tools) if tools else "none"
+
+
+def _in_order(used: Sequence[str], last: str, separator: str = ", then ") -> str:
+    """Every value used, in order ("A, then B"), or the single last one (older files)."""
+    return separator.join(used) if used else last
+
+
 def header_lines(header: TranscriptHeader) -> list[str]:
-    """What the conversation ran on, one `- name: value` line each (Markdown)."""
-    rows = [("Speech model", header.model), ("Device", header.device), ("LLM", header.llm),
-            ("Tools", ", ".join(header.tools) if header.tools else "none")]
-    return [f"- {name}: {value}" for name, value in rows if value]
+    """What the conversation ran on, one `- name: value` line each (Markdown): every speech
+    model, device, LLM and tool set it used, in order, and how often the model restarted."""
+    tools = _in_order([_tool_set(t) for t in header.tool_sets], _tool_set(header.tools),
+                      "; then ")
+    rows = [("Speech model", _in_order(header.models, header.model)),
+            ("Device", _in_order(header.devices, header.device)),
+            ("LLM", _in_order(header.llms, header.llm)), ("Tools", tools)]
+    if header.restarts:
+        times = "once" if header.restarts == 1 else f"{header.restarts} times"
+        rows.append(("Restarts", f"the speech model started again {times} (marked below)"))
+    return [f"- {name}: {visible_controls(value)}" for name, value in rows if value]
 
 
 def to_markdown(entries: Sequence[TranscriptEntry], title: str | None = None,
@@ -187,7 +224,7 @@ def to_markdown(entries: Sequence[TranscriptEntry], title: str | None = None,
     notice's."""
     title = title or (header.title if header is not None and header.title else
                       "Conversation transcript")
-    lines = [f"# {title}", ""]
+    lines = [f"# {visible_controls(title)}", ""]
     started = _started(entries, header)
     if started is not None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
@@ -209,6 +246,9 @@ def _header_to_dict(header: TranscriptHeader) -> dict[str, Any]:
     raw = asdict(header)
     raw["started"] = iso_time(header.started) if header.started is not None else None
     raw["tools"] = list(header.tools)
+    for name in ("models", "devices", "llms"):
+        raw[name] = list(raw[name])
+    raw["tool_sets"] = [list(tools) for tools in header.tool_sets]
     return raw
 
 
@@ -270,6 +310,13 @@ def _header_from_dict(raw: object) -> TranscriptHeader:
         return TranscriptHeader()
     started = raw.get("started")
     tools = raw.get("tools")
+
+    def texts(name: str) -> tuple[str, ...]:
+        values = raw.get(name)
+        return tuple(str(v) for v in values) if isinstance(values, list) else ()
+
+    tool_sets = raw.get("tool_sets")
+    restarts = raw.get("restarts")
     return TranscriptHeader(
         conversation_id=str(raw.get("conversation_id") or ""),
         title=str(raw.get("title") or ""),
@@ -278,6 +325,11 @@ def _header_from_dict(raw: object) -> TranscriptHeader:
         device=str(raw.get("device") or ""),
         llm=str(raw.get("llm") or ""),
         tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
+        models=texts("models"), devices=texts("devices"), llms=texts("llms"),
+        tool_sets=tuple(tuple(str(t) for t in tools) for tools in tool_sets
+                        if isinstance(tools, list)) if isinstance(tool_sets, list) else (),
+        restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool)
+        and restarts >= 0 else 0,
     )
 
 

@@ -48,10 +48,11 @@ def worth_keeping(entries: Sequence[TranscriptEntry]) -> bool:
 
 
 def title_for(entries: Sequence[TranscriptEntry]) -> str:
-    """The first thing the user said (or typed), shortened; else the first span's text."""
-    for kinds in (("user",), ("span", "assistant")):
+    """The first thing the user said (or typed), shortened; else the first span's text.
+    Never the model's words: before anyone speaks they are its babble."""
+    for kind in ("user", "span"):
         for entry in entries:
-            if entry.kind in kinds and entry.text.strip():
+            if entry.kind == kind and entry.text.strip():
                 text = " ".join(entry.text.split())
                 return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
     return "Conversation"

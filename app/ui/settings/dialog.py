@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTabWidget, QVB
 from app.checkpoints.catalog import Manifest
 from app.remote.probe import probe_server
 from app.settings.schema import AppSettings
+from app.ui.memory_plan_view import Survey, survey_settings
 from app.ui.settings.audio_tab import AudioTab, ListDevices, MicLevelProbe, PlayTestTone
 from app.ui.settings.engine_box import ProbeServer
 from app.ui.settings.form import hint, put_on_top
@@ -50,6 +51,7 @@ class SettingsDialog(QDialog):
         list_voices: ListVoices = list_persona_voices,
         server_probe: ProbeServer = probe_server,
         conversation_running: bool = False,
+        memory_survey: Survey = survey_settings,
     ) -> None:
         """`conversation_running`: opened during a conversation, the dialog says which
         settings apply at once and which after a restart of the conversation."""
@@ -58,7 +60,8 @@ class SettingsDialog(QDialog):
         self.setMinimumWidth(600)
         self._initial = settings
         self.speech_tab = SpeechTab(settings.speech, settings.engine, catalog=catalog,
-                                    list_voices=list_voices, server_probe=server_probe)
+                                    list_voices=list_voices, server_probe=server_probe,
+                                    memory_survey=memory_survey)
         self.audio_tab = AudioTab(settings.audio, list_devices=list_devices,
                                   mic_level_probe=mic_level_probe,
                                   play_test_tone=play_test_tone)
@@ -66,11 +69,15 @@ class SettingsDialog(QDialog):
                               backend_factory=backend_factory)
         self._tabs = (self.speech_tab, self.audio_tab, self.llm_tab)
         self.engine_box = self.speech_tab.engine_box
+        # The memory plan counts the LLM tab's model too: it plans for the whole dialog, and
+        # again when the speech tab is shown after the other tabs were changed.
+        self.speech_tab.plan_settings = self.settings
 
         self.tabs = QTabWidget()
         self.tabs.addTab(self.speech_tab, "Speech model")
         self.tabs.addTab(self.audio_tab, "Audio")
         self.tabs.addTab(self.llm_tab, "Assistant (LLM)")
+        self.tabs.currentChanged.connect(self._tab_shown)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -89,6 +96,10 @@ class SettingsDialog(QDialog):
             restart_hint.setVisible(conversation_running)
             put_on_top(tab, restart_hint)
             self._restart_hints.append(restart_hint)
+
+    def _tab_shown(self, index: int) -> None:
+        if self.tabs.widget(index) is self.speech_tab:
+            self.speech_tab.refresh_plan()
 
     def __getattr__(self, name: str) -> Any:
         """A field of one of the tabs (only asked for names the dialog itself lacks)."""
@@ -125,12 +136,13 @@ class SettingsDialog(QDialog):
         URL, a timeout out of range) is shown, on its tab, with why under it, and the dialog
         stays open. A user who pressed OK expects the settings to work, not a notice at the
         next turn; one who wants to leave has Cancel."""
-        problems = self.llm_tab.problems()
-        if problems:
-            field, _why = problems[0]
-            self.tabs.setCurrentWidget(self.llm_tab)
-            field.setFocus()
-            return
+        for tab, problems in ((self.speech_tab, self.engine_box.problems()),
+                              (self.llm_tab, self.llm_tab.problems())):
+            if problems:
+                field, _why = problems[0]
+                self.tabs.setCurrentWidget(tab)
+                field.setFocus()
+                return
         super().accept()
 
     def done(self, result: int) -> None:

@@ -3,13 +3,15 @@ with a "Test connection" that shows the round trip.
 
 The test runs on the Qt thread pool (app/remote/probe.py: a few HTTP requests, bounded by
 timeouts) and its answer comes back by a queued signal; an answer about a URL or token the
-user has changed since is dropped.
+user has changed since is dropped. A server address the client could not use is said under it
+as it is typed, and the dialog's OK does not save it (as the LLM tab's host).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
 from PySide6.QtWidgets import (
@@ -27,11 +29,33 @@ from PySide6.QtWidgets import (
 from app.remote.probe import ServerProbe, probe_server
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
-from app.ui.settings.form import show_outcome
+from app.ui.settings.form import FAILED_COLOR, show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the
 # network (app.remote.probe.probe_server).
 ProbeServer = Callable[[str, str | None, float], ServerProbe]
+URL_EXAMPLE = "for example http://gpu-box:8998"
+
+
+def server_url_problem(url: str) -> str | None:
+    """Why `url` cannot be the speech server's address (None: it can). The client takes
+    `host:port` (http assumed) or an http, https, ws or wss URL with a host name
+    (app/wire/client.ws_url, app/remote/probe.base_url)."""
+    url = url.strip()
+    if not url:
+        return f"Enter the server's address, {URL_EXAMPLE}."
+    if any(char.isspace() for char in url):
+        return "A server address has no spaces."
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme.lower() not in ("http", "https", "ws", "wss"):
+        return f"The address must start with http://, https://, ws:// or wss://, {URL_EXAMPLE}."
+    if not parts.hostname:
+        return f"The address names no server after {parts.scheme}://, {URL_EXAMPLE}."
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:
+        return "The port after the server's name must be a number from 0 to 65535."
+    return None
 
 
 class _ProbeSignals(QObject):
@@ -70,6 +94,11 @@ class SpeechEngineBox(QGroupBox):
         self.url_edit = QLineEdit(engine.server_url)
         self.url_edit.setPlaceholderText("http://gpu-box:8998")
         form.addRow("Server:", self.url_edit)
+        self.url_problem = QLabel("")  # why the address cannot be used, as it is typed
+        self.url_problem.setWordWrap(True)
+        self.url_problem.setStyleSheet(f"color: {FAILED_COLOR}")
+        self.url_problem.setVisible(False)
+        form.addRow("", self.url_problem)
         self.token_edit = QLineEdit(engine.server_token)
         self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.token_edit.setPlaceholderText("The server's --token (empty: none)")
@@ -96,10 +125,26 @@ class SpeechEngineBox(QGroupBox):
         return replace(initial, mode=self.mode, server_url=self.url_edit.text().strip(),
                        server_token=self.token_edit.text().strip())
 
+    def problems(self) -> list[tuple[QWidget, str]]:
+        """What cannot be saved as it is: (the field, why). The address is checked only
+        when the speech model runs on a server."""
+        if self.mode != "server":
+            return []
+        problem = server_url_problem(self.url_edit.text())
+        return [(self.url_edit, problem)] if problem else []
+
+    def _show_problems(self) -> None:
+        problems = dict(self.problems())
+        self.url_problem.setText(problems.get(self.url_edit, ""))
+        self.url_problem.setVisible(self.url_edit in problems)
+        if self.test_button.text() != "Testing…":  # a test running keeps its button
+            self.test_button.setEnabled(self.mode == "server" and not problems)
+
     def _mode_toggled(self, _checked: bool = False) -> None:
         server = self.mode == "server"
         for widget in (self.url_edit, self.token_edit, self.test_button):
             widget.setEnabled(server)
+        self._show_problems()
         self.mode_changed.emit(self.mode)
 
     def _target_changed(self) -> None:
@@ -109,6 +154,7 @@ class SpeechEngineBox(QGroupBox):
             self.test_button.setText("Test connection")
         self._test_number += 1
         self._show("", None)
+        self._show_problems()
 
     def test_connection(self) -> None:
         """Ask the server off the GUI thread; the answer comes back to `_tested`."""
@@ -133,8 +179,8 @@ class SpeechEngineBox(QGroupBox):
     def _tested(self, number: int, result: object) -> None:
         if number != self._test_number:
             return  # stale: the URL or the token changed while it ran
-        self.test_button.setEnabled(self.mode == "server")
         self.test_button.setText("Test connection")
+        self._show_problems()  # the button again, if the address can be tested
         if isinstance(result, ServerProbe):
             self._show(bounded(result.message, NOTICE_LIMIT), result.ok)
         else:

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -41,6 +40,7 @@ from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 from app.text_bounds import bounded
 from app.tools.default_tools import ALL_TOOLS
+from app.ui import safe_file_dialog
 from app.ui.settings.background_jobs import BackgroundJobs
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
 
@@ -315,7 +315,8 @@ class LlmTab(QWidget):
     # -- search folders ----------------------------------------------------------------------
 
     def _add_search_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a folder the assistant may search")
+        folder = safe_file_dialog.existing_directory(self,
+                                                     "Choose a folder the assistant may search")
         if folder:
             self.add_search_folder(folder)
 

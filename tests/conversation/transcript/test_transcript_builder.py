@@ -32,7 +32,10 @@ def test_no_span_late_and_an_overrun_are_shown():
     late = builder.entries_for(oe.RetrievalLate(2, 30, "what time is it", 3.04, "llm"))
     assert late[0].detail == "warning" and "3.0 s after <ret>" in late[0].text
     dropped = builder.entries_for(ev.SpanLate(4, "llm", "text", 30, 63, 2.64))
-    assert dropped[0].detail == "warning" and "past its deadline" in dropped[0].text
+    # The span is shown, with why it never reached the model (issue 19, item 1).
+    assert dropped[0].kind == "span" and dropped[0].final and dropped[0].text == "text"
+    assert dropped[0].detail == ("not injected: it reached the model 2.6 s after <ret>, past "
+                                 "its deadline")
     over = builder.entries_for(ev.BlockSlot(5, 70, 400, 60.0, 35.0, 95.0, True))
     assert "95 ms" in over[0].text and over[0].detail == "warning"
     assert builder.entries_for(ev.BlockSlot(6, 71, 20, 10.0, 30.0, 40.0, False)) == []
@@ -50,12 +53,13 @@ def test_two_builders_never_share_an_identity():
 def test_a_truncated_span_says_how_much_was_kept():
     builder = TranscriptBuilder(clock=lambda: 100.0)
     accepted = builder.entries_for(ev.SpanAccepted(3, "llm", "long text", 130, True, 15392, 120))
-    assert "kept 120 of 15,392 tokens" in accepted[0].detail
+    cut = "the span's content cut: 15,392 → 120 tokens (the speech model's span limit"
+    assert accepted[0].detail.startswith("being read by the speech model; " + cut)
     builder.entries_for(ev.SpanChunkInjected(3, "llm", 10, 64, 0, 1.0))
     builder.entries_for(ev.SpanChunkInjected(3, "llm", 11, 66, 1, 1.0))
     landed = builder.entries_for(ev.SpanInjected(3, "llm", 10, 11, 130, 2))[-1]
-    assert landed.final and "kept 120 of 15,392 tokens" in landed.detail
-    assert "130 positions in 2 chunks" in landed.detail
+    assert landed.final and cut in landed.detail
+    assert landed.detail.startswith("130 positions in 2 chunks")
 
 
 def test_a_span_names_the_llm_that_wrote_it():

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
-from PySide6.QtWidgets import QApplication, QFileDialog
+from PySide6.QtWidgets import QApplication
 
 from app.checkpoints.catalog import Manifest, load_catalog
 from app.llm.backend import LLMBackend
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
+from app.ui import safe_file_dialog
 from app.ui.settings.audio_tab import meter_percent
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.llm_tab import connection_test_backend
@@ -67,7 +68,7 @@ def free_port() -> int:
 
 def test_dialog_shows_the_settings_and_returns_them_unchanged(qtbot) -> None:
     settings = AppSettings(
-        speech=SpeechModelSettings(model_id="tiny", device="cpu", dtype="float32", quantize=True),
+        speech=SpeechModelSettings(model_id="tiny", device="cpu", precision="int8"),
         audio=AudioSettings(input_device="USB Mic", output_device="Speakers", echo_mode="headset"),
         llm=LlmSettings(
             backend="openai",
@@ -83,7 +84,7 @@ def test_dialog_shows_the_settings_and_returns_them_unchanged(qtbot) -> None:
     dialog = make_dialog(qtbot, settings, list_devices=lambda: (["USB Mic"], ["Speakers"]))
     assert dialog.model_combo.currentText() == CATALOG["tiny"].display_name
     assert dialog.device_combo.currentText() == "cpu"
-    assert not hasattr(dialog, "quantize_check")  # removed until int8 is verified on CUDA
+    assert dialog.precision_combo.currentData() == "int8"
     assert dialog.input_combo.currentText() == "USB Mic"
     assert dialog.headset_radio.isChecked()
     assert dialog.host_edit.text() == "http://127.0.0.1:8080/v1"
@@ -100,8 +101,8 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
     dialog = make_dialog(qtbot, list_devices=lambda: (["Mic 1", "Mic 2"], ["Out 1"]))
     select_data(dialog.model_combo, "moshiko")
     dialog.device_combo.setCurrentText("cuda")
-    dialog.dtype_combo.setCurrentText("float16")
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/models/mine")
+    select_data(dialog.precision_combo, "fp8")  # the list follows the device: cuda has it
+    monkeypatch.setattr(safe_file_dialog, "existing_directory", lambda *a, **k: "/models/mine")
     qtbot.mouseClick(dialog.folder_button, Qt.MouseButton.LeftButton)
     select_data(dialog.input_combo, "Mic 2")
     select_data(dialog.output_combo, "Out 1")
@@ -110,7 +111,7 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
     dialog.llm_model_combo.setCurrentText("llama")
     dialog.timeout_spin.setValue(45)
     dialog.tool_checks["web_search"].setChecked(False)
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/home/me/papers")
+    monkeypatch.setattr(safe_file_dialog, "existing_directory", lambda *a, **k: "/home/me/papers")
     qtbot.mouseClick(dialog.add_folder_button, Qt.MouseButton.LeftButton)
     select_data(dialog.stt_combo, "tiny-stt")
 
@@ -119,7 +120,7 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
         model_id="moshiko",
         custom_folder="/models/mine",
         device="cuda",
-        dtype="float16",
+        precision="fp8",
     )
     assert got.audio == AudioSettings(
         input_device="Mic 2", output_device="Out 1", echo_mode="headset"

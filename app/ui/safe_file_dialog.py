@@ -1,0 +1,131 @@
+"""File dialogs that never read a file's contents on the GUI thread.
+
+Qt's own (non-native) file dialog names each file's type and icon with `QMimeDatabase`, which
+sniffs the contents of a file whose name says nothing; typing a path completes it on the GUI
+thread. Typing `/proc/kmsg` therefore blocked the whole app in `read()` (autosave included)
+until it was killed. Here the dialog's icon provider works from the file's name and `stat`
+only (a FIFO, a device or a `/proc` file is never opened), and a chosen path under `/proc`,
+`/sys` or `/dev`, or one that names anything but a regular file, is refused with a message
+before anything opens it.
+
+Every file dialog of the app goes through `save_file_name` or `existing_directory`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from PySide6.QtCore import QFileInfo, QMimeDatabase
+from PySide6.QtGui import QAbstractFileIconProvider
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFileIconProvider,
+    QMessageBox,
+    QWidget,
+)
+
+# Filesystems of the kernel's own: their "files" may block a reader forever or have effects.
+SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+_DIALOG_OPTIONS = (QFileDialog.Option.DontUseNativeDialog
+                   | QFileDialog.Option.DontUseCustomDirectoryIcons)
+
+
+class NameOnlyIconProvider(QFileIconProvider):
+    """Icons and type names from the name and `stat` alone: never opens a file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._mime = QMimeDatabase()
+        self.setOptions(QAbstractFileIconProvider.Option.DontUseCustomDirectoryIcons)
+
+    def icon(self, what):  # (IconType) or (QFileInfo), as Qt's
+        if isinstance(what, QFileInfo):
+            kind = (QAbstractFileIconProvider.IconType.Folder if what.isDir()
+                    else QAbstractFileIconProvider.IconType.File)
+            return super().icon(kind)
+        return super().icon(what)
+
+    def type(self, info: QFileInfo) -> str:  # noqa: A003 - Qt's name
+        if info.isDir():
+            return "Folder"
+        if not info.isFile():  # a FIFO, a socket, a device: said, never opened
+            return "Special file"
+        by_name = self._mime.mimeTypeForFile(info.fileName(),
+                                             QMimeDatabase.MatchMode.MatchExtension)
+        return by_name.comment() if not by_name.isDefault() else "File"
+
+
+def special_path_reason(path: Path) -> str | None:
+    """Why `path` must not be written or read as a file (None: it may be). Looks with
+    `lstat` only, never opens it."""
+    absolute = Path(os.path.abspath(path))
+    for root in SPECIAL_ROOTS:
+        if absolute == root or root in absolute.parents:
+            return f"{absolute} is inside {root}, the system's own files"
+    try:
+        mode = os.lstat(absolute).st_mode
+    except FileNotFoundError:
+        return None  # a new file
+    except OSError as exc:
+        return f"{absolute} cannot be looked at ({exc.strerror or exc})"
+    if stat.S_ISDIR(mode):
+        return f"{absolute} is a folder"
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        return f"{absolute} is not a regular file (a pipe, a socket or a device)"
+    return None
+
+
+def _dialog(parent: QWidget | None, caption: str, start: str) -> QFileDialog:
+    dialog = QFileDialog(parent, caption, start)
+    dialog.setOptions(_DIALOG_OPTIONS)
+    dialog.setIconProvider(NameOnlyIconProvider())
+    return dialog
+
+
+def save_file_name(parent: QWidget | None, caption: str, start: str,
+                   filters: str) -> tuple[str, str]:
+    """QFileDialog.getSaveFileName's answer, ("", "") when cancelled; a special path is
+    refused with a message and the dialog asked again."""
+    start_path = Path(start)
+    dialog = _dialog(parent, caption, str(start_path.parent))
+    dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+    dialog.setFileMode(QFileDialog.FileMode.AnyFile)
+    # Asked here, after the special-file check: Qt would offer to "replace" a FIFO.
+    dialog.setOption(QFileDialog.Option.DontConfirmOverwrite, True)
+    dialog.setNameFilters(filters.split(";;"))
+    dialog.selectFile(start_path.name)
+    while dialog.exec():
+        chosen = dialog.selectedFiles()
+        if not chosen:
+            return "", ""
+        target = Path(chosen[0])
+        reason = special_path_reason(target)
+        if reason is not None:
+            QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
+            continue
+        if target.exists() and QMessageBox.question(
+                parent, caption, f"{target.name} already exists. Replace it?"
+        ) != QMessageBox.StandardButton.Yes:
+            continue
+        return str(target), dialog.selectedNameFilter()
+    return "", ""
+
+
+def existing_directory(parent: QWidget | None, caption: str, start: str = "") -> str:
+    """Ask for a folder: its path, or "" when cancelled (special folders refused)."""
+    dialog = _dialog(parent, caption, start)
+    dialog.setFileMode(QFileDialog.FileMode.Directory)
+    dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+    while dialog.exec():
+        chosen = dialog.selectedFiles()
+        if not chosen:
+            return ""
+        absolute = Path(os.path.abspath(chosen[0]))
+        inside = [root for root in SPECIAL_ROOTS if absolute == root or root in absolute.parents]
+        if not inside:
+            return str(absolute)
+        QMessageBox.warning(parent, caption, f"Choose another folder: {absolute} is inside "
+                                             f"{inside[0]}, the system's own files.")
+    return ""
