@@ -465,6 +465,18 @@ def _check_fit(blocks: tuple[int, ...], context: int, prefix: int) -> None:
                                 f"positions after a start of {prefix} frames")
 
 
+@contextmanager
+def streaming_for_blocks(rig: _Rig, blocks: tuple[int, ...]) -> Iterator[None]:
+    """The rig streaming, its rings widened for the longest block's widest forward, once
+    the blocks are known to fit its context."""
+    _check_fit(blocks, rig.context, len(rig.prefix))
+    with ExitStack() as stack:
+        stack.enter_context(rig.mimi.streaming(1))
+        stack.enter_context(rig.gen.streaming(1))
+        widen_attention_rings(rig.lm, widest_forward(rig.lm, max(blocks)))
+        yield
+
+
 @torch.no_grad()
 def run_gpu_bench(
     model: str | None = None,
@@ -548,11 +560,7 @@ def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype
          blocks: tuple[int, ...], repeats: int, seed: int, began: float) -> dict[str, Any]:
     rig, model_name = _build_rig(model, torch_device, torch_dtype, dtype, seed)
     built_s = time.perf_counter() - began
-    _check_fit(blocks, rig.context, len(rig.prefix))
-    with ExitStack() as stack:
-        stack.enter_context(rig.mimi.streaming(1))
-        stack.enter_context(rig.gen.streaming(1))
-        widen_attention_rings(rig.lm, widest_forward(rig.lm, max(blocks)))
+    with streaming_for_blocks(rig, blocks):
         measured = _measure(rig, blocks, repeats)
     lm = rig.lm
     cuda = torch_device.type == "cuda"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gc
 import time
-from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -34,7 +33,6 @@ from app.bench.gpu_bench import (
     GpuBenchError,
     _block,
     _build_rig,
-    _check_fit,
     _check_request,
     _environment,
     _measure,
@@ -42,9 +40,8 @@ from app.bench.gpu_bench import (
     _Rig,
     _start,
     _step,
+    streaming_for_blocks,
 )
-from app.engine.kv_ring import widen_attention_rings
-from app.engine.position_forwards import widest_forward
 from app.engine.precision import TORCH_PRECISIONS
 from app.engine.quantize import (
     fp8_unavailable_reason,
@@ -182,11 +179,7 @@ def _one_precision(model: str | None, device: torch.device, precision: str,
     rig, name = _build_rig(model, device, runtime_dtype(dtype_name, device), dtype_name, seed)
     try:
         memory = _quantize(rig, precision)
-        _check_fit(blocks, rig.context, len(rig.prefix))
-        with ExitStack() as stack:
-            stack.enter_context(rig.mimi.streaming(1))
-            stack.enter_context(rig.gen.streaming(1))
-            widen_attention_rings(rig.lm, widest_forward(rig.lm, max(blocks)))
+        with streaming_for_blocks(rig, blocks):
             measured = _measure(rig, blocks, repeats)
             frames = agreement_run(rig, max(blocks))
         peak = (round(torch.cuda.max_memory_allocated(device) / 2**30, 3)

@@ -60,10 +60,11 @@ def widest_forward(lm: LMModel, max_positions: int, padded: bool | None = None) 
 
 
 def warmup_sizes(max_positions: int) -> list[int]:
-    """Every padded size a read of up to `max_positions` positions uses: warmed up, graphs
+    """Reads that meet every padded size a read of up to `max_positions` positions uses
+    (the last one capped at `max_positions`, which pads to the widest): warmed up, graphs
     captured, before the first frame (a first forward of a new shape is slow)."""
     top = widest_forward_size(max_positions)
-    return [size for size in FORWARD_SIZES if size <= top]
+    return sorted({min(size, max(1, max_positions)) for size in FORWARD_SIZES if size <= top})
 
 
 def widest_forward_size(max_positions: int) -> int:

@@ -19,6 +19,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=installer/app_files.sh
+. "$ROOT/installer/app_files.sh"
 DATA_HOME="${XDG_DATA_HOME:-$HOME/.local/share}"
 PREFIX="$DATA_HOME/contextspan"
 BIN_DIR="$HOME/.local/bin"
@@ -123,23 +125,8 @@ else
     step "No NVIDIA GPU found: torch's CPU-only build from $CPU_INDEX"
 fi
 
-step "Copying the app to $SRC"
-run mkdir -p "$PREFIX"
-run rm -rf "$SRC.new"
-run mkdir -p "$SRC.new"
-for item in app models assets main.py pyproject.toml README.md; do
-    run cp -R "$ROOT/$item" "$SRC.new/"
-done
-run find "$SRC.new" -name __pycache__ -prune -exec rm -rf {} +
-run rm -rf "$SRC"
-run mv "$SRC.new" "$SRC"
-
-step "Making the virtual environment $VENV"
-if [ ! -x "$VENV/bin/python" ]; then
-    run "$PYTHON" -m venv "$VENV"
-else
-    echo "(already there)"
-fi
+copy_app_files "$ROOT" "$SRC" "$PREFIX"
+make_venv "$PYTHON" "$VENV"
 
 # pip runs again only when the dependencies or the torch choice changed.
 STAMP="$PREFIX/.install-stamp"
@@ -157,14 +144,7 @@ else
     step "Dependencies are up to date"
 fi
 
-step "Adding the launcher $LAUNCHER"
-run mkdir -p "$BIN_DIR"
-write_file "$LAUNCHER" <<LAUNCH
-#!/bin/sh
-# ContextSpan launcher (made by installer/linux/install.sh).
-exec "$VENV/bin/python" "$SRC/main.py" "\$@"
-LAUNCH
-run chmod +x "$LAUNCHER"
+write_launcher "$LAUNCHER" "$BIN_DIR" "$VENV" "$SRC" installer/linux/install.sh
 
 step "Adding the desktop entry and icon"
 run mkdir -p "$(dirname "$DESKTOP_FILE")" "$(dirname "$ICON_PNG")" "$(dirname "$ICON_SVG")"

@@ -26,6 +26,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=installer/python_packages.sh
 . "$ROOT/installer/python_packages.sh"
+# shellcheck source=installer/app_files.sh
+. "$ROOT/installer/app_files.sh"
 PREFIX="$HOME/.local/share/contextspan"
 BIN_DIR="$HOME/.local/bin"
 APPS_DIR="$HOME/Applications"
@@ -104,23 +106,8 @@ else
         "too slow for the 7B in real time (run the speech engine on a server: README)"
 fi
 
-step "Copying the app to $SRC"
-run mkdir -p "$PREFIX"
-run rm -rf "$SRC.new"
-run mkdir -p "$SRC.new"
-for item in app models assets main.py pyproject.toml README.md; do
-    run cp -R "$ROOT/$item" "$SRC.new/"
-done
-run find "$SRC.new" -name __pycache__ -prune -exec rm -rf {} +
-run rm -rf "$SRC"
-run mv "$SRC.new" "$SRC"
-
-step "Making the virtual environment $VENV"
-if [ ! -x "$VENV/bin/python" ]; then
-    run "$PYTHON" -m venv "$VENV"
-else
-    echo "(already there)"
-fi
+copy_app_files "$ROOT" "$SRC" "$PREFIX"
+make_venv "$PYTHON" "$VENV"
 
 # pip runs again only when the dependencies (or which of them this machine gets) changed.
 STAMP="$PREFIX/.install-stamp"
@@ -133,14 +120,7 @@ else
     step "Dependencies are up to date"
 fi
 
-step "Adding the launcher $LAUNCHER"
-run mkdir -p "$BIN_DIR"
-write_file "$LAUNCHER" <<LAUNCH
-#!/bin/sh
-# ContextSpan launcher (made by installer/macos/install.sh).
-exec "$VENV/bin/python" "$SRC/main.py" "\$@"
-LAUNCH
-run chmod +x "$LAUNCHER"
+write_launcher "$LAUNCHER" "$BIN_DIR" "$VENV" "$SRC" installer/macos/install.sh
 
 step "Adding $APP"
 run mkdir -p "$APP/Contents/MacOS" "$APP/Contents/Resources"

@@ -195,9 +195,9 @@ def test_a_span_offered_after_the_conversation_ended_is_refused(tiny_checkpoint)
         engine.inject("too late", "test")
 
 
-def test_every_piece_size_is_met_before_the_first_frame(tiny_checkpoint, monkeypatch):
-    """On a GPU a span's forward is cut into power-of-two pieces, each CUDA-graphed on its
-    second use: the warm-up uses every size up to the chunk limit twice, so no capture (or
+def test_every_padded_size_is_met_before_the_first_frame(tiny_checkpoint, monkeypatch):
+    """On a GPU a span's forward is padded to one of a few sizes, each CUDA-graphed on its
+    second use: the warm-up uses every size up to the chunk limit's twice, so no capture (or
     first-call slowness) lands in the frame loop."""
     from app.engine import position_forwards
 
@@ -209,8 +209,11 @@ def test_every_piece_size_is_met_before_the_first_frame(tiny_checkpoint, monkeyp
         return original(self, codes, *args)
 
     monkeypatch.setattr(position_forwards.PositionForwards, "__call__", recording)
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=16, seed=1))
+    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=40, seed=1))
     _run(engine, 2)
     before = [n for n, ready in seen if not ready]
-    for size in (1, 2, 4, 8, 16):
+    for size in position_forwards.warmup_sizes(40):
         assert before.count(size) >= 2, (size, before)
+    # 40 is read as 40 (padded to 64 on a GPU): no read longer than the chunk limit
+    assert position_forwards.warmup_sizes(40) == [16, 32, 40]
+    assert max(before) == 40

@@ -1,0 +1,44 @@
+# Sourced by the desktop installers (linux/install.sh, macos/install.sh): the two steps they
+# share, written once. Each uses the caller's `step` (a heading), `run` (runs a command, or
+# only prints it with --dry-run) and `write_file` (writes stdin, or only says so).
+
+# Copy the app's files from the checkout ROOT to SRC, replacing SRC whole (through SRC.new,
+# so a failed copy leaves the previous install in place).
+copy_app_files() {
+    local root="$1" src="$2" prefix="$3"
+    step "Copying the app to $src"
+    run mkdir -p "$prefix"
+    run rm -rf "$src.new"
+    run mkdir -p "$src.new"
+    for item in app models assets main.py pyproject.toml README.md; do
+        run cp -R "$root/$item" "$src.new/"
+    done
+    run find "$src.new" -name __pycache__ -prune -exec rm -rf {} +
+    run rm -rf "$src"
+    run mv "$src.new" "$src"
+}
+
+# Make the virtual environment VENV with PYTHON, unless it is already there.
+make_venv() {
+    local python="$1" venv="$2"
+    step "Making the virtual environment $venv"
+    if [ ! -x "$venv/bin/python" ]; then
+        run "$python" -m venv "$venv"
+    else
+        echo "(already there)"
+    fi
+}
+
+# The launcher script LAUNCHER (in BIN_DIR) that starts the installed app; `made_by` names
+# the installer in its comment.
+write_launcher() {
+    local launcher="$1" bin_dir="$2" venv="$3" src="$4" made_by="$5"
+    step "Adding the launcher $launcher"
+    run mkdir -p "$bin_dir"
+    write_file "$launcher" <<LAUNCH
+#!/bin/sh
+# ContextSpan launcher (made by $made_by).
+exec "$venv/bin/python" "$src/main.py" "\$@"
+LAUNCH
+    run chmod +x "$launcher"
+}
