@@ -327,8 +327,11 @@ class ConversationKeeper(QObject):
     def has_unsaved(self) -> bool:
         """Whether closing now would lose something: it saves what is pending first, so this
         is True only when the conversation could not be written (or the write hangs)."""
+        # What was there when asked: a live conversation keeps adding entries while it
+        # winds down, and those are written by the autosave's last write on close.
+        asked = self._autosave.version()
         self.flush()
-        return not self._autosave.saved() or self._draft != self._draft_saved
+        return not self._autosave.saved(asked) or self._draft != self._draft_saved
 
     @property
     def save_error(self) -> str | None:

@@ -124,10 +124,16 @@ class LiveAutosave:
             header = replace(header, started=said[0] if said else None)
         return replace(header, title=title_for(entries)), entries, version
 
-    def saved(self) -> bool:
-        """Everything the copy holds is on disk (or was not worth a file)."""
+    def saved(self, version: int | None = None) -> bool:
+        """Everything the copy holds is on disk (or was not worth a file); with `version`,
+        everything it held at that version (entries that came since may still be due)."""
         with self._cond:
-            return self._written >= self._version
+            return self._written >= (self._version if version is None else version)
+
+    def version(self) -> int:
+        """The copy's version now (each change raises it)."""
+        with self._cond:
+            return self._version
 
     # ---- writing -------------------------------------------------------------------------
 
