@@ -1,5 +1,5 @@
 """Slow work a settings tab starts (a connection test, listing voices, a test tone, the
-memory plan) runs on the Qt thread pool; its result comes back to the GUI thread by a queued
+memory plan) runs on a thread of its own; its result comes back to the GUI thread by a queued
 signal.
 
 A result that arrives after what it was about has changed (another host, another model) is
@@ -18,12 +18,13 @@ the process: "Signal source has been deleted", then a segfault.)
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 
 class _Relay(QObject):
@@ -80,7 +81,10 @@ class BackgroundJobs(QObject):
                 result = exc
             relay.finished.emit(jobs_ref, kind, number, result, holder)
 
-        QThreadPool.globalInstance().start(job)
+        # A Python thread, not QThreadPool.start(callable): PySide frees the pool's wrapper
+        # of a Python callable where the GIL is not held, and the suite crashed there
+        # (segfaults in QThreadPool.waitForDone after many dialogs' jobs).
+        threading.Thread(target=job, name=f"settings-{kind}", daemon=True).start()
         return number
 
     def drop(self, kind: str) -> None:

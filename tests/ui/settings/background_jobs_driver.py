@@ -11,7 +11,7 @@ import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QCoreApplication, QEvent, QThreadPool  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.ui.settings.background_jobs import BackgroundJobs  # noqa: E402
@@ -38,7 +38,9 @@ def main() -> int:
             QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
             gc.collect()
         release.set()
-        QThreadPool.globalInstance().waitForDone(5000)
+        for thread in threading.enumerate():
+            if thread.name.startswith("settings-"):
+                thread.join(5)
         for _ in range(3):
             app.processEvents()
             gc.collect()
