@@ -1,6 +1,15 @@
-# Sourced by the desktop installers (linux/install.sh, macos/install.sh): the two steps they
-# share, written once. Each uses the caller's `step` (a heading), `run` (runs a command, or
-# only prints it with --dry-run) and `write_file` (writes stdin, or only says so).
+# Sourced by the desktop installers (linux/install.sh, macos/install.sh): what they share,
+# written once. The caller sets DRY_RUN (1: print each step, change nothing).
+
+step() { echo "==> $*"; }
+# Run a command, or only print it with --dry-run.
+run() {
+    if [ "$DRY_RUN" = 1 ]; then echo "+ $*"; else "$@"; fi
+}
+# Write stdin to a file, or only say so with --dry-run.
+write_file() {
+    if [ "$DRY_RUN" = 1 ]; then echo "+ write $1"; cat >/dev/null; else cat >"$1"; fi
+}
 
 # Copy the app's files from the checkout ROOT to SRC, replacing SRC whole (through SRC.new,
 # so a failed copy leaves the previous install in place).

@@ -145,6 +145,14 @@ class Manifest:
     retrieval: Retrieval = field(default_factory=Retrieval)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """Ids that steer the checkpoint (`<ret>`, the span delimiters): never words in the
+        transcript, never span content."""
+        ret = [self.retrieval.ret_id] if self.retrieval.ret_id is not None else []
+        return frozenset(ret + list(self.span_wrapping.open_ids)
+                         + list(self.span_wrapping.close_ids))
+
     def default_folder(self) -> Path:
         """Where this checkpoint's files live on disk once built or downloaded."""
         if self.local_folder:

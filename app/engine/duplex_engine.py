@@ -137,10 +137,7 @@ class DuplexEngine(FrameWorker):
         retrieval = manifest.retrieval
         self.ret_id = retrieval.ret_id if retrieval.trigger == "ret_token" else None
         wrapping = manifest.span_wrapping
-        # Ids that steer the checkpoint: never words in the transcript, never span content.
-        self.control_ids = frozenset(
-            ([retrieval.ret_id] if retrieval.ret_id is not None else [])
-            + list(wrapping.open_ids) + list(wrapping.close_ids))
+        self.control_ids = manifest.control_ids
         self.span_tokenizer = SpanTokenizer(
             checkpoint.tokenizer, wrapping, manifest.max_span_tokens, self.control_ids
         )

@@ -7,6 +7,8 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
+# shellcheck source=installer/device/carried_wheels.sh
+. "$ROOT/installer/device/carried_wheels.sh"
 OUT="${OUT:-/tmp/gpu_check}"  # the device tool sets OUT: what it holds comes back
 SITE="${SITE:-/tmp/site}"
 PYTHON="${PYTHON:-python3}"
@@ -17,27 +19,8 @@ read -r -a BENCH_ARGS <<<"${BENCH_ARGS:-}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
-shopt -s nullglob
-wheels=(.whl/*.whl)
-if [ "${#wheels[@]}" -eq 0 ]; then
-    echo "no wheels in .whl/: run installer/device/fetch_wheels.sh here and carry .whl" >&2
-    exit 1
-fi
-# --no-deps: moshi pins torch<2.10 and numpy<2.3; the machine's own torch must stay.
-"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "${wheels[@]}" || exit 1
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-
-nvidia-smi || echo "nvidia-smi failed"
-"$PYTHON" - <<'PY' || exit 1
-import moshi
-import torch
-
-name = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-print(f"python3 torch {torch.__version__}, CUDA {torch.version.cuda}, "
-      f"available {torch.cuda.is_available()} ({name}); moshi {moshi.__version__} "
-      f"from {moshi.__file__}")
-PY
+install_carried_wheels "$PYTHON" "$SITE" || exit 1
+say_versions "$PYTHON" || exit 1
 # Every module of the bench's import path is there, or this fails in seconds.
 "$PYTHON" -c "import app.bench.gpu_bench" || exit 1
 

@@ -14,6 +14,8 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
+# shellcheck source=installer/device/carried_wheels.sh
+. "$ROOT/installer/device/carried_wheels.sh"
 OUT="${OUT:-/tmp/gpu_scale}"  # the device tool sets OUT: what it holds comes back
 SITE="${SITE:-/tmp/site}"
 PYTHON="${PYTHON:-python3}"
@@ -32,27 +34,10 @@ else
     PROFILE_ARGS=(--block 600 --repeats 5 --steps 20)
     BENCH_ARGS=(--block 16 --block 64 --block 256 --block 400 --block 600 --block 1024
                 --repeats 5 --slots 1,8,16,32,48,64 --slot-frames 40)
-    shopt -s nullglob
-    wheels=(.whl/*.whl)
-    if [ "${#wheels[@]}" -eq 0 ]; then
-        echo "no wheels in .whl/: run installer/device/fetch_wheels.sh here and carry .whl"
-        exit 1
-    fi
-    # --no-deps: moshi pins torch<2.10 and numpy<2.3; the machine's own torch must stay.
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" "${wheels[@]}" || exit 1
-    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-    nvidia-smi || echo "nvidia-smi failed"
+    install_carried_wheels "$PYTHON" "$SITE" || exit 1
 fi
 
-"$PYTHON" - <<'PY' || exit 1
-import moshi
-import torch
-
-name = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, available "
-      f"{torch.cuda.is_available()} ({name}); moshi {moshi.__version__}")
-PY
+say_versions "$PYTHON" || exit 1
 
 echo "== profile (block + step, steps)"
 started=$SECONDS

@@ -60,16 +60,6 @@ DESKTOP_FILE="$DATA_HOME/applications/contextspan.desktop"
 ICON_PNG="$DATA_HOME/icons/hicolor/256x256/apps/contextspan.png"
 ICON_SVG="$DATA_HOME/icons/hicolor/scalable/apps/contextspan.svg"
 
-step() { echo "==> $*"; }
-# Run a command, or only print it with --dry-run.
-run() {
-    if [ "$DRY_RUN" = 1 ]; then echo "+ $*"; else "$@"; fi
-}
-# Write stdin to a file, or only say so with --dry-run.
-write_file() {
-    if [ "$DRY_RUN" = 1 ]; then echo "+ write $1"; cat >/dev/null; else cat >"$1"; fi
-}
-
 if [ "$UNINSTALL" = 1 ]; then
     step "Removing the launcher, desktop entry and icons"
     run rm -f "$LAUNCHER" "$DESKTOP_FILE" "$ICON_PNG" "$ICON_SVG"

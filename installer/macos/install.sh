@@ -64,16 +64,6 @@ LAUNCHER="$BIN_DIR/contextspan"
 APP="$APPS_DIR/ContextSpan.app"
 SUPPORT="$HOME/Library/Application Support/ContextSpan"  # checkpoints and settings
 
-step() { echo "==> $*"; }
-# Run a command, or only print it with --dry-run.
-run() {
-    if [ "$DRY_RUN" = 1 ]; then echo "+ $*"; else "$@"; fi
-}
-# Write stdin to a file, or only say so with --dry-run.
-write_file() {
-    if [ "$DRY_RUN" = 1 ]; then echo "+ write $1"; cat >/dev/null; else cat >"$1"; fi
-}
-
 if [ "$UNINSTALL" = 1 ]; then
     step "Removing the launcher and ContextSpan.app"
     run rm -rf "$LAUNCHER" "$APP"

@@ -100,10 +100,7 @@ class BatchedEngine:
         self.context_window = int(checkpoint.lm.context or 0)
         retrieval = manifest.retrieval
         self.ret_id = retrieval.ret_id if retrieval.trigger == "ret_token" else None
-        wrapping = manifest.span_wrapping
-        self.control_ids = frozenset(
-            ([retrieval.ret_id] if retrieval.ret_id is not None else [])
-            + list(wrapping.open_ids) + list(wrapping.close_ids))
+        self.control_ids = manifest.control_ids
         self.blocks = manifest.span_placement.kind == "block"
         if self.blocks:  # a block is never split: the rings must hold the longest one
             self.max_chunk = self.new_span_tokenizer().max_tokens
