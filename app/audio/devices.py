@@ -8,6 +8,7 @@ it falls back to the system default and says so in a warning the UI shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import sounddevice as sd
@@ -81,17 +82,6 @@ def rescan() -> None:
     sd._initialize()
 
 
-_LIST_IN_A_FRESH_PROCESS = """
-import json, sounddevice as sd
-found = {"input": [], "output": []}
-for info in sd.query_devices():
-    for kind, key in (("input", "max_input_channels"), ("output", "max_output_channels")):
-        if info[key] > 0:
-            found[kind].append(str(info["name"]))
-print(json.dumps(found))
-"""
-
-
 def listed_now(timeout_s: float = 10.0) -> tuple[list[str], list[str]] | None:
     """The input and output device names as a fresh PortAudio sees them now (PortAudio in
     this process lists devices once, when it starts, and restarting it here would close
@@ -100,10 +90,24 @@ def listed_now(timeout_s: float = 10.0) -> tuple[list[str], list[str]] | None:
     import subprocess
     import sys
 
-    try:
-        run = subprocess.run([sys.executable, "-c", _LIST_IN_A_FRESH_PROCESS],
-                             capture_output=True, text=True, timeout=timeout_s, check=True)
-        found = json.loads(run.stdout.strip().splitlines()[-1])
-        return list(found["input"]), list(found["output"])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError):
+    try:  # `-m`: what the packaged app's entry point (installer/pyinstaller) also runs
+        run = subprocess.run([sys.executable, "-m", "app.audio.devices"],
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                             text=True, timeout=timeout_s, check=True)
+        inputs, outputs = json.loads(run.stdout.strip().splitlines()[-1])
+        return list(inputs), list(outputs)
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError, IndexError):
         return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m app.audio.devices`: print the input and output device names (JSON), as
+    this fresh process's PortAudio lists them (listed_now's child)."""
+    import json
+
+    print(json.dumps(list_devices()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,7 +26,6 @@ import json
 import statistics
 import sys
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +42,11 @@ from app.bench.gpu_bench import (
     _start,
     _step,
     _warm_up,
+    streaming_for_blocks,
 )
 from app.checkpoints.loader import runtime_dtype
 from app.engine.device import synchronize
-from app.engine.kv_ring import widen_attention_rings
-from app.engine.position_forwards import padded_pieces, widest_forward
+from app.engine.position_forwards import padded_pieces
 
 TOP_KERNELS = 30
 GAP_US = 20.0  # a device gap longer than this is counted
@@ -113,12 +112,7 @@ def run_profile(out: Path, model: str | None = None, device: str | None = None,
     torch.manual_seed(seed)
     with torch.no_grad():
         rig, model_name = _build_rig(model, torch_device, torch_dtype, dtype, seed)
-        if n + len(rig.prefix) + 16 > rig.context:
-            raise GpuBenchError(f"a block of {n} does not fit the context of {rig.context}")
-        with ExitStack() as stack:
-            stack.enter_context(rig.mimi.streaming(1))
-            stack.enter_context(rig.gen.streaming(1))
-            widen_attention_rings(rig.lm, widest_forward(rig.lm, n))
+        with streaming_for_blocks(rig, (n,)):
             _warm_up(rig, (n,))
             block_ms, step_ms = [], []
 

@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
-from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+from app.engine.precision import (  # light: no torch
+    MLX_PRECISIONS,
+    PRECISION_CHOICES,
+    PRECISION_HELP,
+)
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
@@ -178,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
     injection = bench_kinds.add_parser("injection", help="chunked prefill against one-by-one")
     _add_model_args(injection, mlx=True)
-    injection.add_argument("--precision", default=None, choices=["fp32", "bf16", "q8", "q4"],
+    injection.add_argument("--precision", default=None, choices=MLX_PRECISIONS,
                            help="with --device mlx: the MLX LM's weights (default: fp32 on a "
                                 "CPU, bf16 on Apple Silicon's GPU); torch takes --dtype")
     injection.add_argument("--k", type=int, action="append", default=None,

@@ -197,22 +197,26 @@ def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMB
     `options`: OrchestratorOptions fields to pin (a benchmark's turn rules)."""
     from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
+    from app.orchestrator.span_budget import span_chars
 
     retrieval: Retrieval | None
     if isinstance(engine, DuplexEngine) or checkpoint is not None:
         local = cast(DuplexEngine, engine)  # a slot has the same span tokenizer and options
         max_tokens, retrieval = (local.span_tokenizer.max_tokens,
                                  (checkpoint or local.checkpoint).manifest.retrieval)
+        # Already measured when the LLM is turned on mid-conversation (EngineReady passed).
+        measured = local.span_tokenizer.content_budget if local.ready.is_set() else 0
         # The engine's own: a server's client may have named someone else at its start.
         user_name, user_city = engine.options.user_name, engine.options.user_city
     else:  # a RemoteEngine: what the app's catalog says about the server's model
         max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
+        measured = engine.span_tokens  # 0 until the server's ready
         user_name, user_city = config.user_name, config.user_city
     if retrieval is not None and config.ret_deadline_s is not None:
         retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
-    # About three characters a token: keep answers inside the injector's span budget.
+    # Keep answers inside the injector's span budget.
     return Orchestrator(backend, tools, engine, OrchestratorOptions(
-        max_span_chars=max_tokens * 3, retrieval=retrieval,
+        max_span_chars=span_chars(max_tokens), retrieval=retrieval, span_tokens=measured,
         profile=user_profile(user_name, user_city), replay_llm_latency=replay, **options))
 
 

@@ -9,6 +9,7 @@ answers is "unreachable" after `PROBE_TIMEOUT_S`, whatever the backend's own tim
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -60,6 +61,10 @@ def probe_in_background(backend: LLMBackend, host: str, report: Callable[[LlmPro
         asker.start()
         asker.join(timeout_s)
         result = _judged(backend, answer[0] if answer else None, host, timeout_s)
+        close = getattr(backend, "close", None)  # the probe's own backend: its HTTP pool,
+        if callable(close):                      # and a request that hangs, end here
+            with contextlib.suppress(Exception):
+                close()
         log.info("LLM at %s: %s (%s)", host, result.state, result.message)
         report(result)
 

@@ -373,8 +373,30 @@ class ConversationSession:
             log.exception("conversation failed: %s", reason)
             final = ("error", reason)
         finally:
+            self._keep_unsent()
             self._shutdown()
             self._listener.on_state(*final)
+
+    def _keep_unsent(self) -> None:
+        """What was typed or dropped but never reached the conversation (the model did not
+        load, or it stopped first) is shown, with why, not lost."""
+        unsent = False
+        while True:
+            try:
+                message = self._control.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(message, SendText):
+                for entry in self._builder.typed(message.text):
+                    self._listener.on_entry(entry)
+                unsent = True
+            elif isinstance(message, InjectText):
+                self._listener.on_entry(self._builder.span_not_injected(
+                    message.text, message.source, "the conversation did not start or had "
+                    "stopped"))
+        if unsent:
+            self._notice("What you typed above was not sent: the conversation did not start "
+                         "or had stopped. Start again to ask it.", "warning")
 
     def _connect_remote(self) -> RemoteEngine | None:
         """The speech model on a server: connected and its `ready` heard, or None when the

@@ -249,8 +249,7 @@ class DuplexEngine(FrameWorker):
     def span_tokens(self) -> int:
         """The most content tokens one span carries (the LLM's answer budget): for blocks,
         what fits in the frame on this device once measured (EngineReady)."""
-        tokenizer = self.span_tokenizer
-        return tokenizer.max_tokens - len(tokenizer.open_ids) - len(tokenizer.close_ids)
+        return self.span_tokenizer.content_budget
 
     def _device_sync(self) -> None:
         synchronize(self.checkpoint.device)

@@ -242,9 +242,14 @@ class SpanTokenizer:
             out.pop()
         return out
 
+    @property
+    def content_budget(self) -> int:
+        """The most content tokens one span carries, its delimiters apart."""
+        return self.max_tokens - len(self.open_ids) - len(self.close_ids)
+
     def encode(self, text: str) -> SpanTokens:
         ids = self.content(text)
-        budget = self.max_tokens - len(self.open_ids) - len(self.close_ids)
+        budget = self.content_budget
         original = len(ids)
         content = ids[:budget]
         truncated = original > budget

@@ -122,6 +122,9 @@ class OrchestratorOptions:
     # the module's docstring): only with a pipeline fed in lock-step (its `replay`); off:
     # frames come in real time, like a microphone's.
     replay_llm_latency: bool = False
+    # The engine's span budget when it was measured before this orchestrator was made (the
+    # LLM turned on mid-conversation, after EngineReady); 0: learnt from EngineReady.
+    span_tokens: int = 0
 
 
 @dataclass
@@ -199,6 +202,7 @@ class Orchestrator:
         # The engine's span budget once it is ready (EngineReady.span_tokens): 0, unknown.
         self._span_tokens = 0
         self._max_span_chars = self.options.max_span_chars
+        self._learn_span_budget(self.options.span_tokens)
         # One handler per inbox message type, and per type of event a `Received` carries.
         self._handlers: dict[type, Callable[[Any], None]] = {
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
@@ -519,10 +523,12 @@ class Orchestrator:
     def _on_engine_ready(self, ready: EngineReady, _at: float) -> None:
         """The span budget the engine measured on this device: answers are asked for, and
         cut to, that length from the next turn on."""
-        if ready.span_tokens > 0:
-            self._span_tokens = ready.span_tokens
-            self._max_span_chars = min(self.options.max_span_chars,
-                                       span_chars(ready.span_tokens))
+        self._learn_span_budget(ready.span_tokens)
+
+    def _learn_span_budget(self, tokens: int) -> None:
+        if tokens > 0:
+            self._span_tokens = tokens
+            self._max_span_chars = min(self.options.max_span_chars, span_chars(tokens))
 
     def _on_ret(self, ret: RetToken, _at: float) -> None:
         policy = self._ret_policy

@@ -61,6 +61,7 @@ class EngineEventMapper:
     def new_conversation(self, ready: wire.Ready) -> None:
         with self._lock:
             self._by_server.clear()
+        self._unheard.clear()  # a span of the last conversation is not heard in this one
         if self._ledger.total:
             self._earlier_positions += (self._ledger.total
                                         + max(ready.context_window, self.context_window))

@@ -181,7 +181,10 @@ def run_serve(args: argparse.Namespace) -> int:
               f"/api/chat, the reference's on /ws{slots} (Ctrl+C stops)", file=sys.stderr,
               flush=True)
 
-    asyncio.run(server.serve_until_signalled(announce))
+    try:
+        asyncio.run(server.serve_until_signalled(announce))
+    finally:
+        host.close()  # the batched engine's thread, when --slots > 1
     return 0
 
 

@@ -114,7 +114,11 @@ class EngineHost:
             stts = [load_stt_model(conversation, checkpoint.device) for _ in range(slots)]
         host = cls(checkpoint, engine_options, conversation, stts[0] if stts else None,
                    slots=slots, more_stts=tuple(stts[1:]))
-        host.wait_warm()
+        try:
+            host.wait_warm()
+        except BaseException:
+            host.close()  # a batched engine that did not warm up still holds its thread
+            raise
         return host
 
     def wait_warm(self, timeout: float = WARM_UP_TIMEOUT_S) -> None:

@@ -33,6 +33,10 @@ class FrontDoor:
     """Listens on `config`'s address and relays to `upstream` (Serve's proxy,
     `http://127.0.0.1:port`)."""
 
+    # Serve queues requests while every replica is at its limit: a relayed answer or
+    # handshake that has not come by then is a 504, not a connection held for ever.
+    answer_timeout_s: float = 30.0
+
     def __init__(self, upstream: str, config: ServerConfig,
                  metrics: ServerMetrics | None = None) -> None:
         config.limits.check()
@@ -85,11 +89,14 @@ class FrontDoor:
         limits = self.config.limits
         target = self.upstream.replace("http", "ws", 1) + request.path_qs
         try:
-            upstream = await self._session.ws_connect(
+            upstream = await asyncio.wait_for(self._session.ws_connect(
                 target, headers=self._upstream_headers(), autoclose=False, compress=0,
-                max_msg_size=limits.hard_message_bytes)
+                max_msg_size=limits.hard_message_bytes), self.answer_timeout_s)
         except aiohttp.WSServerHandshakeError as exc:  # a replica refused it: say the same
             return web.Response(status=exc.status, text=exc.message or "refused")
+        except asyncio.TimeoutError:
+            return web.Response(status=504, text="the cluster did not take the conversation "
+                                f"within {self.answer_timeout_s:g} s (every replica busy?)")
         except (aiohttp.ClientError, OSError) as exc:
             return web.Response(status=502, text=f"the cluster's proxy did not answer: {exc}")
         client = web.WebSocketResponse(max_msg_size=limits.hard_message_bytes,
@@ -118,12 +125,16 @@ class FrontDoor:
     async def _relay_get(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
         try:
-            async with self._session.get(self.upstream + request.path,
-                                         headers=self._upstream_headers()) as answer:
+            async with self._session.get(
+                    self.upstream + request.path, headers=self._upstream_headers(),
+                    timeout=aiohttp.ClientTimeout(total=self.answer_timeout_s)) as answer:
                 body = await answer.read()
                 headers = {name: answer.headers[name] for name in _RELAYED_HEADERS
                            if name in answer.headers}
                 return web.Response(status=answer.status, body=body, headers=headers)
+        except asyncio.TimeoutError:
+            return web.Response(status=504, text="the cluster's proxy did not answer within "
+                                f"{self.answer_timeout_s:g} s")
         except (aiohttp.ClientError, OSError) as exc:
             return web.Response(status=502, text=f"the cluster's proxy did not answer: {exc}")
 

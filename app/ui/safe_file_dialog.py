@@ -57,22 +57,29 @@ class NameOnlyIconProvider(QFileIconProvider):
         return by_name.comment() if not by_name.isDefault() else "File"
 
 
+def _special_root(absolute: Path) -> Path | None:
+    """The system folder (/proc, /sys, /dev) `absolute` lies in, if any."""
+    return next((root for root in SPECIAL_ROOTS
+                 if absolute == root or root in absolute.parents), None)
+
+
 def special_path_reason(path: Path) -> str | None:
-    """Why `path` must not be written or read as a file (None: it may be). Looks with
-    `lstat` only, never opens it."""
-    absolute = Path(os.path.abspath(path))
-    for root in SPECIAL_ROOTS:
-        if absolute == root or root in absolute.parents:
-            return f"{absolute} is inside {root}, the system's own files"
+    """Why `path` must not be written or read as a file (None: it may be). Links are
+    followed to what they name (a link to /proc/kmsg or to a pipe is refused too); looks
+    with `stat` only, never opens it."""
+    absolute = Path(os.path.realpath(path))
+    root = _special_root(absolute)
+    if root is not None:
+        return f"{absolute} is inside {root}, the system's own files"
     try:
-        mode = os.lstat(absolute).st_mode
+        mode = os.stat(absolute).st_mode
     except FileNotFoundError:
         return None  # a new file
     except OSError as exc:
         return f"{absolute} cannot be looked at ({exc.strerror or exc})"
     if stat.S_ISDIR(mode):
         return f"{absolute} is a folder"
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+    if not stat.S_ISREG(mode):
         return f"{absolute} is not a regular file (a pipe, a socket or a device)"
     return None
 
@@ -123,9 +130,9 @@ def existing_directory(parent: QWidget | None, caption: str, start: str = "") ->
         if not chosen:
             return ""
         absolute = Path(os.path.abspath(chosen[0]))
-        inside = [root for root in SPECIAL_ROOTS if absolute == root or root in absolute.parents]
-        if not inside:
+        root = _special_root(Path(os.path.realpath(absolute)))
+        if root is None:
             return str(absolute)
         QMessageBox.warning(parent, caption, f"Choose another folder: {absolute} is inside "
-                                             f"{inside[0]}, the system's own files.")
+                                             f"{root}, the system's own files.")
     return ""

@@ -263,6 +263,26 @@ def test_a_missing_speech_model_is_a_state_for_the_app_not_a_traceback(data_dir,
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
 
 
+def test_what_was_typed_while_a_missing_model_loaded_is_shown_not_lost(data_dir):
+    """Typed and dropped text waits for the model; when it never comes up, both are still
+    in the transcript, with why."""
+    recorder = Recorder()
+    missing = AppSettings(speech=SpeechModelSettings(model_id="moshika", device="cpu"),
+                          llm=LlmSettings(backend="none"))
+    session = ConversationSession(missing, recorder, lambda _s: NoDevices(), CheckpointCache())
+    session.send_text("what is the capital of australia?")
+    session.inject_text("Canberra is the capital.", "pasted text")
+    session.start()
+    recorder.wait(lambda: recorder.states and recorder.states[-1][0] == "model_missing",
+                  timeout=60)
+    assert session.join(10.0)
+    entries = list(recorder.entries.values())
+    assert [e.text for e in entries if e.kind == "user"] == ["what is the capital of australia?"]
+    span, = [e for e in entries if e.kind == "span"]
+    assert span.text == "Canberra is the capital." and "not injected" in span.detail
+    assert any(e.kind == "notice" and "was not sent" in e.text for e in entries)
+
+
 def test_turning_the_llm_on_during_a_conversation(tiny_folder, data_dir):
     from dataclasses import replace
 

@@ -40,14 +40,16 @@ def standin():
         yield server
 
 
-def ask(standin, ready: EngineReady | None) -> tuple[dict, str]:
-    """One <ret> retrieval after `ready`: the request the LLM got and the span injected."""
+def ask(standin, ready: EngineReady | None, known_tokens: int = 0) -> tuple[dict, str]:
+    """One <ret> retrieval after `ready`: the request the LLM got and the span injected.
+    `known_tokens`: the budget the orchestrator is made with (an engine already ready)."""
     standin.script = [ScriptedReply(content=LONG_ANSWER)]
     backend = OllamaBackend(OllamaSettings(host=standin.url, model="standin:latest",
                                            timeout_s=5.0, connect_timeout_s=1.0))
     sink = RecordingSink()
     orch = Orchestrator(backend, ToolRegistry([]), sink,
-                        OrchestratorOptions(max_span_chars=600, retrieval=POLICY))
+                        OrchestratorOptions(max_span_chars=600, retrieval=POLICY,
+                                            span_tokens=known_tokens))
     orch.start()
     try:
         if ready is not None:
@@ -89,3 +91,11 @@ def test_before_the_engine_is_ready_the_manifests_limit_holds(standin):
     request, span = ask(standin, None)
     assert "tokens (about" not in request["messages"][0]["content"]
     assert len(span) <= 600
+
+
+def test_an_orchestrator_made_after_the_engine_was_ready_knows_the_budget(standin):
+    """The LLM turned on mid-conversation: EngineReady has passed, the budget comes with
+    the options (build_orchestrator passes the engine's measured one)."""
+    request, span = ask(standin, None, known_tokens=40)
+    assert "at most 40 tokens" in request["messages"][0]["content"]
+    assert len(span) < len(LONG_ANSWER) and len(span) <= 40 * 3

@@ -25,6 +25,7 @@ from app.conversation.transcript.export import TranscriptHeader
 from app.conversation.transcript.saved import ConversationStore, title_for, worth_keeping
 
 log = logging.getLogger(__name__)
+SWITCH_WAIT_S = 5.0  # how long a new conversation waits for the old one's write in flight
 
 Written = Callable[[str, int, str], None]  # (conversation id, version, error or "")
 
@@ -91,8 +92,14 @@ class LiveAutosave:
         more (the caller keeps them with the old one). Returns those sessions' origins.
         `keep`: an origin that goes on into the new one (the window's own notices)."""
         with self._cond:
-            while self._busy:  # a write of the old one in flight finishes first
+            # A write of the old one in flight finishes first, within a bound: this runs on
+            # the GUI thread, and a write stuck on a stalled disk must not freeze the window
+            # (it saves the old conversation's id, so it cannot touch the new one's file).
+            deadline = time.monotonic() + SWITCH_WAIT_S
+            while self._busy and time.monotonic() < deadline:
                 self._cond.wait(0.1)
+            if self._busy:
+                log.warning("the previous conversation's save is still running")
             old = ({origin for origin, _ in self._entries} | self._direct) - {keep}
             self._ignored |= old
             self._direct = set()

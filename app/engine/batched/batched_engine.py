@@ -306,13 +306,7 @@ class BatchedEngine:
             dtype=str(ck.dtype).removeprefix("torch."), chunk_limit=slot.injector.chunk_limit,
             step_ms=None, budget_ms=FRAME_MS * (1.0 - self.options.budget_margin),
             context_window=self.context_window, prompt_frames=prompt_frames,
-            span_tokens=self._span_tokens(slot)))
-
-    @staticmethod
-    def _span_tokens(slot: EngineSlot) -> int:
-        """The most content tokens one span carries (the LLM's answer budget)."""
-        tokenizer = slot.span_tokenizer
-        return tokenizer.max_tokens - len(tokenizer.open_ids) - len(tokenizer.close_ids)
+            span_tokens=slot.span_tokenizer.content_budget))
 
     def _gather(self) -> list[tuple[EngineSlot, object]]:
         """One item from every live slot that has one; once one has, wait up to gather_s

@@ -21,17 +21,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from app.checkpoints.loader import LoadedCheckpoint, load_codec_and_tokenizer
+from app.engine.precision import FLOAT_DTYPES, MLX_PRECISIONS
 
 if TYPE_CHECKING:
     from app.checkpoints.catalog import Manifest
     from app.engine.mlx.lm import MlxLm
 
-# The MLX engine's precisions: 32- or 16-bit weights, or the linear layers at 8 or 4 bits.
-MLX_PRECISIONS = ("fp32", "bf16", "q8", "q4")
 _BITS = {"q8": 8, "q4": 4}
 # What the transcript's header and EngineReady call each precision (torch's names for
 # the float ones).
-PRECISION_LABELS = {"fp32": "float32", "bf16": "bfloat16", "q8": "q8", "q4": "q4"}
+PRECISION_LABELS = {**FLOAT_DTYPES, "q8": "q8", "q4": "q4"}
 
 
 @dataclass

@@ -126,7 +126,8 @@ class MlxEngine(DuplexEngine):
             model_id=ck.manifest.id, device="mlx", dtype=PRECISION_LABELS[ck.precision],
             chunk_limit=self.injector.chunk_limit, step_ms=step_ms,
             budget_ms=FRAME_MS * (1.0 - self.options.budget_margin),
-            context_window=self.context_window, prompt_frames=prompt_frames))
+            context_window=self.context_window, prompt_frames=prompt_frames,
+            span_tokens=self.span_tokens))
 
     def _feed_start(self, plan: StartPlan) -> int:
         gen = self.lm_gen

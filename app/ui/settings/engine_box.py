@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFormLayout,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from app.remote.probe import ServerProbe, probe_server
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
+from app.ui.settings.background_jobs import BackgroundJobs
 from app.ui.settings.form import FAILED_COLOR, show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the
@@ -58,12 +59,6 @@ def server_url_problem(url: str) -> str | None:
     return None
 
 
-class _ProbeSignals(QObject):
-    """Without a parent: a test ending after the dialog closed emits into a live object."""
-
-    finished = Signal(int, object)  # the test's number, its ServerProbe or exception
-
-
 class SpeechEngineBox(QGroupBox):
     mode_changed = Signal(str)  # "local" or "server"
     probe_timeout_s: float = 5.0
@@ -72,9 +67,7 @@ class SpeechEngineBox(QGroupBox):
                  parent: QWidget | None = None) -> None:
         super().__init__("Speech engine", parent)
         self._probe = probe
-        self._test_number = 0
-        self._signals = _ProbeSignals()
-        self._signals.finished.connect(self._tested)
+        self._jobs = BackgroundJobs({"probe": self._tested}, parent=self)
         form = QFormLayout(self)
 
         self.local_radio = QRadioButton("This computer")
@@ -152,33 +145,22 @@ class SpeechEngineBox(QGroupBox):
         if not self.test_button.isEnabled() and self.mode == "server":
             self.test_button.setEnabled(True)
             self.test_button.setText("Test connection")
-        self._test_number += 1
+        self._jobs.drop("probe")
         self._show("", None)
         self._show_problems()
 
     def test_connection(self) -> None:
         """Ask the server off the GUI thread; the answer comes back to `_tested`."""
-        self._test_number += 1
-        number, signals, probe = self._test_number, self._signals, self._probe
+        probe = self._probe
         url, token = self.url_edit.text().strip(), self.token_edit.text().strip() or None
         timeout = self.probe_timeout_s
         self.test_button.setEnabled(False)
         self.test_button.setText("Testing…")
         self._show(f"Connecting to {bounded(url)}…", None)
+        self._jobs.start("probe", lambda: probe(url, token, timeout))
 
-        def job() -> None:
-            try:
-                result: object = probe(url, token, timeout)
-            except Exception as exc:  # shown to the user, never raised in a pool thread
-                result = exc
-            signals.finished.emit(number, result)
-
-        QThreadPool.globalInstance().start(job)
-
-    @Slot(int, object)  # a declared slot: PySide delivers cross-thread calls safely
-    def _tested(self, number: int, result: object) -> None:
-        if number != self._test_number:
-            return  # stale: the URL or the token changed while it ran
+    def _tested(self, result: object) -> None:
+        """The current test's answer (one for another URL or token was dropped)."""
         self.test_button.setText("Test connection")
         self._show_problems()  # the button again, if the address can be tested
         if isinstance(result, ServerProbe):
