@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the desktop installers (linux/install.sh, macos/install.sh): what they share,
 # written once. The caller sets DRY_RUN (1: print each step, change nothing).
 

@@ -41,7 +41,7 @@ install_python_packages() {
         extras="${extras:+$extras,}mlx"
     fi
     local spec="$target"
-    [ -n "$extras" ] && spec="$target[$extras]"
+    [ -n "$extras" ] && spec="${target}[${extras}]"
     # shellcheck disable=SC2086 # an empty RUNNER runs the command itself
     $runner "$python" -m pip install --quiet --upgrade pip
     # shellcheck disable=SC2086

@@ -12,6 +12,7 @@ APP_PACKAGES=(
 TEST_PACKAGES=(
     libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins  # a virtual sound card
     espeak-ng                                                      # spoken test questions
+    shellcheck                                                     # the installers' lint
 )
 
 case "${1:-app}" in

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by gpu_check.sh and gpu_scale.sh (on a lent device machine, from the repository
 # root, with .whl/ carried: fetch_wheels.sh makes it): the steps they share.
 

@@ -29,11 +29,11 @@ main() {
 if [ "$DRY" = "1" ]; then
     PROFILE_ARGS=(--model tiny-cs --allow-cpu --block 16 --repeats 1 --steps 2)
     BENCH_ARGS=(--model tiny-cs --allow-cpu --block 4 --block 8 --repeats 1
-                --slots 1,2 --slot-frames 13)
+                --slots '1,2' --slot-frames 13)
 else
     PROFILE_ARGS=(--block 600 --repeats 5 --steps 20)
     BENCH_ARGS=(--block 16 --block 64 --block 256 --block 400 --block 600 --block 1024
-                --repeats 5 --slots 1,8,16,32,48,64 --slot-frames 40)
+                --repeats 5 --slots '1,8,16,32,48,64' --slot-frames 40)
     install_carried_wheels "$PYTHON" "$SITE" || exit 1
 fi
 
