@@ -71,3 +71,19 @@ def tiny_cs_checkpoint(tiny_cs_folder: Path):
 
     return load_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, device="cpu")
 
+
+
+@pytest.fixture(autouse=True)
+def garbage_collected_on_the_gui_thread(request: pytest.FixtureRequest):
+    """A Qt test runs as the app does (app/ui/gui_thread_gc.py): cyclic garbage is collected
+    on the GUI thread only, so a background thread never destroys a test's widgets."""
+    if "qapp" not in request.fixturenames or request.node.get_closest_marker("own_collector"):
+        yield
+        return
+    from app.ui.gui_thread_gc import GuiThreadCollector
+
+    request.getfixturevalue("qapp")
+    collector = GuiThreadCollector()
+    collector.start()
+    yield
+    collector.stop()

@@ -81,6 +81,9 @@ def run_app(screenshot: Path | None = None,
     install_qt_message_handler()  # Qt's warnings (size hints...) go to the log, not the terminal
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ContextSpan")
+    from app.ui.gui_thread_gc import GuiThreadCollector
+
+    GuiThreadCollector(app).start()  # background threads never destroy our widgets
     if screenshot is not None:
         return _screenshot_in_throwaway_dirs(app, screenshot)
     store = SettingsStore()

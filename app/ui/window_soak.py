@@ -35,6 +35,9 @@ def run(minutes: float) -> dict:
     from app.ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    from app.ui.gui_thread_gc import GuiThreadCollector
+
+    GuiThreadCollector(app).start()  # as the app runs
     answer = ("A long answer, so that spans, the context figures and the transcript all "
               "grow while the window is watched: " + "words " * 40).strip()
     noise = (0.01 * np.random.default_rng(0).standard_normal(SAMPLE_RATE * 4)).astype(np.float32)

@@ -1,0 +1,57 @@
+"""Python's cyclic garbage collector runs on whichever thread happens to allocate when a
+generation's count crosses its threshold. A closed dialog or tab is often cyclic garbage
+(a lambda slot that holds its own widget), and when the thread that trips the collection is
+a background one (a memory plan building a 7B model on meta, the frame loop, a connection
+test), those Qt objects are destroyed on that thread while the GUI thread may be painting or
+delivering events to them. Qt does not allow that; PySide then crashes later, on the GUI
+thread (seen: segfaults in the settings and window tests at varying places, each time with
+memory-plan threads in flight).
+
+So while the desktop app runs, automatic collection is off and the GUI thread collects on a
+timer, by the rule Python's own collector follows (the oldest generation whose count passed
+its threshold). The frame loop also no longer pauses for a collection.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from PySide6.QtCore import QObject, QTimer, Slot
+
+
+class GuiThreadCollector(QObject):
+    """Collects Python's cyclic garbage on the GUI thread, and only there, while started.
+    Made (and started) on the GUI thread."""
+
+    INTERVAL_MS = 100  # 10 checks a second; a check with nothing due costs one gc.get_count
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thresholds = gc.get_threshold()
+        self._was_enabled = gc.isenabled()
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.INTERVAL_MS)
+        self._timer.timeout.connect(self.collect_due)
+
+    def start(self) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        self._timer.start()
+
+    def stop(self) -> None:
+        """Automatic collection back as it was; what is garbage now is collected here."""
+        self._timer.stop()
+        gc.collect()
+        if self._was_enabled:
+            gc.enable()
+
+    @Slot()
+    def collect_due(self) -> int:
+        """Collect the oldest generation that is due; returns it, or -1 when none was."""
+        counts = gc.get_count()
+        for generation in (2, 1, 0):
+            threshold = self._thresholds[generation]
+            if threshold and counts[generation] > threshold:
+                gc.collect(generation)
+                return generation
+        return -1
