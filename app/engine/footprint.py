@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +89,27 @@ def shape_from_configs(name: str, lm_config: dict[str, Any], mimi_config: dict |
     return ModelShape(name, *counts, workspace_bytes=workspace_bytes)
 
 
-@functools.lru_cache(maxsize=16)
+# One model built on meta at a time: plans are made on background threads (each settings
+# dialog, the first-run dialog, the session's precision choice); the second asker then
+# finds the first one's answer in the cache instead of building the same model again.
+_META_BUILD = threading.Lock()
+
+
 def _counts(lm_json: str, mimi_json: str, max_chunk: int) -> tuple[int, int, int, int, int]:
-    """(linear, other, codec, cache, codec cache) numbers; cached by the configs' JSON, as a
-    dialog re-plans whenever a setting changes and a 7B takes a second to build on meta."""
-    with torch.device("meta"):
-        lm = loaders.get_moshi_lm(None, lm_kwargs=json.loads(lm_json), device="meta")
-        mimi = loaders.get_mimi(None, json.loads(mimi_json), device="meta")
+    """(linear, other, codec, cache, codec cache) numbers; see `_counted`."""
+    with _META_BUILD:
+        return _counted(lm_json, mimi_json, max_chunk)
+
+
+@functools.lru_cache(maxsize=16)
+def _counted(lm_json: str, mimi_json: str, max_chunk: int) -> tuple[int, int, int, int, int]:
+    """Cached by the configs' JSON, as a dialog re-plans whenever a setting changes and a 7B
+    takes a second to build on meta."""
+    # `device="meta"` reaches every parameter and buffer of both (checked), so no
+    # `with torch.device("meta")` around it: that mode also routes every initialiser
+    # through a Python-level function mode, for nothing.
+    lm = loaders.get_moshi_lm(None, lm_kwargs=json.loads(lm_json), device="meta")
+    mimi = loaders.get_mimi(None, json.loads(mimi_json), device="meta")
     total = sum(p.numel() for p in lm.parameters())
     linear = sum(m.weight.numel() for m in lm.modules() if isinstance(m, torch.nn.Linear))
     cache = _cache_values(lm.transformer, max_chunk - 1)

@@ -238,13 +238,12 @@ class ConversationKeeper(QObject):
 
     @Slot()
     def save(self) -> None:
-        """Write the current conversation now (on the autosave's thread), if it holds
-        anything worth keeping; the autosave also writes on its own, GUI thread or not."""
+        """The GUI's part of saving, once per interval: the unsent draft, the header, and
+        the list's title. The conversation itself the autosave writes on its own interval,
+        GUI thread or not (`flush` asks it to write now)."""
         self._timer.stop()
         self._save_draft()
         self._autosave.set_header(self._header_base())
-        if not self._autosave.saved():
-            self._pending = self._autosave.write_now()
         title = title_for(self.panel.entries())
         if self._listed and title != self._listed_title:  # the user's first words
             self.listChanged.emit()
@@ -311,6 +310,7 @@ class ConversationKeeper(QObject):
         self._save_draft()
         if not self._autosave.saved():
             self.save()
+            self._pending = self._autosave.write_now()
         if self._pending is not None:
             try:
                 self._pending.result(timeout)
