@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from app.engine.memory_plan import MemoryReport
 from app.settings.schema import AppSettings
 from app.text_bounds import bounded
-from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import FAILED_COLOR, OK_COLOR
 
 # (settings, Ollama timeout in seconds) -> the plan; may block for seconds.

@@ -25,8 +25,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
-from app.conversation.transcript.saved import ConversationStore, title_for
+from app.conversation.transcript.saved import ConversationStore, ConversationSummary, title_for
 from app.ui.about_dialog import about_box
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.context_panel import ContextPanel
 from app.ui.conversation_keeper import ConversationKeeper, describe_llm
 from app.ui.conversation_list import ConversationList, started_label
@@ -70,6 +71,8 @@ class WindowFeatures(QObject):
         self.search_bar = SearchBar(panel, window)
         self.push_to_talk = PushToTalk(window, window.mute_action)
         self.viewers: list[SavedConversationWindow] = []
+        self._saved: list[ConversationSummary] = []  # as last read (the list shows it)
+        self._list_jobs = BackgroundJobs({"list": self._show_saved_list}, parent=self)
 
         central = window.centralWidget()
         layout = central.layout() if central is not None else None
@@ -206,10 +209,21 @@ class WindowFeatures(QObject):
 
     @Slot()
     def refresh_list(self) -> None:
+        """Read the saved conversations off the GUI thread (a long history is many files);
+        the list shows them when they are read, the newest reading winning."""
+        self._show_saved_list(self._saved)  # the live conversation's title at once
+        self._list_jobs.start("list", self.keeper.store.list)
+
+    def _show_saved_list(self, saved: object) -> None:
+        if isinstance(saved, Exception):  # store.list skips what it cannot read: a bug
+            self.window.show_error(f"Could not list the saved conversations: {saved}")
+            return
+        assert isinstance(saved, list)
+        self._saved = saved
         entries = self.window.transcript.entries()
         self.conversation_list.show_conversations(
             self.keeper.conversation_id, title_for(entries) if entries else "New conversation",
-            self.keeper.store.list())
+            saved)
 
     def show_list(self) -> None:
         self.list_dock.show()
@@ -268,11 +282,15 @@ class WindowFeatures(QObject):
             self.window.show_error(f"Could not delete that conversation: {exc}")
 
     def _name_of(self, conversation_id: str) -> str:
-        """A saved conversation as the list shows it: “its title” and when it started."""
-        for summary in self.keeper.store.list():
-            if summary.conversation_id == conversation_id:
-                return f"“{summary.title}” ({started_label(summary.started)})"
-        return "This conversation"
+        """A saved conversation as the list shows it: “its title” and when it started (one
+        file, already read by the list unless it changed since)."""
+        try:
+            summary = self.keeper.store.summary(conversation_id)
+        except ValueError:  # not an id the store could have written
+            summary = None
+        if summary is None:
+            return "This conversation"
+        return f"“{summary.title}” ({started_label(summary.started)})"
 
     def export_current(self) -> None:
         export_with_dialog(self.window, self.window.transcript.entries(), self.keeper.header(),

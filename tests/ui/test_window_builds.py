@@ -66,8 +66,9 @@ def test_new_conversation_saves_the_old_one_which_reopens_read_only_and_deletes(
     say(window, TranscriptBuilder(), "And of France?")
     assert [e.text for e in window.transcript.entries()] == ["And of France?"]
     keeper.flush()
-    features.refresh_list()
-    assert features.conversation_list.ids()[:2] == [keeper.conversation_id, first_id]
+    features.refresh_list()  # read off the GUI thread
+    qtbot.waitUntil(lambda: features.conversation_list.ids()[:2]
+                    == [keeper.conversation_id, first_id], timeout=5000)
 
     viewer = features.open_saved(first_id)
     assert [e.text for e in viewer.entries()] == ["What is the capital of Australia?",
@@ -77,7 +78,7 @@ def test_new_conversation_saves_the_old_one_which_reopens_read_only_and_deletes(
 
     features.conversation_list.select(first_id)
     features.delete_saved(first_id, confirm=False)
-    assert first_id not in features.conversation_list.ids()
+    qtbot.waitUntil(lambda: first_id not in features.conversation_list.ids(), timeout=5000)
     assert first_id not in [s.conversation_id for s in keeper.store.list()]
 
 

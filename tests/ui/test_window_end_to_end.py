@@ -81,8 +81,8 @@ def test_two_conversations_survive_stop_start_new_reopen_export_and_close(
         ask(QUESTIONS[2], ANSWERS[2])
         assert said(window.transcript.entries()) == [QUESTIONS[2], ANSWERS[2]]
 
-        features.show_list()
-        assert first_id in features.conversation_list.ids()
+        features.show_list()  # read off the GUI thread
+        qtbot.waitUntil(lambda: first_id in features.conversation_list.ids(), timeout=5000)
         viewer = features.open_saved(first_id)
         assert viewer is not None
         assert said(viewer.entries()) == [QUESTIONS[0], ANSWERS[0], QUESTIONS[1], ANSWERS[1]]

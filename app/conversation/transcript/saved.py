@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -70,6 +71,11 @@ class ConversationSummary:
 class ConversationStore:
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = Path(folder) if folder is not None else conversations_dir()
+        # What each file said when it was last read, by its (inode, mtime, size): the list is
+        # refreshed whenever a title changes or a conversation is deleted, on the GUI
+        # thread, and re-reading every saved transcript each time grows with the history.
+        self._read: dict[Path, tuple[tuple[int, int, int], ConversationSummary]] = {}
+        self._read_lock = threading.Lock()
 
     def path_of(self, conversation_id: str) -> Path:
         if not _ID.match(conversation_id):
@@ -119,15 +125,39 @@ class ConversationStore:
             paths = sorted(self.folder.glob("*.json"))
         except OSError:
             return []
-        for path in paths:
-            try:
-                header, entries = read_transcript(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
-                log.warning("skipping conversation file %s: %s", path, exc)
-                continue
-            found.append(ConversationSummary(
-                conversation_id=header.conversation_id or path.stem,
-                title=header.title or title_for(entries), started=header.started,
-                entries=len(entries), path=path))
+        with self._read_lock:
+            for path in paths:
+                summary = self._summary_of(path)
+                if summary is not None:
+                    found.append(summary)
+            for gone in self._read.keys() - set(paths):
+                del self._read[gone]
         found.sort(key=lambda s: (s.started or 0.0, s.conversation_id), reverse=True)
         return found
+
+    def summary(self, conversation_id: str) -> ConversationSummary | None:
+        """One conversation as the list shows it (None when it cannot be read); read from
+        the file only if it changed since the list last read it."""
+        with self._read_lock:
+            return self._summary_of(self.path_of(conversation_id))
+
+    def _summary_of(self, path: Path) -> ConversationSummary | None:
+        """The file's summary: read again only when the file changed. Writes replace the
+        file whole (a new inode), so its inode, mtime or size changes with every write."""
+        try:
+            stat = path.stat()
+            version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            known = self._read.get(path)
+            if known is not None and known[0] == version:
+                return known[1]
+            header, entries = read_transcript(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            log.warning("skipping conversation file %s: %s", path, exc)
+            self._read.pop(path, None)
+            return None
+        summary = ConversationSummary(
+            conversation_id=header.conversation_id or path.stem,
+            title=header.title or title_for(entries), started=header.started,
+            entries=len(entries), path=path)
+        self._read[path] = (version, summary)
+        return summary

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.settings.schema import AudioSettings
 from app.text_bounds import bounded
-from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import form_on, hint
 
 SYSTEM_DEFAULT = "System default"

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.remote.probe import ServerProbe, probe_server
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
-from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import FAILED_COLOR, show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the

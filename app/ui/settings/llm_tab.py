@@ -41,7 +41,7 @@ from app.settings.store import field_range
 from app.text_bounds import bounded
 from app.tools.default_tools import ALL_TOOLS
 from app.ui import safe_file_dialog
-from app.ui.settings.background_jobs import BackgroundJobs
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
 
 BACKENDS = (

@@ -31,8 +31,8 @@ from app.remote.probe import probe_server
 from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
-from app.ui.settings.background_jobs import BackgroundJobs
 from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
 from app.ui.settings.form import form_on, hint, put_on_top
 

@@ -15,7 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QCoreApplication, QEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
-from app.ui.settings.background_jobs import BackgroundJobs, jobs_out  # noqa: E402
+from app.ui.background_jobs import BackgroundJobs, jobs_out  # noqa: E402
 
 ROUNDS = 40
 

@@ -1,5 +1,6 @@
-"""Slow work a settings tab starts (a connection test, listing voices, a test tone, the
-memory plan) runs on a thread of its own; its result comes back to the GUI thread.
+"""Slow work a window or settings tab starts (a connection test, listing voices, a test tone,
+the memory plan, reading the saved conversations) runs on a thread of its own; its result
+comes back to the GUI thread.
 
 A result that arrives after what it was about has changed (another host, another model) is
 dropped, so the dialog never shows an answer to a question the user no longer asks: each
