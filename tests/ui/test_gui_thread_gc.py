@@ -58,3 +58,33 @@ def test_stop_gives_automatic_collection_back(qtbot) -> None:
     assert not gc.isenabled()
     collector.stop()
     assert gc.isenabled()
+
+
+def _cyclic_garbage(count: int) -> None:
+    for _ in range(count):
+        junk: list[object] = []
+        junk.append(junk)
+
+
+def test_a_full_collection_waits_until_enough_objects_were_promoted(qtbot) -> None:
+    """A full collection holds the GIL (the frame loop's too) for about a tenth of a second:
+    short-lived garbage alone never makes one due, as in CPython's own collector; objects
+    that live on do."""
+    collector = GuiThreadCollector()
+    collector.start()
+    try:
+        chosen = []
+        for _ in range(400):  # 40 gen-1 collections' worth of garbage that dies young
+            _cyclic_garbage(800)
+            chosen.append(collector.collect_due())
+        assert chosen.count(1) >= 30 and 2 not in chosen
+
+        kept: list[list[object]] = []
+        for _ in range(1000):  # objects that live: they pile up in the oldest generation
+            kept.extend([] for _ in range(800))
+            if collector.collect_due() == 2:
+                break
+        else:
+            raise AssertionError("no full collection after 800,000 long-lived objects")
+    finally:
+        collector.stop()
