@@ -62,9 +62,6 @@ from app.frames import FRAME_MS, FRAME_SAMPLES
 
 log = logging.getLogger(__name__)
 
-# The shortest span limit the frame budget may set (positions, the wrapping included):
-# about one spoken sentence of 40 words, the router's longest answer.
-MIN_SPAN_POSITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -232,18 +229,8 @@ class DuplexEngine(FrameWorker):
         self.injector.chunk_limit = self.budget.chunk_limit
         self.adaptive = AdaptiveChunkLimit(self.budget, self.max_chunk)
         if self.blocks:
-            self._fit_span_limit(self.budget.chunk_limit)
+            self.span_tokenizer.fit_to_budget(self.budget.chunk_limit, self.max_chunk)
         return self.budget.step_ms
-
-    def _fit_span_limit(self, fits: int) -> None:
-        """A block is never split, so the longest span is the longest block whose forward
-        plus one frame fit the budget measured here, within the manifest's maximum. Never
-        below MIN_SPAN_POSITIONS (one spoken sentence): a device that cannot fit that much
-        is over the frame anyway, and its blocks are reported so (BlockSlot), as the
-        reference reports them. Spans tokenized from now on are cut there."""
-        tokenizer = self.span_tokenizer
-        floor = max(MIN_SPAN_POSITIONS, len(tokenizer.open_ids) + len(tokenizer.close_ids) + 1)
-        tokenizer.max_tokens = min(self.max_chunk, max(floor, fits))
 
     @property
     def span_tokens(self) -> int:

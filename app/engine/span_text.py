@@ -161,6 +161,11 @@ def control_pattern() -> re.Pattern[str]:
     return re.compile(f"[{parts}]+")
 
 
+# The shortest span limit the frame budget may set (positions, the wrapping included):
+# about one spoken sentence of 40 words, the router's longest answer.
+MIN_SPAN_POSITIONS = 64
+
+
 class SpanTokenizer:
     def __init__(
         self,
@@ -241,6 +246,16 @@ class SpanTokenizer:
         while out and out[-1] == self._space_id:
             out.pop()
         return out
+
+    def fit_to_budget(self, fits: int, cap: int) -> None:
+        """A block is never split, so the longest span is the longest block whose forward
+        plus one frame fit the frame budget measured on this device (`fits` positions),
+        within `cap` (the manifest's maximum). Never below MIN_SPAN_POSITIONS (one spoken
+        sentence): a device that cannot fit that much is over the frame anyway, and its
+        blocks are reported so (BlockSlot), as the reference reports them. Spans tokenized
+        from now on are cut there."""
+        floor = max(MIN_SPAN_POSITIONS, len(self.open_ids) + len(self.close_ids) + 1)
+        self.max_tokens = min(cap, max(floor, fits))
 
     @property
     def content_budget(self) -> int:

@@ -10,7 +10,8 @@ import queue
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import MIN_SPAN_POSITIONS, DuplexEngine, EngineOptions
+from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.span_text import MIN_SPAN_POSITIONS
 from app.frames import FRAME_MS, FRAME_SAMPLES
 
 LONG = "the quick brown fox jumps over the lazy dog " * 30  # far past any limit here

@@ -14,7 +14,8 @@ that fails) ends that slot only; a slot without frames (a slow client) is simply
 the tick; neither stalls nor changes the others.
 
 Engine-wide, not per slot: sampling (greedy or not) and the seed, since the rows share one
-sampling call; the chunk limit is the engine's (a slot may ask for less).
+sampling call; the chunk limit is the engine's (a slot may ask for less), and without a
+fixed one it is measured at warm-up with every slot talking, and so is the longest span.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from app.engine.batched.engine_slot import EngineSlot
 from app.engine.batched.row_generator import RowGenerator
 from app.engine.batched.slot_mimi import BatchedMimi, PerSlotMimi, SlotCodec
 from app.engine.conversation_start import Placeholders, StartPlan, placeholder_codes, plan_start
+from app.engine.device import synchronize
 from app.engine.duplex_engine import EngineOptions
 from app.engine.events import (
     AudioOut,
@@ -50,6 +52,7 @@ from app.engine.events import (
     SpanInjected,
     TextPiece,
 )
+from app.engine.frame_budget import ChunkBudget, measure_chunk_budget
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.shown_text import shown_text_id
 from app.engine.span_block import block_columns
@@ -120,6 +123,8 @@ class BatchedEngine:
         self._thread: threading.Thread | None = None
         self.ready = threading.Event()  # warmed up: slots join from now on
         self.ticks = 0  # batched steps run (tests and benchmarks)
+        # Measured at warm-up with every row talking (None with a fixed chunk limit).
+        self.budget: ChunkBudget | None = None
         # The batched step's own time (the generator's step: no Mimi, no span), last minute.
         self.step_times_ms: deque[float] = deque(maxlen=750)
 
@@ -225,16 +230,54 @@ class BatchedEngine:
                 placement.user_codes or start.user_tone_codes)
 
     def _warm_up(self) -> None:
-        """A few batched steps on every row (kernels, CUDA graphs), then all rows reset."""
-        lm = self.checkpoint.lm
+        """A few batched frames on every row (kernels, CUDA graphs), the frame budget
+        measured with every row talking, then all rows reset."""
         rows = list(range(self.slot_count))
-        user = torch.zeros((self.slot_count, lm.n_q // 2), dtype=torch.long, device=lm.device)
+        for row in rows:  # each row's Mimi stream (a joining slot starts its own again)
+            self.codec.join(row)
         for _ in range(self.options.warmup_frames):
-            self.gen.step(rows, user, [None] * self.slot_count)
+            self._silent_frame(rows)
+        self._measure_budget(rows)
         for row in rows:
             self.gen.reset_row(row)
         if self.options.seed is not None:
             torch.manual_seed(self.options.seed)
+
+    def _silent_frame(self, rows: list[int]) -> None:
+        """One tick's model work for every row, on silence: Mimi in, the step, Mimi out."""
+        pcm = torch.zeros((len(rows), FRAME_SAMPLES))
+        outs = self.gen.step(rows, self.codec.encode(rows, pcm), [None] * len(rows))
+        speaking = [i for i, out in enumerate(outs) if out is not None]
+        if speaking:
+            count = self.checkpoint.mimi.num_codebooks
+            codes = torch.stack([outs[i][1 : 1 + count] for i in speaking])  # type: ignore[index]
+            self.codec.decode([rows[i] for i in speaking], codes)
+
+    def _measure_budget(self, rows: list[int]) -> None:
+        """Without a fixed chunk limit: what fits in a frame here with EVERY slot talking
+        (the worst tick) plus one slot's span forward, as the single engine measures its
+        own (frame_budget.py); each slot's chunk and span limits come from it at its join."""
+        if self.options.chunk_limit is not None:
+            return
+        lm = self.checkpoint.lm
+        pad = lm.text_padding_token_id
+        self.budget = measure_chunk_budget(
+            run_frame=lambda: self._silent_frame(rows),
+            run_prefill=lambda k: self.gen.prefill_positions(rows[0], [pad] * k),
+            sync=lambda: synchronize(lm.device),
+            cap=self.max_chunk,
+            margin=self.options.budget_margin,
+            timing=self.options.budget_timing,
+        )
+
+    def _fit_to_budget(self, slot: EngineSlot) -> None:
+        """The slot's limits from the budget measured at warm-up (a slot may ask for less)."""
+        if self.budget is None:
+            return
+        fits = self.budget.chunk_limit
+        slot.injector.chunk_limit = min(slot.injector.chunk_limit, fits)
+        if self.blocks:
+            slot.span_tokenizer.fit_to_budget(fits, self.max_chunk)
 
     def _free(self, slot: EngineSlot, reason: str) -> None:
         with self._lock:
@@ -285,6 +328,7 @@ class BatchedEngine:
         with self.codec.unstreamed():  # a voice prompt is encoded in one pass
             plan = self._plan(slot.options)
         row = slot.row
+        self._fit_to_budget(slot)
         self.gen.reset_row(row)
         self.codec.join(row)
         prompt_frames = 0
@@ -304,7 +348,8 @@ class BatchedEngine:
         slot.emit(EngineReady(
             model_id=ck.manifest.id, device=str(ck.device),
             dtype=str(ck.dtype).removeprefix("torch."), chunk_limit=slot.injector.chunk_limit,
-            step_ms=None, budget_ms=FRAME_MS * (1.0 - self.options.budget_margin),
+            step_ms=None if self.budget is None else self.budget.step_ms,
+            budget_ms=FRAME_MS * (1.0 - self.options.budget_margin),
             context_window=self.context_window, prompt_frames=prompt_frames,
             span_tokens=slot.span_tokenizer.content_budget))
 
