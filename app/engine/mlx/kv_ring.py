@@ -15,6 +15,16 @@ import mlx.core as mx
 import numpy as np
 
 
+class SharedMask:
+    """One forward's mask, made by the first layer's ring and reused by the others: every
+    layer's ring of a stream is written in step, so they hold the same positions (building
+    it per layer cost ~28 us each, ~0.9 ms a frame for 32 layers on a 2-core x86 CPU)."""
+
+    def __init__(self) -> None:
+        self.end: int | None = None  # the ring's end the mask was made at
+        self.mask: mx.array | None = None
+
+
 class KVRing:
     def __init__(self, context: int, capacity: int) -> None:
         if capacity < context:
@@ -37,10 +47,11 @@ class KVRing:
             target[:, :, : count - first, :] = new[:, :, first:, :]
         return target
 
-    def update(self, keys: mx.array, values: mx.array
+    def update(self, keys: mx.array, values: mx.array, shared: SharedMask | None = None
                ) -> tuple[mx.array, mx.array, mx.array | None]:
         """Write keys/values [B, H, T, D] for the next T positions; return the keys and
-        values to attend to and the boolean mask [T, slots] (None: every slot, every query)."""
+        values to attend to and the boolean mask [T, slots] (None: every slot, every query).
+        `shared`: this forward's mask, if another ring in step with this one made it."""
         count = keys.shape[2]
         # The newest key this write overwrites must be one the first query no longer sees.
         overwritten = self.end + count - 1 - self.capacity
@@ -58,8 +69,12 @@ class KVRing:
         self.positions[new_positions % self.capacity] = new_positions
         self.end += count
         used = min(self.end, self.capacity)  # before the ring fills, only its first slots
+        if shared is not None and shared.end == self.end:
+            return self.keys[:, :, :used, :], self.values[:, :, :used, :], shared.mask
         slot_positions = self.positions[:used]
         delta = new_positions[:, None] - slot_positions[None, :]  # [T, used]
         visible = (slot_positions >= 0) & (delta >= 0) & (delta < self.context)
         mask = None if visible.all() else mx.array(visible)
+        if shared is not None:
+            shared.end, shared.mask = self.end, mask
         return self.keys[:, :, :used, :], self.values[:, :, :used, :], mask

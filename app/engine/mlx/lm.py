@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine.mlx.kv_ring import KVRing
+from app.engine.mlx.kv_ring import KVRing, SharedMask
 
 ZERO_TOKEN = -1  # embeds to an exact zero vector (moshi's zero_token_id)
 
@@ -266,12 +266,12 @@ class TransformerLayer(nn.Module):
         update = self._gate(self.norm2(x), step)
         return x + (self.layer_scale_2(update) if self.scaled else update)
 
-    def temporal(self, x: mx.array, ring: KVRing, offset: int, rope_period: float | None
-                 ) -> mx.array:
+    def temporal(self, x: mx.array, ring: KVRing, offset: int, rope_period: float | None,
+                 shared_mask: SharedMask | None = None) -> mx.array:
         q, k, v = self.self_attn.project(self.norm1(x), 0)
         if rope_period is not None:
             q, k = apply_rope(q, offset, rope_period), apply_rope(k, offset, rope_period)
-        keys, values, mask = ring.update(k, v)
+        keys, values, mask = ring.update(k, v, shared_mask)
         return self._residuals(x, self.self_attn.output(_attend(q, keys, values, mask), 0), 0)
 
     def depth(self, x: mx.array, past: list[tuple[mx.array, mx.array]], step: int,
@@ -359,8 +359,9 @@ class MlxLm(nn.Module):
             x = x + self.emb[index](codes[:, index + 1])
         x = x + self.text_emb(codes[:, 0])
         rope = s.max_period if s.positional_embedding == "rope" else None
+        shared = SharedMask()  # the rings are in step: one mask for every layer
         for layer, ring in zip(self.transformer.layers, stream.rings, strict=True):
-            x = layer.temporal(x, ring, stream.offset, rope)
+            x = layer.temporal(x, ring, stream.offset, rope, shared)
         stream.offset += codes.shape[-1]
         out = self.out_norm(x)
         return out, self.text_linear(out)

@@ -8,7 +8,7 @@ import pytest
 
 mx = pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
-from app.engine.mlx.kv_ring import KVRing  # noqa: E402
+from app.engine.mlx.kv_ring import KVRing, SharedMask  # noqa: E402
 
 
 def _write(ring: KVRing, count: int):
@@ -40,3 +40,18 @@ def test_an_empty_ring_takes_a_first_forward_as_long_as_it_is():
     ring = KVRing(context=4, capacity=6)
     keys, _, mask = _write(ring, 6)  # a conversation's start: nothing is overwritten
     assert keys.shape[2] == 6 and mask is not None
+
+
+def test_rings_in_step_share_one_mask_per_forward_and_it_is_each_ring_s_own():
+    layers = [KVRing(context=4, capacity=6) for _ in range(3)]
+    alone = KVRing(context=4, capacity=6)
+    for count in (5, 2, 1, 3):
+        shared = SharedMask()
+        masks = [ring.update(mx.zeros((1, 1, count, 2)), mx.zeros((1, 1, count, 2)), shared)[2]
+                 for ring in layers]
+        _, _, own = _write(alone, count)
+        assert all(mask is masks[0] for mask in masks)  # built once, by the first layer
+        if own is None:
+            assert masks[0] is None
+        else:
+            assert masks[0] is not None and np.array_equal(np.array(masks[0]), np.array(own))
