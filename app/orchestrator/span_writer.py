@@ -24,10 +24,10 @@ def speakable_span_cut(answer: str, max_chars: int, what: str = "the LLM's reply
                       ) -> tuple[str, tuple[Cut, ...]]:
     """`speakable_span`, and the cut when `max_chars` took some of it: sizes from the raw
     `answer` (what the LLM or the tool gave) to the span's text."""
-    whole = speakable_span(answer, len(answer) + 1)  # markdown and spaces out, not cut
-    if len(whole) <= max_chars:
+    whole = _plain(answer)  # markdown and spaces out, not cut (the patterns run once)
+    text = _cut(whole, max_chars)
+    if text == whole:
         return whole, ()
-    text = speakable_span(answer, max_chars)
     return text, (Cut(what, len(answer), len(text), "characters",
                       f"an answer is cut to {max_chars:,} characters, what the speech "
                       "model reads of one span"),)
@@ -35,10 +35,17 @@ def speakable_span_cut(answer: str, max_chars: int, what: str = "the LLM's reply
 
 def speakable_span(answer: str, max_chars: int) -> str:
     """Plain text, whitespace collapsed, cut at a sentence end within `max_chars`."""
+    return _cut(_plain(answer), max_chars)
+
+
+def _plain(answer: str) -> str:
     text = answer
     for pattern, replacement in _MARKDOWN:
         text = pattern.sub(replacement, text)
-    text = " ".join(text.split())
+    return " ".join(text.split())
+
+
+def _cut(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     cut = text[:max_chars]
