@@ -195,9 +195,6 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
     except ImportError as exc:
         raise RuntimeError(f"serve --cluster needs Ray Serve ({exc.name} is missing): "
                            "pip install -e '.[cluster]'") from None
-    if args.precision not in (None, "auto"):
-        raise ValueError("serve --cluster does not pass --precision to its replicas yet: "
-                         "give --dtype, or serve one engine without --cluster")
     gpus = args.gpus_per_replica
     if gpus is None:
         gpus = 0.0 if args.device == "cpu" else 1.0
@@ -207,7 +204,7 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
         limits=limits, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
         target_conversations=args.target_conversations, host=args.host, port=args.port,
-        slots=args.slots,
+        slots=args.slots, precision=args.precision,
         ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     settings.check()
     return run_cluster(settings, args.ray_address)

@@ -92,6 +92,7 @@ class ClusterSettings:
     # Conversations each replica holds at once (`--slots`: a BatchedEngine past 1); the
     # autoscaler counts free slots: it aims at target_conversations x slots per replica.
     slots: int = 1
+    precision: str | None = None  # `--precision` (app/engine/precision.py); None: "auto"
 
     def server_config(self) -> ServerConfig:
         """What the front door is told: `serve`'s own settings, for the same guards."""
@@ -128,7 +129,8 @@ class EngineReplica:
         self.settings = settings
         self.host = EngineHost.load(settings.model_id, settings.device, settings.dtype,
                                     settings.folder, settings.engine_options,
-                                    settings.conversation, slots=settings.slots)
+                                    settings.conversation, slots=settings.slots,
+                                    precision=settings.precision)
         self.metrics = ServerMetrics()
         log.info("replica ready: %s on %s in %.1f s", self.host.model_id, self.host.device,
                  time.monotonic() - started)
