@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from urllib.parse import urlsplit
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -30,6 +29,7 @@ from app.remote.probe import ServerProbe, probe_server
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
 from app.ui.background_jobs import BackgroundJobs
+from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the
@@ -45,18 +45,8 @@ def server_url_problem(url: str) -> str | None:
     url = url.strip()
     if not url:
         return f"Enter the server's address, {URL_EXAMPLE}."
-    if any(char.isspace() for char in url):
-        return "A server address has no spaces."
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme.lower() not in ("http", "https", "ws", "wss"):
-        return f"The address must start with http://, https://, ws:// or wss://, {URL_EXAMPLE}."
-    if not parts.hostname:
-        return f"The address names no server after {parts.scheme}://, {URL_EXAMPLE}."
-    try:
-        parts.port  # noqa: B018 - reading it checks it
-    except ValueError:
-        return "The port after the server's name must be a number from 0 to 65535."
-    return None
+    return address_problem(url, ("http", "https", "ws", "wss"), URL_EXAMPLE,
+                           bare_host_scheme="http")
 
 
 class SpeechEngineBox(QGroupBox):

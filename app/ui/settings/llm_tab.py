@@ -14,7 +14,6 @@ than saving a setting that makes every turn fail.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 
 from PySide6.QtCore import QTimer, Slot
 from PySide6.QtWidgets import (
@@ -42,6 +41,7 @@ from app.text_bounds import bounded
 from app.tools.default_tools import ALL_TOOLS
 from app.ui import safe_file_dialog
 from app.ui.background_jobs import BackgroundJobs
+from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
 
 BACKENDS = (
@@ -85,18 +85,7 @@ def host_problem(host: str, backend: str = "ollama") -> str | None:
         if backend == "ollama":
             return None
         return f"Enter the server's address, {example}."
-    if any(char.isspace() for char in host):
-        return "A server address has no spaces."
-    parts = urlsplit(host)
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"The address must start with http:// or https://, {example}."
-    if not parts.hostname:
-        return f"The address names no server after {parts.scheme}://, {example}."
-    try:
-        parts.port  # noqa: B018 - reading it checks it
-    except ValueError:
-        return "The port after the server's name must be a number from 0 to 65535."
-    return None
+    return address_problem(host, ("http", "https"), example)
 
 
 def timeout_problem(seconds: float) -> str | None:
