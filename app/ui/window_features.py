@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
-from app.conversation.transcript.saved import ConversationStore, ConversationSummary, title_for
+from app.conversation.transcript.saved import ConversationStore, title_for
 from app.ui.about_dialog import about_box
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.context_panel import ContextPanel
@@ -71,7 +71,6 @@ class WindowFeatures(QObject):
         self.search_bar = SearchBar(panel, window)
         self.push_to_talk = PushToTalk(window, window.mute_action)
         self.viewers: list[SavedConversationWindow] = []
-        self._saved: list[ConversationSummary] = []  # as last read (the list shows it)
         self._list_jobs = BackgroundJobs({"list": self._show_saved_list}, parent=self)
 
         central = window.centralWidget()
@@ -211,7 +210,6 @@ class WindowFeatures(QObject):
     def refresh_list(self) -> None:
         """Read the saved conversations off the GUI thread (a long history is many files);
         the list shows them when they are read, the newest reading winning."""
-        self._show_saved_list(self._saved)  # the live conversation's title at once
         self._list_jobs.start("list", self.keeper.store.list)
 
     def _show_saved_list(self, saved: object) -> None:
@@ -219,7 +217,6 @@ class WindowFeatures(QObject):
             self.window.show_error(f"Could not list the saved conversations: {saved}")
             return
         assert isinstance(saved, list)
-        self._saved = saved
         entries = self.window.transcript.entries()
         self.conversation_list.show_conversations(
             self.keeper.conversation_id, title_for(entries) if entries else "New conversation",
