@@ -19,6 +19,7 @@ as well as `engine/` and `training/`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
@@ -28,6 +29,7 @@ import torch
 from moshi.models import LMModel, loaders
 from moshi.models.lm_utils import _delay_sequence
 from moshi.modules import transformer as moshi_transformer
+from moshi.modules.streaming import State, StreamingModule
 from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention
 from moshi.quantization.core_vq import EuclideanCodebook
 from moshi.utils import compile as moshi_compile
@@ -182,6 +184,66 @@ def rewind_positions(transformer: torch.nn.Module, count: int) -> None:
                                            state.offsets)
         elif isinstance(state, moshi_transformer._LayerState):
             state.offset_cpu -= count
+
+
+# ---- one batch row of a streaming module -----------------------------------------------------
+#
+# moshi's streaming states keep their per-row tensors with the batch first (offsets [B], the
+# KV ring's end offsets [B]; the ring itself [2, B, H, capacity, D]) and update them in
+# place. So batch-1 states whose tensors are views of row r, installed for one forward,
+# make that forward read and advance row r alone: a span or a conversation start for one
+# conversation costs its positions at batch 1, never B rows of them, and the other rows are
+# not touched. Built once per row and kept, the views' tensors stay at the same addresses,
+# so a CUDA graph captured around one replays on it.
+
+
+def _row_ring(ring: RingKVCache, row: int) -> RingKVCache:
+    view = object.__new__(RingKVCache)  # moshi builds rings from sizes only: fill one by hand
+    view.capacity = ring.capacity
+    view.respect_exec_mask = ring.respect_exec_mask
+    view.cache = ring.cache[:, row : row + 1]  # [2, 1, H, capacity, D], a view
+    view.end_offset = ring.end_offset[row : row + 1] if ring.respect_exec_mask else ring.end_offset
+    return view
+
+
+def _row_state(state: State, row: int) -> State:
+    batch = state.batch_size
+    changes: dict[str, Any] = {"batch_size": 1}
+    for f in dataclasses.fields(state):
+        if not f.init or f.name in ("batch_size", "device"):
+            continue
+        value = getattr(state, f.name)
+        if isinstance(value, RingKVCache):
+            changes[f.name] = _row_ring(value, row)
+        elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+            changes[f.name] = value[row : row + 1]
+    return dataclasses.replace(state, **changes)  # exec_mask: a fresh ones(1)
+
+
+RowStates = dict[str, Any]
+
+
+def row_states(module: StreamingModule[Any], row: int) -> RowStates:
+    """Batch-1 views of row `row` of every streaming state under `module` (streaming)."""
+    saved = module.get_streaming_state()
+    if saved.get("") is None:
+        raise RuntimeError("row views need the module in streaming mode")
+    batch = saved[""].batch_size
+    if not 0 <= row < batch:
+        raise IndexError(f"row {row} of a batch of {batch}")
+    return {name: None if state is None else _row_state(state, row)
+            for name, state in saved.items()}
+
+
+@contextmanager
+def streaming_row(module: StreamingModule[Any], views: RowStates) -> Iterator[None]:
+    """While open, `module` streams the row whose `row_states` views are given."""
+    saved = module.get_streaming_state()
+    module.set_streaming_state(views)
+    try:
+        yield
+    finally:
+        module.set_streaming_state(saved)
 
 
 # ---- CUDA graphs and torch.compile -----------------------------------------------------------

@@ -248,13 +248,14 @@ def _engine_share(frames: int = 60) -> dict:
     """push_frame -> AudioOut time of the tiny model, one frame at a time."""
     from app.checkpoints.catalog import get_manifest
     from app.checkpoints.loader import ensure_built, load_checkpoint
-    from app.engine.duplex_engine import DuplexEngine, EngineOptions
     from app.engine.events import AudioOut, EngineReady
+    from app.engine.local_engine import open_conversation
+    from app.engine.speech_engine import EngineOptions
 
     manifest = get_manifest("tiny")
     checkpoint = load_checkpoint(manifest, ensure_built(manifest), "cpu")
     events: queue.SimpleQueue = queue.SimpleQueue()
-    engine = DuplexEngine(checkpoint, EngineOptions(seed=0, chunk_limit=1), events)
+    engine = open_conversation(checkpoint, EngineOptions(seed=0, chunk_limit=1), events)
     engine.start()
     times: list[float] = []
     try:

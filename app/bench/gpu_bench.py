@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import moshi
+import numpy as np
 import torch
 from moshi.models import LMModel, MimiModel, loaders
 from moshi.modules.streaming import StreamingModule
@@ -32,21 +33,16 @@ from moshi.utils import compile as moshi_compile
 
 from app.checkpoints.architectures import personaplex_7b
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import ensure_built, load_checkpoint, runtime_dtype
-from app.engine.conversation_start import Placeholders, placeholder_codes
+from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint, runtime_dtype
+from app.engine.columns import ColumnBook, ForcedStep
+from app.engine.conversation_start import Placeholders
 from app.engine.device import choose_device, synchronize
-from app.engine.forcing_generator import ForcedStep, ForcingGenerator
-from app.engine.kv_ring import widen_attention_rings
-from app.engine.position_forwards import widest_forward
+from app.engine.local_engine import LocalEngine
 from app.engine.span_block import block_columns
+from app.engine.speech_engine import EngineOptions
+from app.engine.torch_runtime import TorchRuntime
 from app.frames import FRAME_MS, FRAME_SAMPLES
-from app.moshi_internals import (
-    copy_ring,
-    cuda_graphs_enabled,
-    graph_captured,
-    restore_ring,
-    torch_compile_enabled,
-)
+from app.moshi_internals import copy_ring, cuda_graphs_enabled, restore_ring, torch_compile_enabled
 
 RELEASE = "context-spanning-7b"  # its manifest holds the release's placeholder codes and ids
 PREFIX_STEPS = 50  # a persona-like start: silence, 48 text frames, silence
@@ -101,18 +97,18 @@ class GpuBenchError(ValueError):
 
 @dataclass
 class _Rig:
-    """Everything one bench drives: the generator on its LM, Mimi, and the inputs."""
+    """Everything one bench drives: a one-row engine (its frame, step and reads, without
+    its thread) on the LM, and the inputs."""
 
-    gen: ForcingGenerator
+    engine: LocalEngine
+    runtime: TorchRuntime
     lm: LMModel
-    mimi: MimiModel
     device: torch.device
-    placeholders: Placeholders
     open_id: int
     close_id: int
     prefix: tuple[ForcedStep, ...]
-    users: torch.Tensor  # [U, 1, 8, 1] long, on the device: live user frames, cycled
-    pcm: torch.Tensor  # [1, 1, 1920] float32: the frame Mimi encodes
+    users: np.ndarray  # [U, 1, 8] int64: live user frames, cycled
+    pcm: np.ndarray  # [1, 1920] float32: the frame Mimi encodes
     random: torch.Generator  # CPU generator for span text
     next_user: int = 0
     restarts: int = 0
@@ -126,7 +122,7 @@ class _Rig:
     @property
     def positions(self) -> int:
         """Positions forwarded into the context: the offset counts the pending column."""
-        return max(0, self.gen.offset - 1)
+        return max(0, int(self.engine.book.offset[0]) - 1)
 
 
 # ---- saving and restoring a streaming state ------------------------------------------------
@@ -134,7 +130,8 @@ class _Rig:
 
 @dataclass
 class _Saved:
-    """Copies of every tensor and number in the generator's and the LM's streaming states.
+    """Copies of every tensor and number in the LM's streaming states (and the column
+    book's arrays, `_SavedBook`).
 
     Restoring copies the tensors back IN PLACE: a captured CUDA graph reads the KV rings and
     offsets at their addresses, so the state objects must stay the same objects.
@@ -169,6 +166,35 @@ class _Saved:
 
 
 _SKIP = object()
+
+
+@dataclass
+class _SavedBook:
+    """The column book's ring, flags and offsets, written back in place."""
+
+    book: ColumnBook
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
+    pending: list[tuple[int, int] | None]
+
+    @classmethod
+    def take(cls, book: ColumnBook) -> _SavedBook:
+        return cls(book, (book.ring.copy(), book.provided.copy(), book.offset.copy()),
+                   list(book.pending_exit))
+
+    def restore(self) -> None:
+        for target, saved in zip((self.book.ring, self.book.provided, self.book.offset),
+                                 self.arrays, strict=True):
+            np.copyto(target, saved)
+        self.book.pending_exit[:] = self.pending
+
+
+def _save(rig: _Rig) -> tuple[_Saved, _SavedBook]:
+    return _Saved.take([rig.lm]), _SavedBook.take(rig.engine.book)
+
+
+def _restore(saved: tuple[_Saved, _SavedBook]) -> None:
+    saved[0].restore()
+    saved[1].restore()
 
 
 def _copy_value(value: object) -> object:
@@ -211,17 +237,15 @@ def _random_7b(device: torch.device, dtype: torch.dtype) -> tuple[LMModel, MimiM
 
 
 def _catalog_model(model: str, device: torch.device, dtype: str
-                   ) -> tuple[LMModel, MimiModel, Placeholders, tuple[int, int]]:
+                   ) -> tuple[LoadedCheckpoint, tuple[int, int]]:
     """A catalog checkpoint through the real loader (tiny-cs is built if missing)."""
     manifest = get_manifest(model)
     if manifest.generator != "forcing" or manifest.span_placement.kind != "block":
         raise GpuBenchError(f"{model} is not read with span blocks by the forcing generator; "
                             "choose tiny-cs or context-spanning-7b")
     ck = load_checkpoint(manifest, ensure_built(manifest), device, runtime_dtype(dtype, device))
-    placement = manifest.span_placement
-    placeholders = placeholder_codes(ck.mimi, placement.agent_codes, placement.user_codes)
     wrapping = manifest.span_wrapping
-    return ck.lm, ck.mimi, placeholders, (wrapping.open_ids[0], wrapping.close_ids[0])
+    return ck, (wrapping.open_ids[0], wrapping.close_ids[0])
 
 
 def _prefix(placeholders: Placeholders, pad_id: int, text_card: int, length: int,
@@ -236,34 +260,44 @@ def _prefix(placeholders: Placeholders, pad_id: int, text_card: int, length: int
 # ---- driving it ------------------------------------------------------------------------------
 
 
-def _step(rig: _Rig) -> torch.Tensor | None:
+def _step(rig: _Rig) -> np.ndarray | None:
     user = rig.users[rig.next_user % rig.users.shape[0]]
     rig.next_user += 1
-    return rig.gen.step(user)
+    return rig.engine.step_rows([0], user, [None])[0]
 
 
 def _frame(rig: _Rig) -> None:
     """What the engine does every 80 ms: Mimi encode, a step, Mimi decode."""
-    codes = rig.mimi.encode(rig.pcm)  # [1, 8, 1]
-    out = rig.gen.step(codes)
-    if out is not None:
-        rig.mimi.decode(out[:, 1:9])
+    rig.engine.model_frame([0], rig.pcm)
 
 
 def _start(rig: _Rig, live_steps: int = SETTLE_STEPS) -> None:
     """A fresh conversation: empty context, the prefix, a few live frames."""
-    rig.gen.reset_streaming()
-    rig.gen.prefill_forced(rig.prefix)
+    rig.engine.book.reset(0)
+    rig.runtime.reset_row(0)
+    rig.engine.prefill_forced(0, rig.prefix)
     rig.next_user = 0
     for _ in range(live_steps):
         _step(rig)
 
 
-def _block(rig: _Rig, n: int) -> torch.Tensor:
-    """A span block of n columns on the device: open id, n - 2 random text ids, close id."""
+def _block(rig: _Rig, n: int) -> list[int]:
+    """A span block's n ids: open id, n - 2 random text ids, close id."""
     text = torch.randint(FIRST_TEXT_ID, int(rig.lm.text_card), (n - 2,), generator=rig.random)
-    ids = [rig.open_id, *text.tolist(), rig.close_id]
-    return block_columns(ids, rig.placeholders, rig.lm.num_codebooks).to(rig.device)
+    return [rig.open_id, *text.tolist(), rig.close_id]
+
+
+def _read_block(rig: _Rig, ids: list[int], positions_per_forward: int | None = None) -> None:
+    """The block as the engine reads it (ONE forward), or in pieces of
+    `positions_per_forward` (1: one position at a time, what the one forward equals)."""
+    if positions_per_forward is None:
+        rig.engine.read_block(0, ids)
+        return
+    assert rig.engine.placeholders is not None
+    block = block_columns(ids, rig.engine.placeholders, rig.lm.num_codebooks)
+    columns = rig.engine.book.block(0, block)
+    for start in range(0, columns.shape[1], positions_per_forward):
+        rig.runtime.read(0, columns[:, start : start + positions_per_forward])
 
 
 def _timed_ms(rig: _Rig, fn: Callable[[], object]) -> float:
@@ -278,43 +312,24 @@ def _note_positions(rig: _Rig) -> None:
     rig.max_positions = max(rig.max_positions, rig.positions)
 
 
-@contextmanager
-def _recording_text_logits(gen: ForcingGenerator) -> Iterator[list[torch.Tensor]]:
-    """The text logits of every step while inside (copied: a graph reuses its buffers)."""
-    state = gen.state
-    graphed = state.graphed_main
-    seen: list[torch.Tensor] = []
-
-    def recording(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, text_logits = graphed(*args)
-        seen.append(text_logits.float().clone())
-        return out, text_logits
-
-    state.graphed_main = recording  # type: ignore[assignment]  # called like the graph
-    try:
-        yield seen
-    finally:
-        state.graphed_main = graphed
-
-
 def _steps_after(rig: _Rig, before: Callable[[], object]) -> tuple[list[torch.Tensor],
-                                                                      list[torch.Tensor]]:
+                                                                      list[np.ndarray]]:
     """Run `before`, then CHECK_STEPS live steps; their text logits and frames out."""
-    with _recording_text_logits(rig.gen) as logits:
+    with rig.runtime.recording_text_logits() as logits:
         before()
         del logits[:]  # only the steps after `before`
         frames = []
         for _ in range(CHECK_STEPS):
             out = _step(rig)
             assert out is not None, "a step after the start returns a frame"
-            frames.append(out.clone())
+            frames.append(out.copy())
     return logits, frames
 
 
-def _compare(a: tuple[list[torch.Tensor], list[torch.Tensor]],
-             b: tuple[list[torch.Tensor], list[torch.Tensor]]) -> dict[str, Any]:
+def _compare(a: tuple[list[torch.Tensor], list[np.ndarray]],
+             b: tuple[list[torch.Tensor], list[np.ndarray]]) -> dict[str, Any]:
     logits_a, logits_b = torch.stack(a[0]), torch.stack(b[0])
-    frames_a, frames_b = torch.stack(a[1]), torch.stack(b[1])
+    frames_a, frames_b = torch.from_numpy(np.stack(a[1])), torch.from_numpy(np.stack(b[1]))
     finite = bool(torch.isfinite(logits_a).all() and torch.isfinite(logits_b).all())
     diff = float((logits_a - logits_b).abs().max())
     scale = float(logits_a.abs().max())
@@ -324,7 +339,7 @@ def _compare(a: tuple[list[torch.Tensor], list[torch.Tensor]],
         "max_abs_diff": diff if finite else None,
         "logit_scale": scale if finite else None,
         "max_rel_diff": (diff / scale if scale > 0 else diff) if finite else None,
-        "text_tokens_agree": bool(torch.equal(frames_a[:, :, 0], frames_b[:, :, 0])),
+        "text_tokens_agree": bool(torch.equal(frames_a[:, 0], frames_b[:, 0])),
         "frames_agree": bool(torch.equal(frames_a, frames_b)),
     }
 
@@ -338,7 +353,7 @@ def _warm_up(rig: _Rig, blocks: tuple[int, ...]) -> None:
     for n in blocks:
         if rig.positions + n + 2 > rig.context:
             _start(rig)
-        rig.gen.inject_block(_block(rig, n))
+        _read_block(rig, _block(rig, n))
         _step(rig)
     for _ in range(4):
         _frame(rig)
@@ -368,7 +383,7 @@ def _time_block(rig: _Rig, n: int, repeats: int) -> dict[str, Any]:
             rig.restarts += 1
         synchronize(rig.device)
         start = time.perf_counter()
-        rig.gen.inject_block(block)
+        _read_block(rig, block)
         synchronize(rig.device)
         injected = time.perf_counter()
         _step(rig)
@@ -393,36 +408,35 @@ def _exactness(rig: _Rig, n: int) -> dict[str, Any]:
     """One forward against one position per forward, from the same saved state."""
     _start(rig)
     block = _block(rig, n)
-    saved, user = _Saved.take([rig.gen, rig.lm]), rig.next_user
-    one_pass = _steps_after(rig, lambda: rig.gen.inject_block(block))
-    saved.restore()
+    saved, user = _save(rig), rig.next_user
+    one_pass = _steps_after(rig, lambda: _read_block(rig, block))
+    _restore(saved)
     rig.next_user = user  # the same user frames again
-    one_by_one = _steps_after(rig, lambda: rig.gen.inject_block(block, positions_per_forward=1))
+    one_by_one = _steps_after(rig, lambda: _read_block(rig, block, positions_per_forward=1))
     return _compare(one_pass, one_by_one)
 
 
-def _graphs_used(gen: ForcingGenerator) -> bool:
-    state = gen.state
+def _graphs_used(rig: _Rig) -> bool:
     # moshi's own switch (NO_CUDA_GRAPH, no_cuda_graph()); a graph exists once captured.
-    return (state.device.type == "cuda" and cuda_graphs_enabled()
-            and graph_captured(state.graphed_main) and graph_captured(state.graphed_depth))
+    return (rig.device.type == "cuda" and cuda_graphs_enabled()
+            and rig.runtime.graphs_captured())
 
 
 def _graph_replay(rig: _Rig, n: int) -> dict[str, Any]:
     """The same run with CUDA graphs and eagerly; the steps after the block must agree."""
     _start(rig, live_steps=0)
     block = _block(rig, n)
-    saved = _Saved.take([rig.gen, rig.lm])
+    saved = _save(rig)
 
-    def run() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def run() -> tuple[list[torch.Tensor], list[np.ndarray]]:
         rig.next_user = 0
         for _ in range(SETTLE_STEPS):
             _step(rig)
-        return _steps_after(rig, lambda: rig.gen.inject_block(block))
+        return _steps_after(rig, lambda: _read_block(rig, block))
 
     graphed = run()
-    used = _graphs_used(rig.gen)
-    saved.restore()
+    used = _graphs_used(rig)
+    _restore(saved)
     with moshi_compile.no_cuda_graph():
         eager = run()
     return {"cuda_graphs": used, "block": n, **_compare(graphed, eager)}
@@ -471,9 +485,9 @@ def streaming_for_blocks(rig: _Rig, blocks: tuple[int, ...]) -> Iterator[None]:
     the blocks are known to fit its context."""
     _check_fit(blocks, rig.context, len(rig.prefix))
     with ExitStack() as stack:
-        stack.enter_context(rig.mimi.streaming(1))
-        stack.enter_context(rig.gen.streaming(1))
-        widen_attention_rings(rig.lm, widest_forward(rig.lm, max(blocks)))
+        stack.enter_context(rig.runtime.streaming(1, max(blocks)))
+        stack.enter_context(rig.engine.codec.streaming(1))
+        rig.engine.codec.join(0)
         yield
 
 
@@ -489,7 +503,7 @@ def run_gpu_bench(
     slots: tuple[int, ...] = (),
     slot_frames: int = 40,
 ) -> dict[str, Any]:
-    """`slots`: slot counts of a BatchedEngine to run with every slot talking (slots_bench.py),
+    """`slots`: slot counts of an engine to run with every row talking (slots_bench.py),
     after the blocks; a model not read with span blocks (tiny) runs the slots alone."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
@@ -517,7 +531,7 @@ def run_gpu_bench(
 
 def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
            counts: tuple[int, ...], frames: int, seed: int) -> dict[str, Any]:
-    """The slot counts on a BatchedEngine of the same model, built again (the blocks' rig
+    """The slot counts on an engine of the same model, built again (the blocks' rig
     is gone: its memory is not counted against the slots)."""
     import gc
     import json
@@ -589,20 +603,25 @@ def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype
 
 def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
                seed: int) -> tuple[_Rig, str]:
+    from app.bench.slots_bench import random_checkpoint, stand_in_tokenizer
+
     if model is None:
-        lm, mimi, placeholders, (open_id, close_id) = _random_7b(device, torch_dtype)
+        lm, mimi, _placeholders, (open_id, close_id) = _random_7b(device, torch_dtype)
+        checkpoint = random_checkpoint(lm, mimi, RELEASE, stand_in_tokenizer(seed=seed))
         name = "personaplex-7b architecture, random weights"
     else:
-        lm, mimi, placeholders, (open_id, close_id) = _catalog_model(model, device, dtype)
-        name = model
+        checkpoint, (open_id, close_id) = _catalog_model(model, device, dtype)
+        lm, name = checkpoint.lm, model
+    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=True))
+    engine.prepare_placeholders()
+    assert engine.placeholders is not None and isinstance(engine.runtime, TorchRuntime)
     random = torch.Generator().manual_seed(seed)
-    users = torch.randint(0, int(lm.card), (64, 1, 8, 1), generator=random).to(device)
-    pcm = (0.1 * torch.randn(1, 1, FRAME_SAMPLES, generator=random)).to(device)
+    users = torch.randint(0, int(lm.card), (64, 1, 8), generator=random).numpy()
+    pcm = (0.1 * torch.randn(1, FRAME_SAMPLES, generator=random)).numpy()
     assert lm.context is not None, "the rig's models have a context window"
-    prefix = _prefix(placeholders, lm.text_padding_token_id, int(lm.text_card),
+    prefix = _prefix(engine.placeholders, lm.text_padding_token_id, int(lm.text_card),
                      min(PREFIX_STEPS, lm.context // 4), random)
-    gen = ForcingGenerator(lm, use_sampling=False)
-    return _Rig(gen, lm, mimi, device, placeholders, open_id, close_id, prefix, users, pcm,
+    return _Rig(engine, engine.runtime, lm, device, open_id, close_id, prefix, users, pcm,
                 random), name
 
 
@@ -615,7 +634,7 @@ def _measure(rig: _Rig, blocks: tuple[int, ...], repeats: int) -> dict[str, Any]
         row["exact"] = _exactness(rig, row["n"])
     graph_replay = _graph_replay(rig, max(blocks))
     return {
-        "cuda_graphs": _graphs_used(rig.gen),
+        "cuda_graphs": _graphs_used(rig),
         "step_ms": round(step_ms, 3),
         "frame_ms": round(frame_ms, 3),
         "blocks": rows,

@@ -37,6 +37,7 @@ from app.bench.gpu_bench import (
     _block,
     _build_rig,
     _environment,
+    _read_block,
     _resolve_device,
     _Rig,
     _start,
@@ -119,7 +120,7 @@ def run_profile(out: Path, model: str | None = None, device: str | None = None,
             def block_and_step() -> None:
                 if rig.positions + n + 4 > rig.context:
                     _start(rig)
-                rig.gen.inject_block(_block(rig, n))
+                _read_block(rig, _block(rig, n))
                 _step(rig)
 
             _start(rig)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from app.conversation.audio_source import FrameSink
-from app.engine.duplex_engine import DuplexEngine
 from app.engine.events import AudioOut, EngineEvent
+from app.engine.row_conversation import RowConversation
 from app.frames import FRAME_SAMPLES
 
 INCLUDES = {
@@ -68,20 +68,20 @@ class _StampedFrames:
 
 @contextmanager
 def _stamping(stamps: _StampedFrames) -> Iterator[None]:
-    """Every DuplexEngine's AudioOut is noted as it leaves the engine (the bench's only tap
+    """Every conversation's AudioOut is noted as it leaves the engine (the bench's only tap
     into the engine: the session builds its own)."""
-    original = DuplexEngine._emit
+    original = RowConversation.emit
 
-    def emit(engine: DuplexEngine, event: EngineEvent) -> None:
+    def emit(engine: RowConversation, event: EngineEvent) -> None:
         if isinstance(event, AudioOut):
             stamps.made(event)
         original(engine, event)
 
-    setattr(DuplexEngine, "_emit", emit)  # noqa: B010 (a bench's tap, put back below)
+    setattr(RowConversation, "emit", emit)  # noqa: B010 (a bench's tap, put back below)
     try:
         yield
     finally:
-        setattr(DuplexEngine, "_emit", original)  # noqa: B010
+        setattr(RowConversation, "emit", original)  # noqa: B010
 
 
 class _RecordingSpeaker:

@@ -36,6 +36,7 @@ from app.bench.gpu_bench import (
     _check_request,
     _environment,
     _measure,
+    _read_block,
     _resolve_device,
     _Rig,
     _start,
@@ -104,11 +105,11 @@ def agreement_run(rig: _Rig, block: int) -> torch.Tensor:
     frames = []
     for _ in range(AGREEMENT_STEPS):
         frames.append(_step(rig))
-    rig.gen.inject_block(_block(rig, block))
+    _read_block(rig, _block(rig, block))
     for _ in range(AGREEMENT_STEPS):
         frames.append(_step(rig))
     assert all(f is not None for f in frames), "steps after the start return frames"
-    return torch.stack([f.reshape(-1).cpu() for f in frames if f is not None])
+    return torch.stack([torch.from_numpy(f.reshape(-1)) for f in frames if f is not None])
 
 
 def agreement(reference: torch.Tensor, other: torch.Tensor) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""`bench gpu --slots 1,8,16,...`: many conversations in one BatchedEngine, every one talking.
+"""`bench gpu --slots 1,8,16,...`: many conversations on one engine, every one talking.
 
-For each slot count N: a BatchedEngine of N slots on the model, N conversations opened and
+For each slot count N: an engine of N rows on the model, N conversations opened and
 started, then frames fed in lock-step (frame f to every slot, then wait for every slot's
 frame f out), with one span landing every `span_every` frames in the next slot in turn.
 Reported per N: the frame time (from handing frame f to all N slots to the last of their
@@ -36,11 +36,11 @@ from moshi.models import LMModel, MimiModel
 
 from app.checkpoints.catalog import ConversationStart, get_manifest
 from app.checkpoints.loader import LoadedCheckpoint
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.batched.engine_slot import EngineSlot
 from app.engine.device import synchronize
-from app.engine.duplex_engine import EngineOptions
 from app.engine.events import AudioOut, BlockSlot, EngineError, FrameStats, SpanInjected
+from app.engine.local_engine import LocalEngine
+from app.engine.row_conversation import RowConversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
 READY_TIMEOUT_S = 600.0
@@ -59,6 +59,7 @@ INCLUDES = {
                           "minus before the engine was made, over N (KV rings, the batch's "
                           "state, graph pools); null on a CPU",
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
+    "frames_per_s": "N conversations' frames a second, lock-step: N * 1000 / frame_ms p50",
 }
 
 
@@ -124,7 +125,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 class _SlotLog:
     """What one slot's events said, drained by the bench thread."""
 
-    def __init__(self, slot: EngineSlot) -> None:
+    def __init__(self, slot: RowConversation) -> None:
         self.slot = slot
         self.frames_out = 0
         self.tick_ms: list[float] = []
@@ -170,15 +171,15 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
         torch.cuda.empty_cache()
     before = _memory(device)
     options = EngineOptions(seed=seed, greedy=True)
-    engine = BatchedEngine(checkpoint, count, options)
+    engine = LocalEngine(checkpoint, count, options)
     started = time.perf_counter()
     engine.start()
-    slots: list[EngineSlot] = []
+    slots: list[RowConversation] = []
     try:
         if not engine.ready.wait(READY_TIMEOUT_S) or not engine.running:
-            raise RuntimeError("the batched engine did not warm up")
+            raise RuntimeError("the engine did not warm up")
         for _ in range(count):
-            slot = engine.open_slot(options)
+            slot = engine.open(options)
             assert slot is not None, "a fresh engine has a slot for each conversation"
             slot.start()
             slots.append(slot)
@@ -232,6 +233,9 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
             "holds_frame": p99 is not None and p99 < FRAME_MS,
             "join_s": round(joined_s, 3),
             "batched_steps": engine.ticks,
+            # N conversations' frames per second of wall time, lock-step (as fast as taken)
+            "frames_per_s": round(count * 1000.0 / float(np.median(walls)), 2) if walls
+            else None,
         }
     finally:
         for slot in slots:

@@ -41,7 +41,7 @@ class SpanPlacement:
     frames when long; the generator's own frame bookkeeping is left alone.
     "block" (checkpoints trained on span blocks): one column per span token carrying fixed
     placeholder codes in the audio rows, fed in ONE forward after the pending live column;
-    the generator's ring and offset advance by the block (see forcing_generator.py).
+    the generator's ring and offset advance by the block (see engine/columns.py).
     """
 
     kind: str = "positions"
@@ -140,7 +140,7 @@ class Manifest:
     # Spanning release takes Mimi and the tokenizer from the PersonaPlex repository).
     file_repos: dict[str, str] = field(default_factory=dict)
     architecture: Architecture | None = None
-    generator: str = "moshi"  # "moshi": moshi's LMGen; "forcing": forcing_generator.py
+    generator: str = "moshi"  # its column bookkeeping (engine/columns.py): "moshi" or "forcing"
     span_placement: SpanPlacement = field(default_factory=SpanPlacement)
     retrieval: Retrieval = field(default_factory=Retrieval)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

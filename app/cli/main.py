@@ -191,6 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     injection.add_argument("--no-wrap", action="store_true",
                            help="skip the check after the context window wraps")
     injection.add_argument("--json", action="store_true", help="print one JSON object")
+    engine = bench_kinds.add_parser(
+        "engine", help="the one-row engine's cost per frame, beside another checkout's")
+    engine.add_argument("--model", action="append", default=None,
+                        help="speech model (repeatable; default tiny and tiny-cs)")
+    engine.add_argument("--frames", type=int, default=200)
+    engine.add_argument("--rounds", type=int, default=3)
+    engine.add_argument("--baseline-tree", type=Path, default=None, metavar="DIR",
+                        help="another checkout of ContextSpan, measured in the same run")
+    engine.add_argument("--json", action="store_true", help="print one JSON object")
     pipeline = bench_kinds.add_parser(
         "pipeline", help="per-stage latency of scripted turns against a stand-in Ollama")
     pipeline.add_argument("--model", default="tiny", help="speech model (default tiny)")
@@ -366,6 +375,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench == "engine":
+        from app.bench.engine_bench import describe as describe_engine
+        from app.bench.engine_bench import run_engine_bench
+
+        result = run_engine_bench(tuple(args.model or ("tiny", "tiny-cs")), args.frames,
+                                  args.rounds, args.baseline_tree)
+        print(json.dumps(result) if args.json else describe_engine(result))
+        return 0
     if args.bench == "pipeline":
         return _cmd_bench_pipeline(args)
     if args.bench in ("audio-latency", "echo"):
@@ -427,32 +444,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     ks = tuple(args.k) if args.k else (16, 64, 256)
     if min(ks) < 1:
         raise ValueError("--k must be at least 1")
-    if args.device == "mlx":
-        if args.dtype is not None:
-            raise ValueError("--device mlx takes --precision (fp32, bf16, q8, q4), not --dtype")
-        from app.bench.injection_bench_mlx import describe as describe_mlx
-        from app.bench.injection_bench_mlx import run_mlx_injection_bench
-
-        result = run_mlx_injection_bench(args.model, args.precision or "auto", ks,
-                                         args.repeats, check_wrap=not args.no_wrap)
-        print(json.dumps(result) if args.json else describe_mlx(result))
-        return 0
-    if args.precision is not None:
+    if args.device == "mlx" and args.dtype is not None:
+        raise ValueError("--device mlx takes --precision (fp32, bf16, q8, q4), not --dtype")
+    if args.device != "mlx" and args.precision is not None:
         raise ValueError("--precision is for --device mlx; the torch bench takes --dtype")
+    from app.bench.injection_bench import describe as describe_injection
     from app.bench.injection_bench import run_injection_bench
 
     result = run_injection_bench(args.model, args.device, args.dtype, ks, args.repeats,
-                                 check_wrap=not args.no_wrap)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{result['model']} on {result['device']} ({result['dtype']}): "
-              f"step {result['step_ms']:.2f} ms, max K in budget {result['max_k_in_budget']}")
-        for row in result["k"]:
-            print(f"  K={row['k']:5}  prefill {row['prefill_ms']:8.2f} ms  sequential "
-                  f"{row['sequential_ms']:9.2f} ms  ratio {row['ratio']:7.2f}  "
-                  f"max_diff {row['max_diff']:.2e}  "
-                  f"after wrap {row.get('max_diff_after_wrap', 0):.2e}")
+                                 check_wrap=not args.no_wrap, precision=args.precision)
+    print(json.dumps(result) if args.json else describe_injection(result))
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
 from app.checkpoints.loader import (
@@ -28,7 +28,7 @@ from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.precision_choice import PrecisionChoice, choose_precision
 from app.engine.device import choose_device, uses_mlx
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.speech_engine import EngineOptions, SpeechEngine
 from app.engine.torch_precision import load_torch_checkpoint
 from app.llm.backend import LLMBackend
 from app.llm.factory import make_backend
@@ -38,13 +38,11 @@ if TYPE_CHECKING:
 
     from app.asr.asr_thread import StreamingAsr
     from app.asr.stt_catalog import LoadedStt
+    from app.engine.row_conversation import RowConversation
     from app.orchestrator.orchestrator import Orchestrator
-    from app.remote.remote_engine import RemoteEngine
     from app.tools.base import ToolRegistry
 
 Notice = Callable[[str, str], None]  # (message, severity: "info", "warning" or "error")
-# The speech model on this machine, or a server's (Settings → Speech engine).
-Engine: TypeAlias = "DuplexEngine | RemoteEngine"
 Device: TypeAlias = "torch.device | str"
 
 
@@ -119,16 +117,12 @@ def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
                          user_city=config.user_city, **extra)
 
 
-def build_engine(checkpoint: LoadedCheckpoint, options: EngineOptions) -> DuplexEngine:
-    """A fresh engine on a loaded checkpoint (not started: its thread warms it up): the
-    MLX engine for a checkpoint loaded for MLX, else the torch one."""
-    from app.engine.mlx.checkpoint import MlxCheckpoint
+def build_engine(checkpoint: LoadedCheckpoint, options: EngineOptions) -> RowConversation:
+    """A conversation on an engine of its own, on a loaded checkpoint (not started: the
+    engine warms up when it starts): MLX's for a checkpoint loaded for MLX, else torch's."""
+    from app.engine.local_engine import open_conversation
 
-    if isinstance(checkpoint, MlxCheckpoint):
-        from app.engine.mlx.mlx_engine import MlxEngine
-
-        return MlxEngine(checkpoint, options)
-    return DuplexEngine(checkpoint, options)
+    return open_conversation(checkpoint, options)
 
 
 def load_stt_model(config: ConversationConfig, device: Device) -> LoadedStt:
@@ -187,50 +181,38 @@ def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBa
                         timeout_s=config.timeout_s, flag=flag)
 
 
-def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMBackend,
+def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend: LLMBackend,
                        tools: ToolRegistry, *, replay: bool = False,
-                       checkpoint: LoadedCheckpoint | None = None,
                        **options: Any) -> Orchestrator:
-    """The LLM side over `engine` (a DuplexEngine, or a RemoteEngine for a server's model).
+    """The LLM side over `engine` (this machine's, or a server's).
     `replay`: the LLM's latency replayed in frames (a pipeline fed in lock-step);
-    `checkpoint`: the model of an engine that does not carry it (a BatchedEngine's slot);
     `options`: OrchestratorOptions fields to pin (a benchmark's turn rules)."""
     from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
     from app.orchestrator.span_budget import span_chars
 
-    retrieval: Retrieval | None
-    if isinstance(engine, DuplexEngine) or checkpoint is not None:
-        local = cast(DuplexEngine, engine)  # a slot has the same span tokenizer and options
-        max_tokens, retrieval = (local.span_tokenizer.max_tokens,
-                                 (checkpoint or local.checkpoint).manifest.retrieval)
-        # Already measured when the LLM is turned on mid-conversation (EngineReady passed).
-        measured = local.span_tokenizer.content_budget if local.ready.is_set() else 0
-        # The engine's own: a server's client may have named someone else at its start.
-        user_name, user_city = engine.options.user_name, engine.options.user_city
-    else:  # a RemoteEngine: what the app's catalog says about the server's model
-        max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
-        measured = engine.span_tokens  # 0 until the server's ready
-        user_name, user_city = config.user_name, config.user_city
+    facts = engine.facts()
+    retrieval: Retrieval | None = facts.retrieval
     if retrieval is not None and config.ret_deadline_s is not None:
         retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
-    # Keep answers inside the injector's span budget.
+    # The profile is the engine's own: a server's client may have named someone else at
+    # its start. Keep answers inside the injector's span budget (already measured when the LLM is
+    # turned on mid-conversation: 0 until the engine is ready).
     return Orchestrator(backend, tools, engine, OrchestratorOptions(
-        max_span_chars=span_chars(max_tokens), retrieval=retrieval, span_tokens=measured,
-        profile=user_profile(user_name, user_city), replay_llm_latency=replay, **options))
+        max_span_chars=span_chars(facts.max_span_tokens), retrieval=retrieval,
+        span_tokens=engine.span_tokens, profile=user_profile(facts.user_name, facts.user_city),
+        replay_llm_latency=replay, **options))
 
 
-def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *,
+def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
                    replay: bool = False, stt: LoadedStt | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
-                   live: bool = False, host_flag: str = "--llm-host",
-                   checkpoint: LoadedCheckpoint | None = None) -> ConversationPipeline:
+                   live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
     """The whole conversation around `engine`, not started. `replay`: fed in lock-step, the
     LLM's latency replayed as frames; `stt`: the recogniser's model, already loaded;
     `backend`: an LLM backend to ask instead of `config.backend`'s; `notice`: see the
     module's docstring; `live`: a conversation whose levelling Settings can switch;
-    `host_flag`: where the user gives the LLM server's address (for the error);
-    `checkpoint`: the model of an engine that does not carry it (a BatchedEngine's slot)."""
+    `host_flag`: where the user gives the LLM server's address (for the error)."""
     orchestrator = None
     if config.has_llm or backend is not None:
         if backend is None:
@@ -242,19 +224,17 @@ def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *
                 notice(f"The assistant (LLM) is off: {exc}", "warning")
         if backend is not None:
             orchestrator = build_orchestrator(config, engine, backend,
-                                              build_tools(config, notice), replay=replay,
-                                              checkpoint=checkpoint)
+                                              build_tools(config, notice), replay=replay)
     asr = build_asr(config, device, stt=stt, notice=notice)
     return join_stages(engine, config, asr, orchestrator, replay=replay, live=live)
 
 
-def join_stages(engine: Engine, config: ConversationConfig, asr: StreamingAsr | None,
+def join_stages(engine: SpeechEngine, config: ConversationConfig, asr: StreamingAsr | None,
                 orchestrator: Orchestrator | None, *, replay: bool = False,
                 live: bool = False) -> ConversationPipeline:
     """The pipeline over stages already built. A live conversation always has the
     levelling stage (Settings switches it on and off while it runs); a run has it only
     when it levels."""
     leveller = config.level_voice if live else (True if config.level_voice else None)
-    # The pipeline drives a RemoteEngine as it does a DuplexEngine (the same calls).
-    return ConversationPipeline(cast(DuplexEngine, engine), asr, orchestrator, leveller,
+    return ConversationPipeline(engine, asr, orchestrator, leveller,
                                 replay=replay and orchestrator is not None)

@@ -38,7 +38,8 @@ from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline, PipelineStalled
 from app.engine import events as ev
 from app.engine.device import uses_mlx
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.row_conversation import RowConversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.llm.backend import LLMBackend
 from app.settings.schema import LlmSettings
@@ -175,7 +176,7 @@ def _record(event: object, frame: int) -> dict | None:
 
 
 def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict],
-                      engine: DuplexEngine, stopped: ev.EngineStopped | None,
+                      engine: RowConversation, stopped: ev.EngineStopped | None,
                       failure: list[str], done: int, frames: int,
                       finish: Callable[[], None] | None = None) -> None:
     """The transcript's last lines, then its final name.
@@ -236,7 +237,7 @@ def run_headless(
     conversation: ConversationConfig | None = None,
     user_name: str | None = None,
     user_city: str | None = None,
-    engine_hook: Callable[[DuplexEngine], None] | None = None,
+    engine_hook: Callable[[RowConversation], None] | None = None,
     ret_at: tuple[float, ...] = (),
     precision: str | None = None,
     mimi: str = "auto",
@@ -285,7 +286,7 @@ def run_conversation(
     injections: Sequence[Injection] = (),
     conversation: ConversationConfig | None = None,
     timeout_s: float = 3600.0,
-    engine_hook: Callable[[DuplexEngine], None] | None = None,
+    engine_hook: Callable[[RowConversation], None] | None = None,
     input_name: str = "",
     stt: LoadedStt | None = None,
     backend: LLMBackend | None = None,
@@ -396,7 +397,7 @@ class _Feeder:
 class _Follower:
     """The pipeline's events into the transcript and the reply audio."""
 
-    def __init__(self, engine: DuplexEngine, pipeline: ConversationPipeline, frames: int,
+    def __init__(self, engine: RowConversation, pipeline: ConversationPipeline, frames: int,
                  header: dict) -> None:
         self.engine = engine
         self.pipeline = pipeline

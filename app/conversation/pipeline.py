@@ -31,8 +31,8 @@ import numpy as np
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.audio.levelling_stage import LevellingStage
-from app.engine.duplex_engine import DuplexEngine
 from app.engine.events import AudioOut, EngineStopped
+from app.engine.speech_engine import SpeechEngine
 from app.orchestrator.orchestrator import Orchestrator
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ _END_OF_LOCK_STEP = object()
 
 
 class ConversationPipeline:
-    def __init__(self, engine: DuplexEngine, asr: AsrStage | None = None,
+    def __init__(self, engine: SpeechEngine, asr: AsrStage | None = None,
                  orchestrator: Orchestrator | None = None,
                  leveller: bool | None = None, replay: bool = False) -> None:
         """`leveller`: None, no levelling stage; True or False, a stage that levels (or

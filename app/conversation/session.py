@@ -53,7 +53,7 @@ from app.conversation.transcript.entries import TranscriptEntry
 from app.cuts import Cut, cut_if_longer
 from app.engine import events as ev
 from app.engine.device import choose_device
-from app.engine.duplex_engine import DuplexEngine
+from app.engine.speech_engine import SpeechEngine
 from app.orchestrator import events as oe
 from app.remote import events as remote
 from app.settings.schema import AppSettings, LlmSettings
@@ -180,7 +180,7 @@ class ConversationSession:
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
         # The engine once it is up; a RemoteEngine (app/remote) for a server's model.
-        self._engine: DuplexEngine | RemoteEngine | None = None
+        self._engine: SpeechEngine | None = None
         self._remote_down = False  # the server's connection dropped: paused until it is back
         self._audio: AudioSource | None = None
         # Where the model's voice goes: the audio in use once it started (None while the
@@ -335,7 +335,7 @@ class ConversationSession:
         final = ("stopped", "Stopped")
         try:
             config = ConversationConfig.from_settings(self.settings)
-            engine: DuplexEngine | RemoteEngine
+            engine: SpeechEngine
             if self.settings.engine.mode == "server":
                 remote = self._connect_remote()
                 if remote is None:  # stopped while connecting
@@ -412,18 +412,14 @@ class ConversationSession:
             role=speech.role, user_name=speech.user_name, user_city=speech.user_city))
         return engine if engine.connect(cancel=self._stop) else None
 
-    def _first_status(self, engine: DuplexEngine | RemoteEngine,
-                      llm_on: bool) -> SessionStatus:
+    def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
-        if isinstance(engine, DuplexEngine):
-            checkpoint = engine.checkpoint
-            return SessionStatus(model=checkpoint.manifest.display_name,
-                                 device=str(checkpoint.device),
-                                 dtype=str(checkpoint.dtype).removeprefix("torch."),
-                                 context_window=engine.context_window, llm_state=llm_state)
-        return SessionStatus(model=engine.display_name, device=engine.device,
-                             context_window=engine.context_window, llm_state=llm_state,
-                             server=self.settings.engine.server_url.strip())
+        facts = engine.facts()
+        remote = self.settings.engine.mode == "server"
+        return SessionStatus(model=facts.display_name, device=facts.device,
+                             dtype=facts.dtype, context_window=facts.context_window,
+                             llm_state=llm_state,
+                             server=self.settings.engine.server_url.strip() if remote else "")
 
     def _wait_ready(self, pipeline: ConversationPipeline) -> None:
         deadline = time.monotonic() + 600.0  # a 7B warm-up on a slow GPU, generously
@@ -645,9 +641,11 @@ class ConversationSession:
                 if self._audio_missing:
                     self._reopen_audio(pipeline)
                 engine = self._engine
-                if self._remote_down and engine is not None and not isinstance(
-                        engine, DuplexEngine):
-                    engine.reconnect_now()
+                if self._remote_down and engine is not None:
+                    from app.remote.remote_engine import RemoteEngine
+
+                    if isinstance(engine, RemoteEngine):
+                        engine.reconnect_now()
             audio = self._audio
             event = self._next(pipeline, 0.05)
             if event is not None:

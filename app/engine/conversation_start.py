@@ -29,7 +29,7 @@ import torch
 from moshi.models import MimiModel
 
 from app.checkpoints.catalog import ConversationStart, Manifest
-from app.engine.forcing_generator import ForcedStep
+from app.engine.columns import ForcedStep
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 
 VOICE_LUFS = -24.0

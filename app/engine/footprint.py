@@ -134,7 +134,7 @@ def _manifest_configs(manifest: Manifest, folder: Path) -> tuple[dict, dict | No
 
 
 def max_chunk_of(manifest: Manifest) -> int:
-    """The longest chunk the engine widens its rings for (as app/engine/duplex_engine.py)."""
+    """The longest chunk the engine widens its rings for (as app/engine/local_engine.py)."""
     if manifest.span_placement.kind == "block":
         return manifest.max_span_tokens
     return manifest.max_chunk_positions

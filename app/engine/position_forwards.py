@@ -23,6 +23,7 @@ Where no graph can help (a CPU, or NO_CUDA_GRAPH=1) it is ONE eager forward, unp
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 import torch
 from moshi.models import LMModel
@@ -33,6 +34,16 @@ from app.moshi_internals import cuda_graphs_enabled, rewind_positions
 # The sizes a graphed forward is padded to: steps of at most 1/4 above 128, so a block
 # pays at most a quarter more positions than it has, and 14 graphs in all.
 FORWARD_SIZES = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024)
+
+
+def positions_codes(lm: LMModel, token_ids: Sequence[int], batch: int = 1) -> torch.Tensor:
+    """A span's K positions as codes [batch, 17, K]: text ids in stream 0, the zero token
+    (an exact zero embedding) in the 16 audio streams."""
+    ids = torch.tensor(list(token_ids), dtype=torch.long, device=lm.device)
+    codes = torch.full((batch, lm.num_codebooks, ids.numel()), lm.zero_token_id,
+                       dtype=torch.long, device=lm.device)
+    codes[:, 0, :] = ids
+    return codes
 
 
 def padded_pieces(n: int) -> list[tuple[int, int]]:

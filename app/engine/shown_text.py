@@ -1,5 +1,4 @@
-"""Which of the model's text tokens the transcript shows: the same rule for one conversation
-(duplex_engine.py) and for each row of the batched engine (batched/)."""
+"""Which of the model's text tokens the transcript shows (the frame loop, local_engine.py)."""
 
 from __future__ import annotations
 

@@ -10,20 +10,22 @@ its text, so delays do not move anything inside a block.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
-from app.engine.conversation_start import Placeholders
+if TYPE_CHECKING:
+    from app.engine.conversation_start import Placeholders
 
 
 def block_columns(ids: Sequence[int], placeholders: Placeholders, num_codebooks: int
-                  ) -> torch.Tensor:
-    """The block of `ids` as codes [17, n]."""
+                  ) -> np.ndarray:
+    """The block of `ids` as codes [17, n] (int64)."""
     agent, user = placeholders.agent, placeholders.user
     if 1 + len(agent) + len(user) != num_codebooks:
         raise ValueError(f"placeholders of {len(agent)} + {len(user)} codes do not fill "
                          f"{num_codebooks - 1} audio rows")
-    column = torch.tensor([0, *agent, *user], dtype=torch.long)
-    block = column[:, None].repeat(1, len(ids))  # [17, n]
-    block[0] = torch.tensor(list(ids), dtype=torch.long)
+    column = np.asarray([0, *agent, *user], dtype=np.int64)
+    block = np.repeat(column[:, None], len(ids), axis=1)  # [17, n]
+    block[0] = np.asarray(list(ids), dtype=np.int64)
     return block

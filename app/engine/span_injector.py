@@ -23,16 +23,12 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
-from moshi.models import LMModel
-
 from app.cuts import Cut
 from app.engine.context_ledger import ContextLedger
-from app.engine.device import synchronize
 from app.engine.events import (
     EngineEvent,
     SpanAccepted,
@@ -41,76 +37,26 @@ from app.engine.events import (
     SpanLate,
     SpanRejected,
 )
-from app.engine.position_forwards import PositionForwards
 from app.engine.span_text import SpanTokenizer, SpanTokens
 from app.frames import FRAME_S
-from app.moshi_internals import HasStreamingState, streaming_state
 
 
-class _StreamingConditions(Protocol):
-    """The part of a generator's streaming state that the positions path reads."""
+class SpanReader(Protocol):
+    """What the injector asks of its conversation's row of the engine."""
 
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def condition_sum(self) -> torch.Tensor | None: ...
-    @property
-    def condition_cross(self) -> torch.Tensor | None: ...
+    def read_positions(self, token_ids: Sequence[int]) -> None:
+        """The ids as positions (text in stream 0, the zero token elsewhere), one forward."""
+        ...
 
+    def can_read_block(self) -> bool:
+        """A block can go in now (the row has returned its first frame)."""
+        ...
 
-class PrefillTarget(HasStreamingState[_StreamingConditions], Protocol):
-    """What the positions path reads from a generator: moshi's LMGen, or the forcing
-    generator (which declares the CFG switches off for this reader)."""
+    def read_block(self, token_ids: Sequence[int]) -> int:
+        """The ids as a span block after the pending column, one forward; returns n."""
+        ...
 
-    @property
-    def lm_model(self) -> LMModel: ...
-    @property
-    def cfg_coef(self) -> float: ...
-    @property
-    def cfg_is_no_text(self) -> bool: ...
-
-
-def span_positions(lm_gen: PrefillTarget, token_ids: Sequence[int]) -> torch.Tensor:
-    """The K injected positions as codes [B', 17, K]: text in stream 0, -1 elsewhere.
-
-    B' is the LM's streaming batch: doubled under classifier-free guidance, where the
-    null branch sees no text when the checkpoint's CFG drops text.
-    """
-    lm = lm_gen.lm_model
-    state = streaming_state(lm_gen)
-    if state is None:
-        raise RuntimeError("the LMGen is not streaming")
-    batch = state.batch_size
-    ids = torch.tensor(list(token_ids), dtype=torch.long, device=lm.device)
-    codes = torch.full(
-        (batch, lm.num_codebooks, ids.numel()), lm.zero_token_id, dtype=torch.long, device=lm.device
-    )  # [B, 17, K]
-    codes[:, 0, :] = ids
-    if lm_gen.cfg_coef != 1.0:
-        codes = codes.repeat(2, 1, 1)  # [2B, 17, K]
-        if lm_gen.cfg_is_no_text:
-            codes[batch:, 0, :] = lm.zero_token_id
-    return codes
-
-
-@torch.no_grad()
-def prefill(lm_gen: PrefillTarget, token_ids: Sequence[int],
-            forwards: PositionForwards | None = None) -> torch.Tensor:
-    """Run the temporal transformer over the positions of `token_ids`.
-
-    Returns the transformer output [B', K, dim]. Without `forwards`, one eager forward;
-    with it, the padded graphed forwards of position_forwards.py. Either way the same
-    state tensors are updated in place, so the step's CUDA graph replay is intact.
-    """
-    codes = span_positions(lm_gen, token_ids)  # raises unless streaming
-    state = streaming_state(lm_gen)
-    assert state is not None
-    if forwards is not None:
-        return forwards(codes, state.condition_sum, state.condition_cross)
-    transformer_out, _text_logits = lm_gen.lm_model.forward_text(
-        codes, state.condition_sum, state.condition_cross
-    )
-    return transformer_out
+    def sync(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -118,22 +64,16 @@ class _PreparedSpan:
     span_id: int
     text: str
     source: str
-    tokens: SpanTokens
+    content: tuple[int, ...]  # every content id: cut to the budget when it goes in
     not_before_frame: int
     origin_frame: int | None = None  # the <ret> frame it answers
     deadline_frame: int | None = None  # dropped if it would land after this frame
 
 
-class BlockReader(Protocol):
-    """What block placement needs from the generator (ForcingGenerator)."""
-
-    def can_inject_block(self) -> bool: ...
-    def inject_block(self, block: torch.Tensor) -> int: ...
-
-
 class _ActiveSpan:
-    def __init__(self, span: _PreparedSpan) -> None:
+    def __init__(self, span: _PreparedSpan, tokens: SpanTokens) -> None:
         self.span = span
+        self.tokens = tokens
         self.cursor = 0
         self.chunks = 0
         self.first_frame = -1
@@ -148,42 +88,25 @@ class SpanInjector:
 
     MAX_QUEUED_SPANS = 64
 
-    def __init__(
-        self,
-        lm_gen: PrefillTarget,
-        span_tokenizer: SpanTokenizer,
-        ledger: ContextLedger,
-        chunk_limit: int,
-        block_columns: Callable[[Sequence[int]], torch.Tensor] | None = None,
-    ) -> None:
-        """`block_columns`: given, spans go in as blocks (ids -> codes [17, n]) read by
-        `lm_gen` (a BlockReader); None, as positions."""
-        self._lm_gen = lm_gen
+    def __init__(self, reader: SpanReader, span_tokenizer: SpanTokenizer,
+                 ledger: ContextLedger, chunk_limit: int, blocks: bool) -> None:
+        """`blocks`: spans go in as span blocks, never split; else as positions, in chunks of
+        at most `chunk_limit`."""
+        self._reader = reader
         self.span_tokenizer = span_tokenizer
         self._ledger = ledger
         self.chunk_limit = max(1, chunk_limit)
-        self._block_columns = block_columns
+        self._blocks = blocks
         self.last_block: tuple[int, int, float] | None = None  # (span id, n, prefill ms)
-        self.forwards = self._position_forwards(lm_gen)  # positions: graphed by size
         self._incoming: queue.Queue[_PreparedSpan] = queue.Queue(self.MAX_QUEUED_SPANS)
         self._waiting: list[_PreparedSpan] = []
         self._active: _ActiveSpan | None = None
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
 
-    # The framework's part, overridden by the MLX engine's injector (app/engine/mlx/).
-    def _position_forwards(self, lm_gen: PrefillTarget) -> PositionForwards | None:
-        return PositionForwards(lm_gen.lm_model)
-
-    def _read_positions(self, token_ids: Sequence[int]) -> None:
-        prefill(self._lm_gen, token_ids, self.forwards)
-
-    def _synchronize(self) -> None:
-        synchronize(self._lm_gen.lm_model.device)
-
     @property
     def blocks(self) -> bool:
-        return self._block_columns is not None
+        return self._blocks
 
     def pending_count(self) -> int:
         """Spans accepted and not yet injected or dropped (any thread; approximate)."""
@@ -202,8 +125,8 @@ class SpanInjector:
                 f"({source}) was dropped")
         with self._id_lock:
             span_id = next(self._ids)
-        tokens = self.span_tokenizer.encode(text)
-        span = _PreparedSpan(span_id, text, source, tokens, not_before_frame, origin_frame,
+        content = tuple(self.span_tokenizer.content(text))
+        span = _PreparedSpan(span_id, text, source, content, not_before_frame, origin_frame,
                              deadline_frame)
         try:
             self._incoming.put_nowait(span)
@@ -234,8 +157,7 @@ class SpanInjector:
         return SpanLate(span.span_id, span.source, span.text, origin, frame_index,
                         round((frame_index - origin) * FRAME_S, 3))
 
-    def _accepted(self, span: _PreparedSpan) -> SpanAccepted:
-        tokens = span.tokens
+    def _accepted(self, span: _PreparedSpan, tokens: SpanTokens) -> SpanAccepted:
         kept = len(tokens.content_ids)
         cuts: tuple[Cut, ...] = ()
         if tokens.truncated:  # a block is never split: its limit is what fits in a frame
@@ -249,7 +171,7 @@ class SpanInjector:
     def before_frame(self, frame_index: int) -> list[EngineEvent]:
         """Inject at most one chunk (<= chunk_limit positions), or one block, before frame
         `frame_index`."""
-        if self._block_columns is not None:
+        if self._blocks:
             return self._block_before_frame(frame_index)
         events: list[EngineEvent] = []
         if self._active is None:
@@ -259,18 +181,18 @@ class SpanInjector:
                 span = self._next_span(frame_index)
             if span is None:
                 return events
-            tokens = span.tokens
-            events.append(self._accepted(span))
+            tokens = self.span_tokenizer.cut(span.text, span.content)
+            events.append(self._accepted(span, tokens))
             if not tokens.content_ids:
                 events.append(SpanRejected(span.span_id, span.source, "nothing left to inject"))
                 return events
-            self._active = _ActiveSpan(span)
+            self._active = _ActiveSpan(span, tokens)
         active = self._active
-        ids = active.span.tokens.ids
+        ids = active.tokens.ids
         chunk = ids[active.cursor : active.cursor + self.chunk_limit]
         start = time.perf_counter()
-        self._read_positions(chunk)
-        self._synchronize()
+        self._reader.read_positions(chunk)
+        self._reader.sync()
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         self._ledger.add_span_positions(len(chunk))
         if active.first_frame < 0:
@@ -296,24 +218,22 @@ class SpanInjector:
     def _block_before_frame(self, frame_index: int) -> list[EngineEvent]:
         events: list[EngineEvent] = []
         self.last_block = None
-        # block_columns is given only with the forcing generator, a BlockReader (__init__).
-        reader: BlockReader = self._lm_gen  # type: ignore[assignment]
-        if not reader.can_inject_block():
+        reader = self._reader
+        if not reader.can_read_block():
             return events  # before the first frame out: spans wait
         while (span := self._next_span(frame_index)) is not None:
             late = self._late(span, frame_index)
             if late is not None:
                 events.append(late)
                 continue
-            events.append(self._accepted(span))
-            if not span.tokens.content_ids:
+            tokens = self.span_tokenizer.cut(span.text, span.content)
+            events.append(self._accepted(span, tokens))
+            if not tokens.content_ids:
                 events.append(SpanRejected(span.span_id, span.source, "nothing left to inject"))
                 continue
-            assert self._block_columns is not None
-            block = self._block_columns(span.tokens.ids)  # [17, n]
             start = time.perf_counter()
-            n = reader.inject_block(block)
-            self._synchronize()
+            n = reader.read_block(tokens.ids)
+            reader.sync()
             elapsed_ms = (time.perf_counter() - start) * 1000.0
             self._ledger.add_span_positions(n)
             self.last_block = (span.span_id, n, elapsed_ms)

@@ -263,10 +263,16 @@ class SpanTokenizer:
         return self.max_tokens - len(self.open_ids) - len(self.close_ids)
 
     def encode(self, text: str) -> SpanTokens:
-        ids = self.content(text)
+        return self.cut(text, self.content(text))
+
+    def cut(self, text: str, ids: Sequence[int]) -> SpanTokens:
+        """The span of `text`, whose content ids are `ids` (`content(text)`), inside its
+        wrapping and cut to the budget as it is now. The engine tokenizes a span when it is
+        offered and cuts it when it goes in, so a span offered before the budget was
+        measured is cut to the measured budget, not to the manifest's cap."""
         budget = self.content_budget
         original = len(ids)
-        content = ids[:budget]
+        content = list(ids[:budget])
         truncated = original > budget
         return SpanTokens(
             ids=self.open_ids + tuple(content) + self.close_ids,

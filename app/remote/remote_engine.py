@@ -1,5 +1,5 @@
-"""A speech engine on another machine, shaped like the local DuplexEngine for the session
-and the pipeline: `events`, `start`, `push_frame`, `inject`, `finish_input`, `stop`.
+"""A speech engine on another machine: a `SpeechEngine` (app/engine/speech_engine.py) for
+the session and the pipeline, as the local engine's conversations are.
 
 Only the speech model runs on the server. Speech recognition, the orchestrator and the LLM
 stay in the app, as with a local engine, and the LLM's spans go over the wire (the server's
@@ -34,6 +34,7 @@ import numpy as np
 
 from app.cuts import cut_if_longer
 from app.engine import events as ev
+from app.engine.speech_engine import ConversationStats, EngineFacts
 from app.remote.engine_events import EngineEventMapper, SentSpan
 from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
 from app.wire import events as wire
@@ -218,6 +219,22 @@ class RemoteEngine:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def facts(self) -> EngineFacts:
+        """The server's model as its `ready` said (and the app's catalog knows it)."""
+        return EngineFacts(
+            model_id=self.model_id, display_name=self.display_name, device=self.device,
+            dtype="", context_window=self.context_window,
+            max_span_tokens=self.max_span_tokens, retrieval=self.retrieval,
+            user_name=self.options.user_name, user_city=self.options.user_city)
+
+    def stats(self) -> ConversationStats:
+        """This client's view: the late frames it counted (the server keeps the rest)."""
+        return ConversationStats(0, 0, self.late_frames, None, None, 0, self.dropped_frames)
 
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames: those queued go out, then the conversation ends."""

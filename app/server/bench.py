@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.paths import REPO_ROOT
 from app.server.config import ServerConfig
@@ -56,8 +56,9 @@ def _pace(start: float, index: int) -> float:
 
 
 def local_round_trips(host: EngineHost, frames: int) -> list[float]:
-    """Push a frame into a local engine, wait for its reply: milliseconds each."""
-    engine = DuplexEngine(host.checkpoint, host.options_for(ConversationChoice()))
+    """Push a frame into a conversation on the host's engine (no network), wait for its
+    reply: milliseconds each."""
+    engine = host.open_row(ConversationChoice())
     engine.start()
     try:
         while not isinstance(engine.events.get(timeout=600), ev.EngineReady):

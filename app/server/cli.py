@@ -16,7 +16,7 @@ from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no 
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
     from app.conversation.config import ConversationConfig
-    from app.engine.duplex_engine import EngineOptions
+    from app.engine.speech_engine import EngineOptions
     from app.server.config import Limits
 
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
@@ -39,12 +39,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
     model.add_argument("--seed", type=int, default=None)
     model.add_argument("--chunk-limit", type=int, default=None,
-                       help="most span positions per frame (default: measured by each "
-                            "conversation's engine at its start)")
+                       help="most span positions per frame (default: measured by the "
+                            "engine when the server starts)")
     model.add_argument("--slots", type=int, default=1, metavar="N",
-                       help="conversations at once in one batched engine (one batched "
+                       help="conversations at once: the engine's rows (one batched "
                             "forward per frame); past N a client is answered busy "
-                            "(default 1: one DuplexEngine per conversation)")
+                            "(default 1)")
     model.add_argument("--voice", default=None, help="default voice (persona checkpoints)")
     model.add_argument("--role", "--persona", dest="role", default=None,
                        help="default persona (persona checkpoints; clients may send their own)")
@@ -145,7 +145,7 @@ def _check_tls(args: argparse.Namespace) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from app.engine.duplex_engine import EngineOptions
+    from app.engine.speech_engine import EngineOptions
     from app.server.config import Limits
 
     _check_exposure(args)

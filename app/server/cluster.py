@@ -1,7 +1,7 @@
 """`python main.py serve --cluster`: engine replicas on Ray Serve, behind one address.
 
 Each replica is a Ray Serve deployment replica that loads the checkpoint once and holds one
-conversation at a time (N with `--slots N`: one BatchedEngine, and Serve's limit N + 1),
+conversation at a time (N with `--slots N`: one engine of N rows, and Serve's limit N + 1),
 over the same two WebSocket protocols as `serve` (the ASGI ingress of the replica serves
 them through connection.py). A replica asks Ray for a GPU or
 a fraction of one (`num_gpus`); replicas scale with open conversations between a minimum
@@ -44,7 +44,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from app.conversation.config import ConversationConfig
-from app.engine.duplex_engine import EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.server.auth import AsgiHeaders, presented_token, token_matches
 from app.server.codec import Codec
 from app.server.config import Limits, ServerConfig
@@ -89,7 +89,7 @@ class ClusterSettings:
     port: int = 8998
     ssl_cert: Path | None = None
     ssl_key: Path | None = None
-    # Conversations each replica holds at once (`--slots`: a BatchedEngine past 1); the
+    # Conversations each replica holds at once (`--slots`: the rows of its engine); the
     # autoscaler counts free slots: it aims at target_conversations x slots per replica.
     slots: int = 1
     precision: str | None = None  # `--precision` (app/engine/precision.py); None: "auto"

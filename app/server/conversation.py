@@ -1,5 +1,5 @@
-"""One conversation on a server: a fresh DuplexEngine (with its LLM side, when the server has
-one) on the host's loaded checkpoint, its events delivered to the server's event loop.
+"""One conversation on a server: a row of the host's engine (with its LLM side, when the
+server has one), its events delivered to the server's event loop.
 
 The engine thread stays as it is: frames go in without waiting (a full queue is the
 caller's to retry), events come out through the pipeline's router thread, which hands each
@@ -14,7 +14,8 @@ import contextlib
 import numpy as np
 
 from app.conversation.pipeline import ConversationPipeline
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.row_conversation import RowConversation
+from app.engine.speech_engine import EngineOptions
 
 
 class LoopQueue:
@@ -33,7 +34,7 @@ class LoopQueue:
 
 
 class Conversation:
-    def __init__(self, engine: DuplexEngine, pipeline: ConversationPipeline,
+    def __init__(self, engine: RowConversation, pipeline: ConversationPipeline,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
         self.pipeline = pipeline

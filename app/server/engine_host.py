@@ -1,12 +1,14 @@
-"""The server's engine: the checkpoint, loaded once, and its conversation slots.
+"""The server's engine: the checkpoint, loaded once, and its conversation rows.
 
-A conversation takes a slot (a `Lease`) and gives it back only once its engine has let it
-go. With one slot (`serve`, the default) each conversation gets a fresh DuplexEngine: two
-engines must never stream on the same model at once. With `serve --slots N` one
-BatchedEngine (app/engine/batched/) holds N conversations in one batched forward per
-frame, and each conversation is one of its EngineSlots. The LLM side, when the server has
-one, is built with it by app/conversation/assembly.py, where every conversation is
-assembled.
+One engine (app/engine/local_engine.py) serves every conversation: with `serve` it has one
+row, which conversations take one after another; with `serve --slots N`, N rows in one
+batched step per frame. It warms up once, when the server starts. A conversation takes a
+slot (a `Lease`), and the lease owns the conversation it builds on one of the engine's rows:
+whatever ends the connection, and whenever (before the conversation started, while it was
+being built, mid-frame), releasing the lease stops that conversation, so its row comes back.
+`/health` and `/metrics` read the engine's rows, so they say what is true. The LLM side,
+when the server has one, is built with it by app/conversation/assembly.py, where every
+conversation is assembled.
 
 The STT (`--asr`) keeps its streaming state in its own modules, so one loaded recogniser
 serves one conversation at a time: with N slots, N are loaded, and a lease holds one.
@@ -15,27 +17,22 @@ serves one conversation at a time: with N slots, N are loaded, and a lease holds
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from app.checkpoints.loader import LoadedCheckpoint
-from app.conversation.assembly import (
-    build_engine,
-    build_pipeline,
-    load_speech_model,
-    load_stt_model,
-)
+from app.conversation.assembly import build_pipeline, load_speech_model, load_stt_model
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
 from app.engine.conversation_start import list_voices
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import LocalEngine
+from app.engine.row_conversation import RowConversation
+from app.engine.speech_engine import ConversationStats, EngineOptions
 
 if TYPE_CHECKING:
     from app.asr.stt_catalog import LoadedStt
-    from app.engine.batched.batched_engine import BatchedEngine
-    from app.engine.batched.engine_slot import EngineSlot
-    from app.engine.batched.slot_stats import SlotStats
 
 WARM_UP_TIMEOUT_S = 600.0  # a batched 7B warms up every row's graphs once
 
@@ -59,8 +56,7 @@ class EngineHost:
                  more_stts: tuple[LoadedStt, ...] = ()) -> None:
         """`stt`: the speech recogniser of `conversation`, loaded once (None: each
         conversation loads its own, if it has one); `more_stts`: one more for each slot
-        past the first. `slots` > 1: a BatchedEngine holds that many conversations (it
-        starts warming up now)."""
+        past the first. The engine, with `slots` rows, starts warming up now."""
         if slots < 1:
             raise ValueError("--slots must be at least 1")
         self.checkpoint = checkpoint
@@ -82,27 +78,19 @@ class EngineHost:
             [stt, *more_stts] if stt is not None else [None] * slots)
         if len(self._free_stts) != slots:
             raise ValueError(f"{slots} slots need {slots} loaded recognisers, one each")
-        self.batched: BatchedEngine | None = None
-        self._slots_by_row: dict[int, EngineSlot] = {}  # the newest conversation of a row
-        if slots > 1:
-            from app.engine.batched.batched_engine import BatchedEngine
-            from app.engine.mlx.checkpoint import MlxCheckpoint
-
-            if isinstance(checkpoint, MlxCheckpoint):
-                raise ValueError("--slots needs the torch engine: the MLX engine holds one "
-                                 "conversation")
-            self.batched = BatchedEngine(checkpoint, slots, self.engine_options)
-            self.batched.start()
+        self._newest: dict[int, RowConversation] = {}  # each row's newest conversation
+        self.engine = LocalEngine(checkpoint, slots, self.engine_options)
+        self.engine.start()
 
     @classmethod
     def load(cls, model_id: str, device: str | None = None, dtype: str | None = None,
              folder: Path | None = None, engine_options: EngineOptions | None = None,
              conversation: ConversationConfig | None = None, slots: int = 1,
              precision: str | None = None) -> EngineHost:
-        """Load the checkpoint (minutes for a 7B); blocks. `conversation`: the LLM side
-        (None: the speech model alone); the arguments name the speech model; `slots`:
-        conversations at once (more than one: on a BatchedEngine, warmed up here);
-        `precision`: app/engine/precision.py (None or "auto": the best that fits)."""
+        """Load the checkpoint (minutes for a 7B) and warm the engine up; blocks.
+        `conversation`: the LLM side (None: the speech model alone); the arguments name the
+        speech model; `slots`: conversations at once; `precision`: app/engine/precision.py
+        (None or "auto": the best that fits)."""
         speech = replace(conversation or ConversationConfig(), model_id=model_id,
                          custom_folder=str(folder) if folder else None,
                          device=device or "auto", dtype=dtype or "auto",
@@ -117,36 +105,36 @@ class EngineHost:
         try:
             host.wait_warm()
         except BaseException:
-            host.close()  # a batched engine that did not warm up still holds its thread
+            host.close()  # an engine that did not warm up still holds its thread
             raise
         return host
 
     def wait_warm(self, timeout: float = WARM_UP_TIMEOUT_S) -> None:
-        """Blocks until the batched engine (if any) has warmed up; RuntimeError if it
-        failed or took longer."""
-        batched = self.batched
-        if batched is None or batched.ready.is_set():
+        """Blocks until the engine has warmed up; RuntimeError if it failed or took longer."""
+        engine = self.engine
+        if engine.ready.is_set() and engine.running:
             return
-        if not batched.ready.wait(timeout) or not batched.running:
-            raise RuntimeError("the batched engine did not warm up"
-                               + ("" if batched.running else ": it stopped (see the log)"))
+        if not engine.ready.wait(timeout) or not engine.running:
+            raise RuntimeError("the speech engine did not warm up"
+                               + ("" if engine.running else ": it stopped (see the log)"))
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Stop the batched engine (if any); True once its thread ended."""
-        return self.batched.stop(timeout) if self.batched is not None else True
+        """Stop the engine; True once its thread ended."""
+        return self.engine.stop(timeout)
 
     @property
     def busy(self) -> bool:
         """Every slot holds a conversation."""
-        return len(self._leases) >= self.slots
+        return self.free_slots == 0
 
     @property
     def free_slots(self) -> int:
-        return max(0, self.slots - len(self._leases))
+        """Slots a new client can take: neither leased nor held by a conversation."""
+        return max(0, min(self.slots - len(self._leases), self.engine.free_rows))
 
     def try_lease(self) -> Lease | None:
         """A slot, or None while every one holds a conversation (event loop thread only)."""
-        if self.busy or (self.batched is not None and not self.batched.ready.is_set()):
+        if self.busy or not self.engine.ready.is_set():
             return None
         lease = Lease(self, self._free_stts.pop())
         self._leases.add(lease)
@@ -158,17 +146,14 @@ class EngineHost:
             self._free_stts.append(lease.stt)
 
     def active_rows(self) -> frozenset[int]:
-        """The batched engine's rows a conversation holds now."""
-        slots = dict(self._slots_by_row)  # a copy: conversations are built off the loop
-        return frozenset(row for row, slot in slots.items() if slot.running)
+        """The engine's rows a conversation holds now."""
+        return frozenset(row for row, held in enumerate(self.engine.conversations())
+                         if held is not None)
 
-    def slot_stats(self) -> list[tuple[int, SlotStats | None]]:
-        """Each row of the batched engine: its conversation's figures (None: it has held
-        none yet); empty with one slot (a DuplexEngine per conversation)."""
-        if self.batched is None:
-            return []
-        slots = dict(self._slots_by_row)  # a copy: conversations are built off the loop
-        return [(row, slot.stats() if (slot := slots.get(row)) else None)
+    def slot_stats(self) -> list[tuple[int, ConversationStats | None]]:
+        """Each row: its newest conversation's figures (None: it has held none yet)."""
+        newest = dict(self._newest)  # a copy: conversations are built off the loop
+        return [(row, held.stats() if (held := newest.get(row)) else None)
                 for row in range(self.slots)]
 
     def persona_for(self, choice: ConversationChoice) -> str | None:
@@ -184,40 +169,63 @@ class EngineHost:
                        user_city=choice.city or base.user_city,
                        voice=choice.voice or base.voice)
 
-    def build(self, choice: ConversationChoice, stt: LoadedStt | None = None
-              ) -> tuple[DuplexEngine, ConversationPipeline]:
-        """A fresh engine (or a slot of the batched one: it has the same face) and its
-        pipeline, not started (blocks: an STT may load). `stt`: the lease's recogniser."""
-        options = self.options_for(choice)
-        if self.batched is None:
-            engine = build_engine(self.checkpoint, options)
-        else:
-            self.wait_warm()
-            slot = self.batched.open_slot(options)
-            if slot is None:  # the lease count keeps this from happening
-                raise RuntimeError(f"all {self.slots} slots hold a conversation")
-            self._slots_by_row[slot.row] = slot
-            engine = cast(DuplexEngine, slot)  # the pipeline drives a slot as an engine
-        return engine, build_pipeline(engine, self.conversation or ConversationConfig(),
-                                      self.checkpoint.device, stt=stt or self.stt,
-                                      checkpoint=self.checkpoint if self.batched else None)
+    def open_row(self, choice: ConversationChoice) -> RowConversation:
+        """A conversation on a free row of the engine, not started."""
+        self.wait_warm()
+        conversation = self.engine.open(self.options_for(choice))
+        if conversation is None:  # the lease count keeps this from happening
+            raise RuntimeError(f"all {self.slots} slots hold a conversation")
+        self._newest[conversation.row] = conversation
+        return conversation
+
+    def pipeline_for(self, conversation: RowConversation, stt: LoadedStt | None = None
+                     ) -> ConversationPipeline:
+        """The conversation's pipeline (blocks: an STT may load). `stt`: the lease's."""
+        return build_pipeline(conversation, self.conversation or ConversationConfig(),
+                              self.checkpoint.device, stt=stt or self.stt)
 
 
 class Lease:
-    """The right to run one conversation on the host, until `release` (after its engine, or
-    its slot, let it go). It holds the recogniser its conversations use, if any."""
+    """The right to run one conversation at a time on the host, until `release`. It holds
+    the recogniser its conversations use, if any, and owns each conversation it builds:
+    releasing it stops the one it holds (its row comes back), even one still being built
+    on another thread when the client vanished."""
 
     def __init__(self, host: EngineHost, stt: LoadedStt | None = None) -> None:
         self.host = host
         self.stt = stt
+        self._lock = threading.Lock()
+        self._released = False
+        self._held: RowConversation | None = None
 
-    def build(self, choice: ConversationChoice) -> tuple[DuplexEngine, ConversationPipeline]:
-        return self.host.build(choice, self.stt)
+    def build(self, choice: ConversationChoice) -> tuple[RowConversation, ConversationPipeline]:
+        """A conversation on a free row and its pipeline, not started (blocks: run it off
+        the event loop). Raises RuntimeError once the lease is released."""
+        conversation = self.host.open_row(choice)
+        with self._lock:
+            if self._released:  # the client left while this was being built
+                conversation.stop(0.0)
+                raise RuntimeError("the connection ended while its conversation was built")
+            self._held = conversation
+        try:
+            pipeline = self.host.pipeline_for(conversation, self.stt)
+        except BaseException:
+            conversation.stop(0.0)  # never started: its row is free at once
+            raise
+        return conversation, pipeline
 
     def release(self, engine_stopped: bool = True) -> None:
+        with self._lock:
+            self._released = True
+            held, self._held = self._held, None
+        if held is not None:
+            # Never started (built while the client left): its row is free at once; else
+            # it leaves at the next frame boundary, if the connection's stop did not end it.
+            held.stop(0.0)
         if not engine_stopped:
-            # Its thread still runs on the model: no other conversation may start.
-            self.host.stuck = "an engine thread did not stop; restart the server"
-            log.error("an engine thread did not stop: the engine stays busy")
+            # Its conversation still holds a row the engine's thread runs: that row stays
+            # taken; the others go on.
+            self.host.stuck = "a conversation did not stop; restart the server"
+            log.error("a conversation did not stop: its slot stays taken")
             return
         self.host._release(self)

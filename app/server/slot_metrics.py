@@ -1,7 +1,7 @@
 """`/metrics` per slot of a `serve --slots N` server: each row of the batched engine, with
 the figures of the conversation that holds it (or held it last).
 
-Read from the engine's counters at scrape time (app/engine/batched/slot_stats.py): frames,
+Read from the engine's counters at scrape time (app/engine/row_conversation.py): frames,
 frames whose batched tick took longer than the 80 ms frame, the frame time's p50 and p99
 over the last minute, spans landed and frames dropped. A row's counters start again with
 each conversation (Prometheus reads a counter that drops as a reset).
@@ -16,10 +16,10 @@ from app.frames import FRAME_MS
 from app.server.metrics import PREFIX
 
 if TYPE_CHECKING:
-    from app.engine.batched.slot_stats import SlotStats
+    from app.engine.speech_engine import ConversationStats
     from app.server.engine_host import EngineHost
 
-_SERIES = (  # name, kind, help, the SlotStats field
+_SERIES = (  # name, kind, help, the ConversationStats field
     ("slot_frames_total", "counter", "Frames stepped for the slot's conversation.", "frames"),
     ("slot_late_frames_total", "counter",
      f"The slot's frames whose batched tick exceeded the {FRAME_MS:g} ms frame.",
@@ -35,7 +35,7 @@ _SERIES = (  # name, kind, help, the SlotStats field
 )
 
 
-def render_slots(slots: int, free: int, rows: Sequence[tuple[int, SlotStats | None]],
+def render_slots(slots: int, free: int, rows: Sequence[tuple[int, ConversationStats | None]],
                  busy_rows: frozenset[int] = frozenset()) -> str:
     """Prometheus text for the slots ('' with one slot: the process-wide series say it)."""
     if slots <= 1:

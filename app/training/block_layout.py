@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from moshi.models import LMModel
 
+from app.engine.columns import ForcedStep
 from app.engine.conversation_start import Placeholders
-from app.engine.forcing_generator import ForcedStep
 from app.engine.span_block import block_columns
 from app.frames import FRAME_RATE
 from app.moshi_internals import delay_sequence, initial_tokens
@@ -103,12 +103,12 @@ def splice_blocks(codes: torch.Tensor, audio_mask: torch.Tensor, spans: Sequence
     audio_mask = audio_mask.bool().clone()
     frame_index = torch.arange(frames)
     moved = acoustic_rows(placeholders)
-    silent = block_columns([0], placeholders, codes.shape[0])[moved, 0]  # [14]
+    silent = torch.from_numpy(block_columns([0], placeholders, codes.shape[0]))[moved, 0]  # [14]
     # sorted() is stable under reverse=True: spans at the same frame keep their order.
     for span in sorted(spans, key=lambda s: s.frame, reverse=True):
         if not span.ids:
             raise ValueError("a span block needs at least one id")
-        block = block_columns(span.ids, placeholders, codes.shape[0])  # [17, n]
+        block = torch.from_numpy(block_columns(span.ids, placeholders, codes.shape[0]))  # [17, n]
         n = block.shape[-1]
         f = max(0, min(int(span.frame), codes.shape[-1] - 1))
         if f > 0:  # the MOVE

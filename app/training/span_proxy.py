@@ -9,7 +9,7 @@ text stream, then fall silent (padding) again.
 Training sequences are built with `span_layout.build_layout` (the layout the engine feeds)
 from spans tokenized by the injector's `SpanTokenizer`. Evaluation goes through the real
 inference path: `LMGen` steps with greedy decoding, the span injected between two frames by
-`app.engine.span_injector.prefill` after `widen_attention_rings`, exactly as the engine does.
+`positions_codes` read in one forward after `widen_attention_rings`, as the engine reads them.
 The model's own audio codes are teacher-forced with random codes through LMGen's
 `depformer_replace_tokens` (the text task does not use the depformer; training sees random
 audio codes too), which also keeps a step at a few milliseconds.
@@ -61,7 +61,7 @@ from app.checkpoints.catalog import Manifest, SpanWrapping
 from app.checkpoints.tiny_builder import tiny_lm_config
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.mlx.checkpoint import MLX_PRECISIONS  # a name list: mlx is imported on use
-from app.engine.span_injector import prefill
+from app.engine.position_forwards import positions_codes
 from app.engine.span_text import SpanTokenizer
 from app.training.span_layout import SpanInsert, build_layout
 from app.training.span_proxy_checkpoint import save_proxy_checkpoint
@@ -437,12 +437,17 @@ def teacher_forced_inputs(codes: torch.Tensor, delays: Sequence[int]
 StreamRunner = Callable[[Sequence[Sequence[Question]], str, int], torch.Tensor]
 
 
+def read_positions(lm: LMModel, ids: Sequence[int], batch: int) -> None:
+    """A span's positions as the engine reads them, into every stream: ONE forward."""
+    lm.forward_text(positions_codes(lm, ids, batch))
+
+
 @torch.no_grad()
 def run_streams(lm: LMModel, task: ProxyTask, questions: Sequence[Sequence[Question]],
                 mode: str, seed: int) -> torch.Tensor:
     """Greedy LMGen over B streams (B = len(questions)); stream b answers questions[b].
 
-    Spans are injected with the injector's `prefill` before their frame: one forward pass
+    Spans are read as the engine reads span positions, before their frame: one forward pass
     (CHUNKED) or one position at a time. Spans must be the same in every stream at the same
     frame (prefill feeds one span to the whole batch). Returns the text tokens [B, T]."""
     codes, injections = stream_codes(task, questions, seed)
@@ -457,10 +462,10 @@ def run_streams(lm: LMModel, task: ProxyTask, questions: Sequence[Sequence[Quest
             ids = injections.get(step)
             if ids:
                 if mode == CHUNKED:
-                    prefill(gen, ids)
+                    read_positions(lm, ids, batch)
                 else:
                     for token in ids:
-                        prefill(gen, [token])
+                        read_positions(lm, [token], batch)
             gen.step(user[:, :, step : step + 1],
                      depformer_replace_tokens=audio[:, :, step : step + 1])
     return torch.stack(texts, dim=1)  # [B, T]: text of frame t, chosen at step t

@@ -5,12 +5,13 @@ The proxy is saved in the real layout (span_proxy_checkpoint.py) and loaded back
 the MLX engine's loader (`load_mlx_checkpoint`: the torch loader's parts plus the LM
 converted strictly by weights.py, quantized at load for q8/q4). Every measure of the torch
 evaluation is then run again, on the same questions and the same streams (they depend on
-the seeds only), through the inference path MlxEngine drives: `MlxLmGen` steps, greedy,
-each span read by the engine's `read_positions`, ONE multi-position forward through the
+the seeds only), through the inference path the engine drives on MLX: vanilla Moshi's
+column bookkeeping (columns.StockColumns) over the MLX runtime (mlx_runtime.py), greedy,
+each span read as the engine reads span positions, ONE multi-position forward through the
 MLX transformer and its KV ring (sized for the longest span, as torch's rings are widened).
 The model's audio codes are teacher-forced exactly as torch's evaluation forces them
-(`teacher_forced_inputs`, MlxLmGen's `forced_audio` = LMGen's depformer_replace_tokens).
-MlxLmGen streams one conversation, so a batch of B streams runs as B conversations.
+(`teacher_forced_inputs`: given as the model's codes, = LMGen's depformer_replace_tokens).
+Each of the B streams runs as its own conversation, one after another.
 
 Agreement with torch fp32 is counted over every run of every measure: the text tokens, and
 the answers (each question's answer window, the per-question prediction).
@@ -23,15 +24,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from moshi.models import LMModel
 
 from app.checkpoints.catalog import Manifest
 from app.checkpoints.loader import load_checkpoint
+from app.engine.columns import ZERO_TOKEN, StockColumns
 from app.engine.mlx.checkpoint import load_mlx_checkpoint
 from app.engine.mlx.lm import MlxLm
-from app.engine.mlx.lm_gen import MlxLmGen
-from app.engine.mlx.mlx_engine import read_positions
+from app.engine.mlx.mlx_runtime import MlxRuntime, layout_of
 from app.engine.mlx.sampling import Sampling
 from app.training.span_proxy import (
     CHUNKED,
@@ -55,20 +57,32 @@ def run_streams_mlx(lm: MlxLm, task: ProxyTask, questions: Sequence[Sequence[Que
     user, audio = teacher_forced_inputs(codes, lm.shape.delays)
     longest = max((len(ids) for ids in injections.values()), default=1)
     texts = torch.empty(batch, frames, dtype=torch.long)
-    for b in range(batch):
-        gen = MlxLmGen(lm, GREEDY, max_chunk=longest if mode == CHUNKED else 1)
-        stream_user, stream_audio = user[b].T.tolist(), audio[b].T.tolist()  # [T, 8] each
-        for step in range(frames):
-            ids = injections.get(step)
-            if ids:
-                if mode == CHUNKED:
-                    read_positions(gen, ids)  # the whole span: one forward
-                else:
-                    for token in ids:
-                        read_positions(gen, [token])
-            gen.step(stream_user[step], forced_audio=stream_audio[step])
-            assert gen.last_text is not None
-            texts[b, step] = gen.last_text
+    runtime = MlxRuntime(lm, GREEDY)
+    book = StockColumns(layout_of(lm), 1)
+
+    def read(ids: Sequence[int]) -> None:
+        columns = np.full((lm.shape.num_codebooks, len(ids)), ZERO_TOKEN, dtype=np.int64)
+        columns[0] = ids
+        runtime.read(0, columns)
+
+    with runtime.streaming(1, longest if mode == CHUNKED else 1):
+        for b in range(batch):
+            runtime.reset_row(0)
+            book.reset(0)
+            stream_user, stream_audio = user[b].T.tolist(), audio[b].T.tolist()  # [T, 8] each
+            for step in range(frames):
+                ids = injections.get(step)
+                if ids:
+                    if mode == CHUNKED:
+                        read(ids)  # the whole span: one forward
+                    else:
+                        for token in ids:
+                            read([token])
+                columns = book.prepare(0, stream_user[step], stream_audio[step])
+                assert columns is not None  # the stock book always runs a frame
+                text, sampled = runtime.step([0], [columns])
+                book.commit(0, int(text[0]), sampled[0])
+                texts[b, step] = int(text[0])
     return texts
 
 

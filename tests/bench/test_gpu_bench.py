@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from app.engine.forcing_generator import ForcingGenerator
 
 from app.bench.gpu_bench import INCLUDES, REFERENCE, _Saved, run_gpu_bench
-from app.engine.forcing_generator import ForcingGenerator
 from app.engine.kv_ring import widen_attention_rings
 from app.moshi_internals import copy_ring, kv_rings
 

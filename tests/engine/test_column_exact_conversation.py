@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import open_conversation
+from app.engine.span_block import block_columns
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import initial_tokens
 
@@ -43,36 +45,37 @@ def _run_recorded(ck):
         return original(sequence, *args)
 
     lm.forward_text = record
-    engine = DuplexEngine(ck, EngineOptions(seed=0, greedy=True, chunk_limit=8))
-    gen = engine.lm_gen
+    engine = open_conversation(ck, EngineOptions(seed=0, greedy=True, chunk_limit=8))
+    local = engine.engine  # the conversation's one-row engine
+    book = local.book
     timeline: list[tuple] = []
     plan_steps: list = []
-    feed_start = engine._feed_start
+    feed_start = local.feed_start
 
-    def start(plan):
+    def start(row, plan, *args):
         recording["on"] = True  # the warm-up is forgotten; the conversation starts here
         plan_steps.extend(plan.steps)
-        return feed_start(plan)
+        return feed_start(row, plan, *args)
 
-    engine._feed_start = start
-    step, inject_block = gen.step, gen.inject_block
+    local.feed_start = start
+    step_rows, read_block = local.step_rows, local.read_block
 
-    def recorded_step(user, *args):
-        offset = gen.offset
-        out = step(user, *args)
-        restored = gen.state.restored_text
+    def recorded_step(rows, user, *args):
+        offset = int(book.offset[0])
+        out = step_rows(rows, user, *args)[0]
+        restored = book.restored_text(0)
         if recording["on"]:
-                timeline.append(("step", offset, user[0, :, 0].tolist(),
-                             None if out is None else out[0, :, 0].tolist(),
-                             None if restored is None else int(restored[0])))
-        return out
+            timeline.append(("step", offset, user[0].tolist(),
+                             None if out is None else out.tolist(), restored))
+        return [out]
 
-    def recorded_block(block, *args):
+    def recorded_block(row, ids):
         if recording["on"]:
-            timeline.append(("block", gen.offset, block.clone()))
-        return inject_block(block, *args)
+            block = block_columns(ids, local.placeholders, 17)
+            timeline.append(("block", int(book.offset[0]), block))
+        return read_block(row, ids)
 
-    gen.step, gen.inject_block = recorded_step, recorded_block
+    local.step_rows, local.read_block = recorded_step, recorded_block
     for frame, text in SPANS.items():
         engine.inject(text, "test", at_frame=frame)
     audio = np.random.default_rng(0).normal(0, 0.1, FRAMES * FRAME_SAMPLES).astype(np.float32)

@@ -8,12 +8,13 @@ import queue
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import open_conversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 
 
 def test_each_landed_span_names_its_first_frame_of_audio_once(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=16))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=16))
     short = engine.inject("the capital of australia is canberra", "search", at_frame=5)
     long = engine.inject("word " * 100, "file", at_frame=10)  # several chunks
     engine.start()

@@ -13,8 +13,9 @@ from moshi.utils.quantize import QLinear
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import open_conversation
 from app.engine.quantize import quantize_linears_int8
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 
 
@@ -52,7 +53,8 @@ def test_int8_quarters_the_linear_weights_and_mostly_agrees_with_float32(tiny_fo
 
 def test_the_engine_converses_and_takes_a_span_block_with_int8_weights(tiny_cs_checkpoint):
     quantize_linears_int8(tiny_cs_checkpoint.lm)
-    engine = DuplexEngine(tiny_cs_checkpoint, EngineOptions(seed=1, greedy=True, chunk_limit=8))
+    engine = open_conversation(tiny_cs_checkpoint,
+                               EngineOptions(seed=1, greedy=True, chunk_limit=8))
     span = engine.inject("the capital of australia is canberra", "search", at_frame=5)
     engine.start()
     rng = np.random.default_rng(0)

@@ -10,8 +10,10 @@ import queue
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import open_conversation
+from app.engine.row_conversation import RowConversation
 from app.engine.span_text import MIN_SPAN_POSITIONS
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES
 
 LONG = "the quick brown fox jumps over the lazy dog " * 30  # far past any limit here
@@ -28,7 +30,7 @@ def slow(what: str, positions: int, _measured_ms: float) -> float:
     return 30.0 if what == "frame" else 5.0 + 0.25 * positions
 
 
-def drain(engine: DuplexEngine) -> list:
+def drain(engine: RowConversation) -> list:
     events = []
     while True:
         try:
@@ -37,13 +39,19 @@ def drain(engine: DuplexEngine) -> list:
             return events
 
 
-def converse(checkpoint, timing) -> tuple[DuplexEngine, list]:
-    """Warm up under `timing`, then one long span and 12 frames of silence."""
-    engine = DuplexEngine(checkpoint, EngineOptions(seed=1, greedy=True, budget_margin=MARGIN,
-                                                    budget_timing=timing))
+def converse(checkpoint, timing, offered_before_start: bool = False
+             ) -> tuple[RowConversation, list]:
+    """Warm up under `timing`, then one long span and 12 frames of silence. The span is
+    offered once the conversation is ready, or (`offered_before_start`) before it started,
+    when nothing was measured yet."""
+    engine = open_conversation(checkpoint, EngineOptions(
+        seed=1, greedy=True, budget_margin=MARGIN, budget_timing=timing))
+    if offered_before_start:
+        engine.inject(LONG, "test", at_frame=4)
     engine.start()
     assert engine.ready.wait(120.0)
-    engine.inject(LONG, "test", at_frame=4)  # tokenized now: under the measured limit
+    if not offered_before_start:
+        engine.inject(LONG, "test", at_frame=4)
     for _ in range(12):
         assert engine.push_frame(np.zeros(FRAME_SAMPLES, np.float32), 10)
     engine.finish_input()
@@ -58,7 +66,7 @@ def test_a_slow_forward_lowers_the_span_limit_and_a_fast_one_raises_it_to_the_ma
 
     engine, events = converse(tiny_cs_checkpoint, slow)
     ready = next(e for e in events if isinstance(e, ev.EngineReady))
-    assert engine.budget is not None and engine.budget.chunk_limit == 100
+    assert engine.engine.budget is not None and engine.engine.budget.chunk_limit == 100
     assert ready.chunk_limit == 100 and ready.span_tokens == 100 - wrapping
     accepted = next(e for e in events if isinstance(e, ev.SpanAccepted))
     assert accepted.truncated and accepted.tokens == 100
@@ -84,3 +92,15 @@ def test_when_not_even_a_short_block_fits_the_limit_keeps_one_sentence(
     assert ready.span_tokens == MIN_SPAN_POSITIONS - 2  # not cut to nothing
     slot = next(e for e in events if isinstance(e, ev.BlockSlot))
     assert slot.positions == MIN_SPAN_POSITIONS
+
+
+def test_a_span_offered_before_the_start_is_cut_to_the_budget_measured_at_warm_up(
+        tiny_cs_checkpoint):
+    """Offered before anything was measured (an LLM answer queued while the model warms
+    up), a span is still cut where the measured budget says, not at the manifest's cap."""
+    _engine, events = converse(tiny_cs_checkpoint, slow, offered_before_start=True)
+    accepted = next(e for e in events if isinstance(e, ev.SpanAccepted))
+    assert accepted.truncated and accepted.tokens == 100
+    landed = next(e for e in events if isinstance(e, ev.SpanInjected))
+    assert landed.positions == 100
+

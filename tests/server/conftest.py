@@ -9,7 +9,7 @@ import pytest
 
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
-from app.engine.duplex_engine import EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.server.engine_host import EngineHost
 
 

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
-from app.engine.duplex_engine import EngineOptions  # noqa: E402
+from app.engine.speech_engine import EngineOptions  # noqa: E402
 from app.server.config import Limits  # noqa: E402
 from app.wire.client import AudioFrame, EngineClient, ServerBusy  # noqa: E402
 from tests.server.helpers import TOKEN, collect, of, tone  # noqa: E402

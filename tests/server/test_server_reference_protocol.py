@@ -10,7 +10,7 @@ import pytest
 
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
-from app.engine.duplex_engine import EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.server.engine_host import EngineHost
 from app.wire import events as wire
 from app.wire.client import AudioFrame, Disconnected, EngineClient

@@ -98,7 +98,7 @@ def test_three_at_once_a_fourth_busy_a_vanished_one_replaced(data_dir, tiny_fold
 
 
 def test_ready_tells_the_client_the_span_budget_the_engine_measured(tiny_host):
-    """One slot (a DuplexEngine): the longest span, in content tokens, travels in `ready`,
+    """One slot: the longest span, in content tokens, travels in `ready`,
     for the client's LLM side to answer within it."""
 
     async def body(server, url):
@@ -118,7 +118,7 @@ def test_with_asr_every_slot_has_a_recogniser_of_its_own(tiny_folder, data_dir):
     from app.checkpoints.loader import load_checkpoint
     from app.conversation.assembly import load_stt_model
     from app.conversation.config import ConversationConfig
-    from app.engine.duplex_engine import EngineOptions
+    from app.engine.speech_engine import EngineOptions
     from app.server.engine_host import EngineHost
 
     ensure_stt_built(get_stt_manifest("tiny-stt"))

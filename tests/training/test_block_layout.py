@@ -19,8 +19,6 @@ import pytest
 import torch
 
 from app.engine.conversation_start import Placeholders, plan_start
-from app.engine.forcing_generator import ForcingGenerator
-from app.engine.kv_ring import widen_attention_rings
 from app.engine.span_block import block_columns
 from app.moshi_internals import delay_sequence, initial_tokens
 from app.training.block_layout import (
@@ -37,6 +35,7 @@ from app.training.block_layout import (
     window_start,
 )
 from app.training.span_layout import SpanInsert
+from tests.engine.driven import DrivenEngine
 
 TOL = 1e-4
 OPEN, CLOSE = 12, 13
@@ -72,22 +71,19 @@ def run(tiny_cs_folder):
         logits.append(text_logits.clone())
         return out, text_logits
 
-    lm.forward_text = record  # before the generator: its step captures the bound method
-    gen = ForcingGenerator(lm, use_sampling=False)
-    gen.streaming_forever(1)
-    widen_attention_rings(lm, max(len(i) for i in ids.values()))
+    lm.forward_text = record  # before the engine: its step captures the bound method
+    engine = DrivenEngine(ck, widen=max(len(i) for i in ids.values()), lm=lm)
     users = torch.randint(0, lm.card, (LIVE_FRAMES, 8), generator=torch.Generator().manual_seed(7))
     outs: list[tuple[torch.Tensor, int | None]] = []
     offsets = {}
-    with torch.no_grad():
-        gen.prefill_forced(steps)
-        for i in range(LIVE_FRAMES):
-            if i in ids:
-                offsets[i] = gen.offset
-                gen.inject_block(block_columns(ids[i], placeholders, lm.num_codebooks))
-            out = gen.step(users[i][None, :, None])
-            restored = gen.state.restored_text
-            outs.append((out[0, :, 0].clone(), None if restored is None else int(restored[0])))
+    engine.prefill_forced(list(steps))
+    for i in range(LIVE_FRAMES):
+        if i in ids:
+            offsets[i] = engine.offset
+            engine.read_block(list(ids[i]))
+        out = engine.step(users[i])
+        assert out is not None
+        outs.append((torch.from_numpy(out), engine.book.restored_text(0)))
 
     # Aligned codes. Step i returns the frame before its own (the last forced step for i = 0);
     # after a block, that frame carries the block's close id and the placeholders' user
@@ -180,7 +176,7 @@ def test_without_the_move_the_layout_is_not_what_the_generator_fed(run):
     pieces, cursor = [], 0
     for span in sorted(run["spans"], key=lambda s: s.frame):
         pieces += [codes[:, cursor : span.frame],
-                   block_columns(span.ids, placeholders, lm.num_codebooks)]
+                   torch.from_numpy(block_columns(span.ids, placeholders, lm.num_codebooks))]
         cursor = span.frame
     naive = torch.cat([run["prefix"], *pieces, codes[:, cursor:]], dim=1)[:, 1:]
     initial = initial_tokens(lm)

@@ -18,11 +18,17 @@ from moshi.models import LMGen
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine.kv_ring import widen_attention_rings
-from app.engine.span_injector import prefill
+from app.engine.position_forwards import positions_codes
 from app.engine.span_text import SpanTokenizer
 from app.training.span_layout import SpanInsert, build_layout, codes_from_stream
 
 TOL = 1e-4
+
+
+def prefill(gen: LMGen, ids) -> None:
+    """A span's positions read as the engine reads them: ONE forward of positions_codes."""
+    with torch.no_grad():
+        gen.lm_model.forward_text(positions_codes(gen.lm_model, list(ids)))
 TEXTS = [
     "the capital of australia is canberra",
     "weather in berlin today: sunny and warm, light wind from the west",

@@ -1,7 +1,7 @@
 """The span-reading proxy: its conversations are the engine's layout, its evaluation spans are
 never in training (by construction and by a check that finds them when they are), a short
-run learns to read spans through LMGen and the injector's prefill, and two runs of the same
-seed and step budget give the same numbers."""
+run learns to read spans through LMGen and span positions read as the engine reads them,
+and two runs of the same seed and step budget give the same numbers."""
 
 from __future__ import annotations
 
@@ -55,10 +55,10 @@ def test_a_streamed_episode_feeds_exactly_the_training_layout(task_and_lm, monke
         return original(sequence, *args, **kwargs)
 
     prefills = []
-    real_prefill = span_proxy.prefill
+    real_read = span_proxy.read_positions
     monkeypatch.setattr(lm, "forward_text", recording)
-    monkeypatch.setattr(span_proxy, "prefill",
-                        lambda gen, ids: prefills.append(len(ids)) or real_prefill(gen, ids))
+    monkeypatch.setattr(span_proxy, "read_positions", lambda lm, ids, batch: (
+        prefills.append(len(ids)) or real_read(lm, ids, batch)))
     text = span_proxy.run_streams(lm, task, [[question]], span_proxy.CHUNKED, seed=4)
     monkeypatch.undo()
     inputs = torch.cat(fed, dim=2)  # [1, 17, S]

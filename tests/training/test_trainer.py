@@ -12,7 +12,8 @@ import torch
 from app.checkpoints.catalog import get_manifest, load_user_manifests, user_manifests_dir
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import open_conversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.training.cli import main_train
 from app.training.trainer import TrainConfig, stack_layouts, synthetic_batches, train
@@ -20,7 +21,7 @@ from app.training.trainer import save_trained as save
 
 
 def _one_engine_frame(checkpoint) -> list:
-    engine = DuplexEngine(checkpoint, EngineOptions(seed=1, chunk_limit=16, warmup_frames=1))
+    engine = open_conversation(checkpoint, EngineOptions(seed=1, chunk_limit=16, warmup_frames=1))
     engine.inject("the capital of australia is canberra", "test", at_frame=0)
     engine.start()
     assert engine.push_frame(np.zeros(FRAME_SAMPLES, dtype=np.float32), 10)

@@ -1,12 +1,11 @@
 """The speech model's LM on MLX: Apple Silicon's path (and any machine where `mlx` imports).
 
-The torch engine's semantics, column for column, on `mlx.core`/`mlx.nn`:
+The framework seam of app/engine/lm_runtime.py on `mlx.core`/`mlx.nn`; the frame loop and
+the column bookkeeping are the engine's own (local_engine.py, columns.py):
 - lm.py: the temporal transformer (one or many positions per call, causal within the call,
   a KV ring that rotates at the context) and the depformer;
 - kv_ring.py: that ring, with the torch ring's positions and mask;
 - weights.py: the same checkpoint files the torch loader reads, converted strictly;
-- lm_gen.py: vanilla Moshi's generator (moshi's LMGen) and its span positions;
-- forcing_generator.py: PersonaPlex's and Context Spanning's generator (forced rows, the
-  16-codebook depformer, the conversation start, span blocks).
-Mimi, the tokenizer and the app's wiring stay where they are: this package is the LM core.
+- mlx_runtime.py: the seam (a frame's forward and sampling, a read of many positions) and
+  the frame codec's face (frame_codec.py: Mimi on MLX or torch's).
 """

@@ -49,10 +49,12 @@ class TorchFrameCodec:
         self.mimi = mimi
         self.num_codebooks = mimi.num_codebooks
 
+    @torch.no_grad()
     def encode_frame(self, pcm: np.ndarray) -> np.ndarray:
         codes = self.mimi.encode(torch.from_numpy(pcm)[None, None])  # [1, 8, 1]
         return codes[0, :, 0].numpy()
 
+    @torch.no_grad()
     def decode_frame(self, codes: np.ndarray) -> np.ndarray:
         model_codes = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
         return self.mimi.decode(model_codes[None, :, None])[0, 0].float().numpy()  # [1920]

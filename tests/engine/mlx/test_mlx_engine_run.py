@@ -86,11 +86,11 @@ def test_the_reference_conversation_shape_runs_in_8_bits_on_mlx(
 
 def _greedy(engine) -> None:
     """Both engines choose by argmax (sampled tokens cannot match across RNGs)."""
-    gen = engine.lm_gen
-    if hasattr(gen, "sampling"):  # the MLX generator
-        gen.sampling = replace(gen.sampling, greedy=True)
-    else:
-        gen.use_sampling = False
+    runtime = engine.engine.runtime
+    if hasattr(runtime.sampling, "greedy"):  # the MLX runtime's
+        runtime.sampling = replace(runtime.sampling, greedy=True)
+    else:  # torch's
+        runtime.sampling = replace(runtime.sampling, use_sampling=False)
 
 
 def test_fp32_on_mlx_says_what_the_torch_engine_says(tiny_cs_folder, spoken_question,

@@ -145,10 +145,10 @@ def _reachable(root: object) -> list[object]:
 
 
 def test_the_mlx_engine_holds_no_torch_lm(tiny_cs_folder):
-    from app.engine.mlx.mlx_engine import MlxEngine
+    from app.engine.local_engine import LocalEngine
 
     checkpoint = load_mlx_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, "q8")
-    engine = MlxEngine(checkpoint)
+    engine = LocalEngine(checkpoint)
     held = _reachable(engine)
     assert not [o for o in held if isinstance(o, LMModel)]
     torch_parameters = {id(o): o for o in held if isinstance(o, torch.nn.Parameter)}

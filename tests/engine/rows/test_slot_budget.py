@@ -10,20 +10,20 @@ import queue
 import numpy as np
 
 from app.engine import events as ev
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.duplex_engine import EngineOptions
+from app.engine.local_engine import LocalEngine
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from tests.engine.test_span_budget import LONG, MARGIN, fast, slow
 
 
-def _converse(checkpoint, timing) -> tuple[BatchedEngine, list]:
+def _converse(checkpoint, timing) -> tuple[LocalEngine, list]:
     """Two slots warm up under `timing`; one hears a long span, both hear silence."""
-    engine = BatchedEngine(checkpoint, 2, EngineOptions(greedy=True, budget_margin=MARGIN,
+    engine = LocalEngine(checkpoint, 2, EngineOptions(greedy=True, budget_margin=MARGIN,
                                                         budget_timing=timing))
     engine.start()
     try:
         assert engine.ready.wait(120.0)
-        slots = [engine.open_slot(EngineOptions(greedy=True, input_queue_frames=32))
+        slots = [engine.open(EngineOptions(greedy=True, input_queue_frames=32))
                  for _ in range(2)]
         for slot in slots:
             assert slot is not None

@@ -1,61 +1,31 @@
-"""The forcing generator on tiny-cs (dep_q 16): the user is heard, the batched prefix equals
-the stepwise one, a block in one forward equals its columns one at a time (before and after
-the KV ring wraps), and the frame a block swallows is still played."""
+"""The forcing generator's column bookkeeping (columns.py) on tiny-cs (dep_q 16), through the
+engine's own step and reads: the user is heard, the batched prefix equals the stepwise one,
+a block in one forward equals its columns one at a time (before and after the KV ring
+wraps), and the frame a block swallows is still played."""
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from moshi.models import LMGen
 
+from app.engine.columns import ForcedStep
 from app.engine.conversation_start import placeholder_codes, plan_start
-from app.engine.forcing_generator import ForcedStep, ForcingGenerator
-from app.engine.kv_ring import widen_attention_rings
-from app.engine.span_block import block_columns
+from app.engine.torch_runtime import Sampling, TorchRuntime
 from app.moshi_internals import kv_rings, ring_end
+from tests.engine.driven import DrivenEngine as Twin
 
 TOL = 1e-4
 CLOSE = 13
 
 
-class Twin:
-    """A generator on its own copy of the LM, recording every text-logit row it produced."""
-
-    def __init__(self, lm, widen: int = 1) -> None:
-        self.lm = copy.deepcopy(lm)
-        self.logits: list[torch.Tensor] = []
-        original = self.lm.forward_text
-
-        def recording(sequence, *args):
-            out, text_logits = original(sequence, *args)
-            self.logits.append(text_logits.detach().clone())
-            return out, text_logits
-
-        self.lm.forward_text = recording
-        self.gen = ForcingGenerator(self.lm, use_sampling=False)
-        self.gen.streaming_forever(1)
-        widen_attention_rings(self.lm, widen)
-
-    def step(self, user: torch.Tensor, agent=None, text=None):
-        return self.gen.step(user[None, :, None], None if agent is None else agent[None, :, None],
-                             None if text is None else torch.tensor([text]))
-
-    def forced(self, steps: list[ForcedStep]) -> None:
-        for s in steps:
-            self.gen.step(torch.tensor([s.user])[:, :, None], torch.tensor([s.agent])[:, :, None],
-                          torch.tensor([s.text]))
-
-    def kv(self) -> list[tuple[torch.Tensor, int]]:
-        return [(ring.cache.clone(), ring_end(ring)) for ring in kv_rings(self.lm)]
-
-
 def _assert_same_state(a: Twin, b: Twin) -> None:
-    sa, sb = a.gen.state, b.gen.state
-    assert sa.offset == sb.offset
-    assert torch.equal(sa.ring, sb.ring)
-    assert torch.equal(sa.provided, sb.provided)
+    assert a.offset == b.offset
+    assert np.array_equal(a.book.ring, b.book.ring)
+    assert np.array_equal(a.book.provided, b.book.provided)
     for (ka, ea), (kb, eb) in zip(a.kv(), b.kv(), strict=True):
         assert ea == eb
         assert torch.allclose(ka, kb, atol=TOL), float((ka - kb).abs().max())
@@ -78,13 +48,13 @@ def _continue_equal(a: Twin, b: Twin, users: torch.Tensor) -> None:
     for user in users:
         ia, ib = len(a.logits), len(b.logits)
         out_a, out_b = a.step(user), b.step(user)
-        assert torch.equal(out_a, out_b)
+        assert np.array_equal(out_a, out_b)
         assert torch.allclose(a.logits[ia], b.logits[ib], atol=TOL)
 
 
 def test_the_user_is_heard_with_a_16_codebook_depformer(tiny_cs_checkpoint):
     ck = tiny_cs_checkpoint
-    a, b = Twin(ck.lm), Twin(ck.lm)
+    a, b = Twin(ck), Twin(ck)
     prefix = _prefix(ck)
     a.forced(prefix)
     b.forced(prefix)
@@ -96,8 +66,8 @@ def test_the_user_is_heard_with_a_16_codebook_depformer(tiny_cs_checkpoint):
     out_a, out_b = a.step(users[5]), b.step(other)
     # The user frame lands in the target column: the model's rows of this frame are not
     # affected yet, the user's rows (teacher-forced) are.
-    assert torch.equal(out_a[:, :9], out_b[:, :9])
-    assert int(out_a[0, 9, 0]) == int(users[4][0])  # frame 4's user code, one frame behind
+    assert np.array_equal(out_a[:9], out_b[:9])
+    assert int(out_a[9]) == int(users[4][0])  # frame 4's user code, one frame behind
     ia, ib = len(a.logits), len(b.logits)
     a.step(users[0])
     b.step(users[0])
@@ -135,9 +105,8 @@ def test_the_batched_prefix_equals_the_stepwise_prefix(tiny_cs_checkpoint):
     ck = tiny_cs_checkpoint
     prefix = _prefix(ck)
     assert len(prefix) > 40  # voice frames, silence, persona tokens, silence
-    a, b = Twin(ck.lm, widen=64), Twin(ck.lm, widen=64)
-    with torch.no_grad():
-        fed = a.gen.prefill_forced(prefix)
+    a, b = Twin(ck, widen=64), Twin(ck, widen=64)
+    fed = a.prefill_forced(prefix)
     b.forced(prefix)
     assert fed == len(prefix) - 1  # the first forced step only seeds the ring
     assert len(a.logits) == 1 and len(b.logits) == len(prefix) - 1  # one forward vs many
@@ -150,50 +119,43 @@ def test_the_batched_prefix_equals_the_stepwise_prefix(tiny_cs_checkpoint):
 def test_a_block_in_one_forward_equals_its_columns_one_at_a_time(tiny_cs_checkpoint,
                                                                   live_frames: int):
     ck = tiny_cs_checkpoint
-    placeholders = placeholder_codes(ck.mimi, None, None)
     ids = [12, *ck.tokenizer.encode("the capital of australia is canberra"), 13]
-    block = block_columns(ids, placeholders, ck.lm.num_codebooks)
-    a, b = Twin(ck.lm, widen=len(ids)), Twin(ck.lm, widen=len(ids))
+    a, b = Twin(ck, widen=len(ids)), Twin(ck, widen=len(ids))
     prefix = _prefix(ck)
-    with torch.no_grad():
-        a.gen.prefill_forced(prefix)
-        b.gen.prefill_forced(prefix)
+    a.prefill_forced(prefix)
+    b.prefill_forced(prefix)
     users = _user_frames(ck.lm.card, live_frames + 6, seed=11)
     for user in users[:live_frames]:
         a.step(user)
         b.step(user)
     if live_frames > 100:
-        assert a.gen.offset > ck.lm.context  # the conversation is longer than the window
-    with torch.no_grad():
-        assert a.gen.inject_block(block) == len(ids)
-        b.gen.inject_block(block, positions_per_forward=1)
+        assert a.offset > ck.lm.context  # the conversation is longer than the window
+    assert a.read_block(ids) == len(ids)
+    b.read_block(ids, positions_per_forward=1)
     _assert_same_state(a, b)
     _continue_equal(a, b, users[live_frames:])
 
 
 def test_the_frame_a_block_swallows_is_played_with_its_own_semantic_code(tiny_cs_checkpoint):
     ck = tiny_cs_checkpoint
-    placeholders = placeholder_codes(ck.mimi, None, None)
-    twin = Twin(ck.lm, widen=16)
-    with torch.no_grad():
-        twin.gen.prefill_forced(_prefix(ck))
+    twin = Twin(ck, widen=16)
+    twin.prefill_forced(_prefix(ck))
     users = _user_frames(ck.lm.card, 12, seed=2)
     outs = [twin.step(u) for u in users[:6]]
-    state = twin.gen.state
-    pending = (state.offset - 1) % 4
-    pending_text = int(state.ring[0, 0, pending])
-    pending_semantic = int(state.ring[0, 1, pending])
-    offset = state.offset
-    with torch.no_grad():
-        n = twin.gen.inject_block(block_columns([12, 40, 41, 13], placeholders, 17))
-    assert twin.gen.offset == offset + n
+    book = twin.book
+    pending = (twin.offset - 1) % 4
+    pending_text = int(book.ring[0, 0, pending])
+    pending_semantic = int(book.ring[0, 1, pending])
+    offset = twin.offset
+    n = twin.read_block([12, 40, 41, 13])
+    assert twin.offset == offset + n
     after = twin.step(users[6])
-    assert int(after[0, 0, 0]) == CLOSE  # the block's last column, as the reference returns
-    assert int(after[0, 1, 0]) == pending_semantic  # ... with the swallowed frame's code
-    assert int(state.restored_text[0]) == pending_text
+    assert int(after[0]) == CLOSE  # the block's last column, as the reference returns
+    assert int(after[1]) == pending_semantic  # ... with the swallowed frame's code
+    assert book.restored_text(0) == pending_text
     outs += [after] + [twin.step(u) for u in users[7:]]
     assert all(o is not None for o in outs) and len(outs) == len(users)  # none lost
-    assert state.restored_text is None  # only the one frame
+    assert book.restored_text(0) is None  # only the one frame
 
 
 def test_a_saved_voice_replays_to_the_state_its_frames_give(tiny_cs_checkpoint):
@@ -202,25 +164,19 @@ def test_a_saved_voice_replays_to_the_state_its_frames_give(tiny_cs_checkpoint):
     ck = tiny_cs_checkpoint
     prefix = _prefix(ck)
     voice = prefix[:20]  # the voice frames of tiny-cs's default voice
-    stepped, replayed = Twin(ck.lm, widen=32), Twin(ck.lm, widen=32)
     columns = []
-    original = stepped.lm.forward_text
-
-    def capture(sequence, *args):
-        columns.append(sequence.clone())
-        return original(sequence, *args)
-
-    stepped.lm.forward_text = capture
-    stepped.gen.state.graphed_main.func = capture
+    stepped = Twin(ck, widen=32, capture=lambda sequence: columns.append(sequence.clone()))
+    replayed = Twin(ck, widen=32)
     stepped.forced(voice)
     lm = stepped.lm
-    embeddings = torch.stack([  # what PersonaPlex's server saves per frame: [B, 1, dim]
-        sum(lm.emb[k](c[:, k + 1]) for k in range(lm.n_q)) + lm.text_emb(c[:, 0])
-        for c in columns])
     with torch.no_grad():
-        replayed.gen.replay_embeddings(embeddings, stepped.gen.state.ring.clone())
-    assert replayed.gen.offset == stepped.gen.offset
-    assert torch.equal(replayed.gen.state.ring, stepped.gen.state.ring)
+        embeddings = torch.stack([  # what PersonaPlex's server saves per frame: [B, 1, dim]
+            sum(lm.emb[k](c[:, k + 1]) for k in range(lm.n_q)) + lm.text_emb(c[:, 0])
+            for c in columns])
+        replayed.runtime.replay_embeddings(0, embeddings)
+    replayed.book.after_saved_voice(0, stepped.book.ring[0].copy(), len(columns))
+    assert replayed.offset == stepped.offset
+    assert np.array_equal(replayed.book.ring, stepped.book.ring)
     for (ka, ea), (kb, eb) in zip(replayed.kv(), stepped.kv(), strict=True):
         assert ea == eb and torch.allclose(ka, kb, atol=TOL)
     rest = prefix[20:]
@@ -236,39 +192,34 @@ def test_a_block_read_padded_to_a_graphed_size_equals_one_forward(tiny_cs_checkp
     37 positions as 64), its padding rewound: the same frames and logits afterwards as one
     unpadded forward, here on the CPU, also once the KV ring has wrapped (the padding's keys
     then overwrite slots the widened ring keeps out of every window)."""
-    from app.engine.position_forwards import PositionForwards, padded_pieces, widest_forward
+    from app.engine.position_forwards import padded_pieces, widest_forward
 
     assert padded_pieces(37) == [(37, 64)] and padded_pieces(600) == [(600, 640)]
     assert padded_pieces(2100) == [(1024, 1024), (1024, 1024), (52, 64)]
     ck = tiny_cs_checkpoint
-    placeholders = placeholder_codes(ck.mimi, None, None)
     ids = [12, *range(20, 55), 13]  # 37 positions
-    block = block_columns(ids, placeholders, ck.lm.num_codebooks)
-    padded_width = widest_forward(ck.lm, len(ids), padded=True)
-    assert padded_width == 64
-    a, b = Twin(ck.lm, widen=len(ids)), Twin(ck.lm, widen=padded_width)
-    b.gen.state.forwards = forwards = PositionForwards(b.lm, padded=True)
+    assert widest_forward(ck.lm, len(ids), padded=True) == 64
+    a, b = Twin(ck, widen=len(ids)), Twin(ck, widen=len(ids), padded=True)
     prefix = _prefix(ck)
-    with torch.no_grad():
-        a.gen.prefill_forced(prefix)
-        b.gen.prefill_forced(prefix)
+    a.prefill_forced(prefix)
+    b.prefill_forced(prefix)
     users = _user_frames(ck.lm.card, live_frames + 8, seed=4)
     for user in users[:live_frames]:
         a.step(user)
         b.step(user)
     if live_frames > 100:
-        assert a.gen.offset > ck.lm.context  # the conversation is longer than the window
+        assert a.offset > ck.lm.context  # the conversation is longer than the window
     ends = [ring_end(ring) for ring in kv_rings(b.lm)]
-    with torch.no_grad():
-        a.gen.inject_block(block)
-        before = forwards.forward_count
-        b.gen.inject_block(block)
-    assert forwards.forward_count - before == 1  # one forward for the whole block
+    a.read_block(ids)
+    assert isinstance(b.runtime, TorchRuntime)
+    before = b.runtime.reads_run(0)
+    b.read_block(ids)
+    assert b.runtime.reads_run(0) - before == 1  # one forward for the whole block
+    assert 64 in b.runtime.read_sizes(0)  # padded to the graphed size
     # The padding is taken back: every ring advanced by the block's 37 positions, not 64.
     assert [ring_end(ring) for ring in kv_rings(b.lm)] == [end + len(ids) for end in ends]
     assert [ring_end(ring) for ring in kv_rings(a.lm)] == [ring_end(r) for r in kv_rings(b.lm)]
-    sa, sb = a.gen.state, b.gen.state
-    assert sa.offset == sb.offset and torch.equal(sa.ring, sb.ring)
+    assert a.offset == b.offset and np.array_equal(a.book.ring, b.book.ring)
     _continue_equal(a, b, users[live_frames:])
 
 
@@ -280,7 +231,7 @@ def test_the_padding_is_rewound_from_every_streaming_position(tiny_cs_checkpoint
     from app.moshi_internals import rewind_positions, streaming_state
 
     ck = tiny_cs_checkpoint
-    twin = Twin(ck.lm, widen=64)
+    twin = Twin(ck, widen=64)
     twin.step(_user_frames(ck.lm.card, 1, seed=2)[0])
 
     def offsets() -> list[int]:
@@ -301,3 +252,46 @@ def test_the_padding_is_rewound_from_every_streaming_position(tiny_cs_checkpoint
     assert offsets() == [value + 5 for value in start]
     rewind_positions(twin.lm.transformer, 5)
     assert offsets() == start
+
+
+@pytest.mark.parametrize("use_sampling", [False, True], ids=["greedy", "sampled"])
+def test_the_stock_book_is_moshis_lmgen_frame_for_frame(tiny_checkpoint, use_sampling):
+    """Vanilla Moshi runs on the engine's own copy of LMGen's bookkeeping (StockColumns):
+    against moshi 0.2.13's LMGen on a twin of the model, the same frames come out, with
+    span positions read between frames and once the KV ring has wrapped; sampled with the
+    same seed too (the same draws in the same order: the text, then each codebook)."""
+    from app.engine.position_forwards import positions_codes
+
+    ck = tiny_checkpoint
+    ours = Twin(ck, widen=32)
+    if use_sampling:
+        s = ck.manifest.sampling
+        ours.engine.runtime = ours.runtime = TorchRuntime(ours.lm, Sampling(
+            True, s.temp, s.temp_text, s.top_k, s.top_k_text))
+        ours._streams.close()
+        ours._streams.enter_context(ours.runtime.streaming(1, 32))
+    lm = copy.deepcopy(ck.lm)
+    s = ck.manifest.sampling
+    theirs = LMGen(lm, use_sampling=use_sampling, temp=s.temp, temp_text=s.temp_text,
+                   top_k=s.top_k, top_k_text=s.top_k_text)
+    frames = ck.lm.context + 60
+    users = _user_frames(ck.lm.card, frames, seed=21)
+    spans = {5: 32, 40: 7, ck.lm.context + 20: 32}  # frame -> positions read before it
+    with torch.no_grad(), theirs.streaming(1):
+        from app.engine.kv_ring import widen_attention_rings
+
+        widen_attention_rings(lm, 32)
+        torch.manual_seed(3)
+        for index, user in enumerate(users):
+            if index in spans:
+                ids = list(range(100, 100 + spans[index]))
+                ours.engine.read_positions(0, ids)
+                lm.forward_text(positions_codes(lm, ids))
+            state = torch.random.get_rng_state()
+            mine = ours.step(user)
+            torch.random.set_rng_state(state)  # the same draws for moshi's LMGen
+            out = theirs.step(user[None, :, None])
+            if out is None:
+                assert mine is None, f"frame {index}"
+            else:
+                assert mine is not None and mine.tolist() == out[0, :, 0].tolist(), f"frame {index}"

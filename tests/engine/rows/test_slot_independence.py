@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 
 from app.engine import events as ev
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.duplex_engine import EngineOptions
-from tests.engine.batched.recording import (
+from app.engine.local_engine import LocalEngine
+from app.engine.speech_engine import EngineOptions
+from tests.engine.rows.recording import (
     assert_same_audio,
     comparable,
     conversation_of,
@@ -43,18 +43,18 @@ def _wait_for(predicate, timeout: float = 120.0) -> bool:
 
 def test_an_error_or_a_silent_slot_leaves_the_others_alone(tiny_cs_folder):
     ck = load(tiny_cs_folder, "tiny-cs")
-    engine = BatchedEngine(ck, 4, EngineOptions(greedy=True))
+    engine = LocalEngine(ck, 4, EngineOptions(greedy=True))
     rec = record_batched(engine)
     options = EngineOptions(greedy=True, input_queue_frames=32)
-    w, x, y, z = (engine.open_slot(o) for o in (
+    w, x, y, z = (engine.open(o) for o in (
         options, EngineOptions(greedy=True, voice="no-such-voice"), options, options))
     assert w is not None and x is not None and y is not None and z is not None
-    assert engine.free_slots == 0 and engine.open_slot(options) is None
+    assert engine.free_rows == 0 and engine.open(options) is None
 
     def broken_block(ids):
         raise RuntimeError("this span cannot be read")
 
-    z.injector._block_columns = broken_block  # Z's span fails on the engine thread
+    z.injector._reader.read_block = broken_block  # Z's span fails on the engine thread
     z.inject("a span that fails", "test", at_frame=Z_SPAN_FRAME)
     for frame, text in W_SPANS.items():
         w.inject(text, "test", at_frame=frame)
@@ -81,7 +81,7 @@ def test_an_error_or_a_silent_slot_leaves_the_others_alone(tiny_cs_folder):
         ev.EngineStopped(Z_SPAN_FRAME, "error")]
     assert [e.frame_index for e in z_events if isinstance(e, ev.AudioOut)] == list(
         range(Z_SPAN_FRAME))
-    assert engine.free_slots == 3  # W's (it ended), X's and Z's rows are free again
+    assert engine.free_rows == 3  # W's (it ended), X's and Z's rows are free again
     assert not w.running and not x.running and not z.running
 
     alone = run_alone(tiny_cs_folder, "tiny-cs", options, speech(1, FRAMES), W_SPANS)
@@ -104,7 +104,7 @@ def test_an_error_or_a_silent_slot_leaves_the_others_alone(tiny_cs_folder):
     y_record = conversation_of(rec, y.row, 0)
     assert y_record.fed == y_alone.fed and y_record.frames == y_alone.frames
     assert_same_audio(y_events, y_alone.events, exact=False)
-    assert engine.free_slots == 4
-    late = engine.open_slot(options)
+    assert engine.free_rows == 4
+    late = engine.open(options)
     assert late is not None
     assert engine.stop()

@@ -17,9 +17,9 @@ from __future__ import annotations
 import pytest
 
 from app.engine import events as ev
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.duplex_engine import EngineOptions
-from tests.engine.batched.recording import (
+from app.engine.local_engine import LocalEngine
+from app.engine.speech_engine import EngineOptions
+from tests.engine.rows.recording import (
     assert_same_audio,
     comparable,
     conversation_of,
@@ -57,13 +57,13 @@ def test_every_conversation_equals_running_it_alone(model, batched_mimi, tiny_fo
                                                     tiny_cs_folder):
     folder = tiny_folder if model == "tiny" else tiny_cs_folder
     ck = load(folder, model)
-    engine = BatchedEngine(ck, 3, EngineOptions(greedy=True, chunk_limit=64),
+    engine = LocalEngine(ck, 3, EngineOptions(greedy=True, chunk_limit=64),
                            batched_mimi=batched_mimi)
     rec = record_batched(engine)
     pcm = {name: speech(seed, frames) for name, (seed, frames, _s) in CONVERSATIONS.items()}
     slots = {}
     for name in "ABC":  # all queued before the engine starts: A, B, C join at one boundary
-        slot = engine.open_slot(_options(model, name))
+        slot = engine.open(_options(model, name))
         assert slot is not None
         for frame, text in CONVERSATIONS[name][2].items():
             slot.inject(text, "test", at_frame=frame)
@@ -72,10 +72,10 @@ def test_every_conversation_equals_running_it_alone(model, batched_mimi, tiny_fo
         slot.finish_input()
         slot.start()
         slots[name] = slot
-    assert engine.open_slot(_options(model, "D")) is None  # three slots, all taken
+    assert engine.open(_options(model, "D")) is None  # three slots, all taken
     engine.start()
     assert slots["C"].join(300)
-    d = engine.open_slot(_options(model, "D"))  # C's row, freed
+    d = engine.open(_options(model, "D"))  # C's row, freed
     assert d is not None and d.row == slots["C"].row
     for frame, text in CONVERSATIONS["D"][2].items():
         d.inject(text, "test", at_frame=frame)

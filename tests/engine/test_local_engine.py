@@ -1,4 +1,5 @@
-"""The engine thread: frames in, frames and text out, spans between frames, clean stop."""
+"""The engine thread, for one conversation (a one-row engine of its own): frames in, frames
+and text out, spans between frames, clean stop."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import pytest
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import LocalEngine, open_conversation
+from app.engine.row_conversation import RowConversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 
 
-def _run(engine: DuplexEngine, frames: int, timeout: float = 60.0) -> list:
+def _run(engine: RowConversation, frames: int, timeout: float = 60.0) -> list:
     engine.start()
     rng = np.random.default_rng(0)
     for _ in range(frames):
@@ -35,7 +38,7 @@ def of(kind, events):
 
 
 def test_one_output_frame_per_input_frame_with_text_and_stats(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=64))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=64))
     events = _run(engine, 30)
     audio = of(ev.AudioOut, events)
     assert [a.frame_index for a in audio] == list(range(30))
@@ -52,7 +55,7 @@ def test_one_output_frame_per_input_frame_with_text_and_stats(tiny_checkpoint):
 
 
 def test_spans_land_before_the_frame_asked_for_and_count_in_the_context(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=16))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=16))
     first = engine.inject("the capital of australia is canberra", "search", at_frame=5)
     second = engine.inject("word " * 400, "file", at_frame=10)
     events = _run(engine, 40)
@@ -72,23 +75,23 @@ def test_spans_land_before_the_frame_asked_for_and_count_in_the_context(tiny_che
 
 
 def test_measures_its_chunk_budget_when_not_given(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(seed=1))
     events = _run(engine, 3)
     ready = of(ev.EngineReady, events)[0]
     assert ready.step_ms is not None and ready.step_ms > 0
     assert 1 <= ready.chunk_limit <= 256
-    assert engine.budget is not None and set(engine.budget.prefill_ms) >= {1, 256}
+    assert engine.engine.budget is not None and set(engine.engine.budget.prefill_ms) >= {1, 256}
 
 
 def test_stop_ends_the_thread_and_a_new_engine_starts_after_it(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
     engine.start()
     assert engine.ready.wait(30)
     for _ in range(3):
         engine.push_frame(np.zeros(FRAME_SAMPLES, np.float32), 5)
     assert engine.stop(10)
     assert not engine.running
-    again = DuplexEngine(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
+    again = open_conversation(tiny_checkpoint, EngineOptions(seed=1, chunk_limit=8))
     events = _run(again, 5)
     assert len(of(ev.AudioOut, events)) == 5 and not of(ev.EngineError, events)
 
@@ -96,7 +99,7 @@ def test_stop_ends_the_thread_and_a_new_engine_starts_after_it(tiny_checkpoint):
 def test_same_seed_same_reply(tiny_checkpoint):
     replies = []
     for _ in range(2):
-        engine = DuplexEngine(tiny_checkpoint, EngineOptions(seed=7, chunk_limit=32))
+        engine = open_conversation(tiny_checkpoint, EngineOptions(seed=7, chunk_limit=32))
         engine.inject("hello there", "test", at_frame=3)
         events = _run(engine, 12)
         replies.append(np.concatenate([a.pcm for a in of(ev.AudioOut, events)]))
@@ -104,7 +107,7 @@ def test_same_seed_same_reply(tiny_checkpoint):
 
 
 def test_wrong_frame_size_is_refused(tiny_checkpoint):
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=8))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(chunk_limit=8))
     with pytest.raises(ValueError, match="1920"):
         engine.push_frame(np.zeros(100, np.float32))
 
@@ -113,7 +116,7 @@ def test_persona_checkpoint_starts_with_its_voice_and_role_prompts(tiny_folder: 
     from app.engine.conversation_start import persona_ids
 
     checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
-    engine = DuplexEngine(checkpoint, EngineOptions(seed=1, chunk_limit=32,
+    engine = open_conversation(checkpoint, EngineOptions(seed=1, chunk_limit=32,
                                                     role="You are a teacher."))
     events = _run(engine, 5)
     ready = of(ev.EngineReady, events)[0]
@@ -128,25 +131,25 @@ def test_persona_checkpoint_starts_with_its_voice_and_role_prompts(tiny_folder: 
 
 def test_persona_role_text_reaches_the_models_text_stream(tiny_folder: Path):
     """The forced role tokens are what the model's own text stream holds afterwards."""
-    import torch
+    from contextlib import ExitStack
 
-    from app.engine.conversation_start import persona_ids, placeholder_codes, plan_start
-    from app.engine.forcing_generator import ForcingGenerator
+    from app.engine.conversation_start import persona_ids, plan_start
 
     checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
     start = checkpoint.manifest.conversation_start
-    gen = ForcingGenerator(checkpoint.lm, use_sampling=False)
-    placeholders = placeholder_codes(checkpoint.mimi, None, None)
+    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=True))
+    engine.prepare_placeholders()
+    assert engine.placeholders is not None
     plan = plan_start(checkpoint.manifest, tiny_folder, checkpoint.mimi, checkpoint.tokenizer,
-                      placeholders, 3, frozenset(), voice=None, persona="be kind")
+                      engine.placeholders, 3, frozenset(), voice=None, persona="be kind")
     role_ids = persona_ids(checkpoint.tokenizer, start, "be kind", frozenset())
     seen = []
-    with torch.no_grad(), gen.streaming(1):
-        for step in plan.steps:
-            out = gen.step(torch.tensor([step.user])[:, :, None],
-                           torch.tensor([step.agent])[:, :, None], torch.tensor([step.text]))
+    with ExitStack() as streaming:
+        streaming.enter_context(engine.runtime.streaming(1, 8))
+        for step in plan.steps:  # one forced frame at a time, through the engine's step
+            out = engine.step_rows([0], np.asarray([step.user]), [step.text], [step.agent])[0]
             if out is not None:
-                seen.append(int(out[0, 0, 0]))
+                seen.append(int(out[0]))
     # The step output lags the ring by one frame: the last role token appears after it.
     joined = ",".join(map(str, seen))
     assert ",".join(map(str, role_ids[:-1])) in joined
@@ -154,7 +157,7 @@ def test_persona_role_text_reaches_the_models_text_stream(tiny_folder: Path):
 
 def test_a_failure_on_the_engine_thread_is_reported_not_swallowed(tiny_folder: Path):
     checkpoint = load_checkpoint(get_manifest("tiny-persona"), tiny_folder, device="cpu")
-    engine = DuplexEngine(checkpoint, EngineOptions(chunk_limit=8, voice="NO-SUCH-VOICE"))
+    engine = open_conversation(checkpoint, EngineOptions(chunk_limit=8, voice="NO-SUCH-VOICE"))
     engine.start()
     assert engine.join(30)
     events = []
@@ -170,7 +173,7 @@ def test_a_failure_on_the_engine_thread_is_reported_not_swallowed(tiny_folder: P
 
 
 def test_a_forced_ret_comes_out_as_a_ret_event_never_as_a_word(tiny_cs_checkpoint):
-    engine = DuplexEngine(tiny_cs_checkpoint, EngineOptions(
+    engine = open_conversation(tiny_cs_checkpoint, EngineOptions(
         seed=1, greedy=True, chunk_limit=8, forced_ret_frames=frozenset({5, 12})))
     events = _run(engine, 20)
     # The text forced into frame 5's target column comes out with the next frame.
@@ -182,13 +185,13 @@ def test_a_forced_ret_comes_out_as_a_ret_event_never_as_a_word(tiny_cs_checkpoin
 
 def test_forcing_ret_on_a_model_that_never_asks_is_refused(tiny_checkpoint):
     with pytest.raises(ValueError, match="does not ask with <ret>"):
-        DuplexEngine(tiny_checkpoint, EngineOptions(forced_ret_frames=frozenset({3})))
+        open_conversation(tiny_checkpoint, EngineOptions(forced_ret_frames=frozenset({3})))
 
 
 def test_a_span_offered_after_the_conversation_ended_is_refused(tiny_checkpoint):
-    from app.engine.duplex_engine import EngineStoppedError
+    from app.engine.speech_engine import EngineStoppedError
 
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=8))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(chunk_limit=8))
     engine.inject("before the start is fine", "test")  # queued for the first frame
     _run(engine, 2)
     with pytest.raises(EngineStoppedError, match="not injected"):
@@ -209,7 +212,7 @@ def test_every_padded_size_is_met_before_the_first_frame(tiny_checkpoint, monkey
         return original(self, codes, *args)
 
     monkeypatch.setattr(position_forwards.PositionForwards, "__call__", recording)
-    engine = DuplexEngine(tiny_checkpoint, EngineOptions(chunk_limit=40, seed=1))
+    engine = open_conversation(tiny_checkpoint, EngineOptions(chunk_limit=40, seed=1))
     _run(engine, 2)
     before = [n for n, ready in seen if not ready]
     for size in position_forwards.warmup_sizes(40):

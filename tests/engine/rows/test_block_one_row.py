@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from app.engine import events as ev
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.duplex_engine import EngineOptions
-from tests.engine.batched.recording import (
+from app.engine.local_engine import LocalEngine
+from app.engine.speech_engine import EngineOptions
+from tests.engine.rows.recording import (
     assert_same_audio,
     audio,
     comparable,
@@ -33,11 +33,11 @@ SPAN = "the capital of australia is canberra and its lake is called burley griff
 
 
 def _run(folder, model: str, with_span: bool):
-    engine = BatchedEngine(load(folder, model), 3, EngineOptions(greedy=True, chunk_limit=64))
+    engine = LocalEngine(load(folder, model), 3, EngineOptions(greedy=True, chunk_limit=64))
     rec = record_batched(engine)
     slots = []
     for seed in range(3):
-        slot = engine.open_slot(EngineOptions(greedy=True, input_queue_frames=32))
+        slot = engine.open(EngineOptions(greedy=True, input_queue_frames=32))
         assert slot is not None
         if seed == 0 and with_span:
             slot.inject(SPAN, "test", at_frame=SPAN_FRAME)

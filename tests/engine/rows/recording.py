@@ -1,4 +1,5 @@
-"""Recording what reaches the temporal transformer, per conversation, in both engines.
+"""Recording what reaches the temporal transformer, per conversation: on a one-row engine of
+its own, and on a row of an engine of several.
 
 As in tests/engine/test_column_exact_conversation.py, `LMModel.forward_text` is wrapped and
 every column it is fed is recorded. In the batched engine a forward is either the batched
@@ -21,8 +22,8 @@ import torch
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import LoadedCheckpoint, load_checkpoint
 from app.engine import events as ev
-from app.engine.batched.batched_engine import BatchedEngine
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
+from app.engine.local_engine import LocalEngine, open_conversation
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import streaming_state
 
@@ -86,7 +87,7 @@ def comparable(events: list[object]) -> list[object]:
 
 def run_alone(folder: Path, model: str, options: EngineOptions, pcm: np.ndarray,
               spans: dict[int, str]) -> Conversation:
-    """The conversation in the single-conversation DuplexEngine, recorded."""
+    """The conversation on a one-row engine of its own, recorded."""
     ck = load(folder, model)
     lm = ck.lm
     record = Conversation()
@@ -100,24 +101,25 @@ def run_alone(folder: Path, model: str, options: EngineOptions, pcm: np.ndarray,
         return forward_text(sequence, *args)
 
     lm.forward_text = recorded  # type: ignore[method-assign,assignment]
-    engine = DuplexEngine(ck, options)
-    gen = engine.lm_gen
-    reset, step = gen.reset_streaming, gen.step
+    engine = open_conversation(ck, options)
+    local = engine.engine
+    reset, step = local.runtime.reset_row, local.step_rows
 
-    def recorded_reset(*args):  # the last reset before the conversation: warm-up forgotten
-        reset(*args)
+    def recorded_reset(row: int) -> None:  # the last before the conversation: warm-up gone
+        reset(row)
         record.fed.clear()
         record.forwards.clear()
         record.frames.clear()
         on["on"] = True
 
-    def recorded_step(*args):
-        out = step(*args)
+    def recorded_step(*args, **kwargs):
+        outs = step(*args, **kwargs)
         if on["on"]:
-            record.frames.append(None if out is None else out[0, :, 0].tolist())
-        return out
+            record.frames.extend(None if out is None else out.tolist() for out in outs)
+        return outs
 
-    gen.reset_streaming, gen.step = recorded_reset, recorded_step  # type: ignore[method-assign]
+    local.runtime.reset_row = recorded_reset  # type: ignore[method-assign]
+    local.step_rows = recorded_step  # type: ignore[method-assign]
     for frame, text in spans.items():
         engine.inject(text, "test", at_frame=frame)
     engine.start()
@@ -142,7 +144,7 @@ class BatchedRecording:
         return self.rows.setdefault(row, [Conversation()])[-1]
 
 
-def record_batched(engine: BatchedEngine) -> BatchedRecording:
+def record_batched(engine: LocalEngine) -> BatchedRecording:
     """Wrap the engine's transformer and generator; call before engine.start()."""
     lm = engine.checkpoint.lm
     rec = BatchedRecording()
@@ -171,22 +173,22 @@ def record_batched(engine: BatchedEngine) -> BatchedRecording:
         return forward_text(sequence, *args)
 
     lm.forward_text = recorded  # type: ignore[method-assign,assignment]
-    gen = engine.gen
-    reset_row, step = gen.reset_row, gen.step
+    reset_row, step = engine.runtime.reset_row, engine.step_rows
 
     def recorded_reset(row: int) -> None:
         reset_row(row)
         if engine.ready.is_set():  # a conversation joins the row
             rec.rows.setdefault(row, []).append(Conversation())
 
-    def recorded_step(rows, user, text):
-        outs = step(rows, user, text)
+    def recorded_step(rows, *args, **kwargs):
+        outs = step(rows, *args, **kwargs)
         if engine.ready.is_set():
             for row, out in zip(rows, outs, strict=True):
                 rec.segment(row).frames.append(None if out is None else out.tolist())
         return outs
 
-    gen.reset_row, gen.step = recorded_reset, recorded_step  # type: ignore[method-assign]
+    engine.runtime.reset_row = recorded_reset  # type: ignore[method-assign]
+    engine.step_rows = recorded_step  # type: ignore[method-assign]
     return rec
 
 

@@ -1,1 +1,0 @@
-"""Many conversations in one engine: B slots share one batched forward per frame."""

@@ -1,0 +1,274 @@
+"""One conversation on the local engine: its row, from `open` to its end.
+
+This is the `SpeechEngine` the session, the pipeline, the server and the evaluations drive
+(speech_engine.py). It owns its input queue, its event queue, its span injector (reading
+into its own row), its context ledger, its chunk limit and its figures; the engine's
+thread reads its frames and runs them in the step it shares with the other rows.
+
+Its row is held from `LocalEngine.open` until it ends: it leaves at the next frame boundary
+after `stop` (or its input's end), and one stopped before it ever started gives its row back
+at once, so a conversation that is dropped at any moment never keeps a row. A conversation
+that owns its engine (the desktop's, `run`'s: `open_conversation`) starts it with its own
+start and stops it with its own stop.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.engine.context_ledger import ContextLedger
+from app.engine.events import EngineEvent, SpanChunkInjected
+from app.engine.frame_budget import AdaptiveChunkLimit, ChunkBudget
+from app.engine.span_injector import SpanInjector
+from app.engine.speech_engine import (
+    ConversationStats,
+    EngineFacts,
+    EngineOptions,
+    EngineStoppedError,
+)
+from app.frame_worker import END_OF_INPUT
+from app.frames import FRAME_MS, FRAME_SAMPLES
+
+if TYPE_CHECKING:
+    from app.checkpoints.loader import LoadedCheckpoint
+    from app.engine.local_engine import LocalEngine
+
+WINDOW_FRAMES = 750  # the frame times kept for the figures: the last minute
+
+
+class _RowReader:
+    """The span injector's view of the engine: its conversation's row."""
+
+    def __init__(self, engine: LocalEngine, row: int) -> None:
+        self._engine = engine
+        self._row = row
+
+    def read_positions(self, token_ids: Sequence[int]) -> None:
+        self._engine.read_positions(self._row, token_ids)
+
+    def can_read_block(self) -> bool:
+        return self._engine.book.can_read_block(self._row)
+
+    def read_block(self, token_ids: Sequence[int]) -> int:
+        return self._engine.read_block(self._row, token_ids)
+
+    def sync(self) -> None:
+        self._engine.runtime.sync()
+
+
+class _Figures:
+    """Frames, late frames, frame time p50/p99, spans landed: written by the engine's
+    thread, read from any (a lock guards the window)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._window: deque[float] = deque(maxlen=WINDOW_FRAMES)
+        self.frames = 0
+        self.late_frames = 0
+        self.spans_landed = 0
+
+    def frame(self, frame_ms: float) -> None:
+        with self._lock:
+            self._window.append(frame_ms)
+            self.frames += 1
+            self.late_frames += frame_ms > FRAME_MS
+
+    def span_landed(self) -> None:
+        with self._lock:
+            self.spans_landed += 1
+
+    def snapshot(self, row: int, dropped_frames: int) -> ConversationStats:
+        with self._lock:
+            times = np.asarray(self._window, dtype=np.float64)
+            frames, late, spans = self.frames, self.late_frames, self.spans_landed
+        p50 = float(np.percentile(times, 50)) if times.size else None
+        p99 = float(np.percentile(times, 99)) if times.size else None
+        return ConversationStats(row, frames, late, p50, p99, spans, dropped_frames)
+
+
+class RowConversation:
+    def __init__(self, engine: LocalEngine, row: int, options: EngineOptions,
+                 events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
+                 ) -> None:
+        self.options = options
+        self.row = row
+        self.events: queue.SimpleQueue[Any] = events if events is not None else queue.SimpleQueue()
+        self.owns_engine = owns_engine
+        self.dropped_frames = 0
+        self.frame_index = 0
+        self.ready = threading.Event()  # its conversation start is in; frames are stepped
+        self._engine = engine
+        self._input: queue.Queue[object] = queue.Queue(options.input_queue_frames)
+        self._started = False
+        self._leave = threading.Event()  # asked to leave
+        self._ended = threading.Event()  # left: the row is free
+        self.ledger = ContextLedger(engine.context_window)
+        self.span_tokenizer = engine.new_span_tokenizer()
+        # A block is never split: its limit is the longest block, whatever the chunk limit.
+        self._cap = (engine.max_chunk if engine.blocks
+                     else min(engine.max_chunk, options.chunk_limit or engine.max_chunk))
+        self.injector = SpanInjector(_RowReader(engine, row), self.span_tokenizer, self.ledger,
+                                     self._cap, blocks=engine.blocks)
+        self.adaptive: AdaptiveChunkLimit | None = None  # None: a fixed chunk limit
+        self.counters = _Figures()
+
+    @property
+    def checkpoint(self) -> LoadedCheckpoint:
+        return self._engine.checkpoint
+
+    @property
+    def engine(self) -> LocalEngine:
+        return self._engine
+
+    # ---- the SpeechEngine face (any thread) ----------------------------------------------
+
+    def facts(self) -> EngineFacts:
+        ck = self._engine.checkpoint
+        manifest = ck.manifest
+        return EngineFacts(
+            model_id=manifest.id, display_name=manifest.display_name,
+            device=self._engine.runtime.device_label, dtype=self._engine.dtype_label,
+            context_window=self._engine.context_window,
+            max_span_tokens=self._engine.max_span_tokens, retrieval=manifest.retrieval,
+            user_name=self.options.user_name, user_city=self.options.user_city)
+
+    @property
+    def span_tokens(self) -> int:
+        """The most content tokens one span carries: for blocks, what fits in the frame on
+        this device, once the conversation is ready (0 before)."""
+        return self.span_tokenizer.content_budget if self.ready.is_set() else 0
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self) -> None:
+        if self._started:
+            raise RuntimeError("a conversation runs once; open a new one to start again")
+        if self._leave.is_set() or self._ended.is_set():
+            raise EngineStoppedError("the conversation was stopped before it started")
+        self._started = True
+        if self.owns_engine and not self._engine.running:
+            self._engine.start()
+        self._engine.request_join(self)
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        if pcm.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+        frame = np.asarray(pcm, dtype=np.float32)
+        try:
+            if timeout == 0:
+                self._input.put_nowait(frame)
+            else:
+                self._input.put(frame, timeout=timeout)
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+        self._engine.wake()
+        return True
+
+    def finish_input(self, timeout: float | None = 10.0) -> None:
+        """No more frames: the conversation leaves once its queued frames are stepped.
+        Waits for room while it lives; raises queue.Full only when `timeout` passes with
+        the conversation alive and its queue full."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                self._input.put(END_OF_INPUT, timeout=0.2)
+                self._engine.wake()
+                return
+            except queue.Full:
+                if self._leave.is_set() or self._ended.is_set() or self._engine.stopped:
+                    return  # nobody will read it
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Leave now (queued frames are dropped) and wait. True once the row is free (and,
+        for a conversation that owns its engine, the engine's thread has ended)."""
+        self._leave.set()
+        self._engine.request_leave(self)
+        if self.owns_engine:
+            self._engine.stop(0.0)  # nobody else joins it: its thread ends after this row
+        return self.join(timeout)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """Wait for the conversation to end (and, for one that owns its engine, for the
+        engine's thread: the model is free for another once this returns True)."""
+        if not self._started and not self._leave.is_set():
+            return True
+        deadline = time.monotonic() + timeout
+        if not self._ended.wait(timeout):
+            return False
+        if self.owns_engine:
+            return self._engine.join(max(0.0, deadline - time.monotonic()))
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._ended.is_set()
+
+    def inject(self, text: str, source: str, at_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
+        if self._leave.is_set() or self._ended.is_set() or self._engine.stopped:
+            raise EngineStoppedError(
+                f"the conversation has ended: the span from {source} was not injected")
+        return self.injector.submit(text, source, not_before_frame=at_frame,
+                                    origin_frame=origin_frame, deadline_frame=deadline_frame)
+
+    def stats(self) -> ConversationStats:
+        return self.counters.snapshot(self.row, self.dropped_frames)
+
+    # ---- the engine's thread ---------------------------------------------------------------
+
+    @property
+    def leaving(self) -> bool:
+        return self._leave.is_set()
+
+    def next_item(self) -> object | None:
+        """The next frame or END_OF_INPUT, or None when none is queued."""
+        try:
+            return self._input.get_nowait()
+        except queue.Empty:
+            return None
+
+    def emit(self, event: EngineEvent) -> None:
+        self.events.put(event)
+
+    def ended(self) -> None:
+        self._ended.set()
+
+    def fit_to_budget(self, budget: ChunkBudget | None) -> None:
+        """Its limits from the budget the engine measured at warm-up (it may ask for less):
+        the chunk limit, kept in line with the load from then on, and for blocks (never
+        split) the longest span."""
+        if budget is None:
+            return
+        engine = self._engine
+        self.injector.chunk_limit = min(self._cap, budget.chunk_limit)
+        self.adaptive = AdaptiveChunkLimit(budget, self._cap)
+        if engine.blocks:
+            self.span_tokenizer.fit_to_budget(budget.chunk_limit, engine.max_chunk)
+
+    def before_frame(self) -> list[EngineEvent]:
+        """Its span work before its next frame (at most one chunk, or one block); the events
+        go out at once."""
+        events = self.injector.before_frame(self.frame_index)
+        for event in events:
+            self.emit(event)
+            if self.adaptive is not None and isinstance(event, SpanChunkInjected):
+                self.adaptive.observe_chunk(event.k, event.prefill_ms)
+        return events
+
+    def after_frame(self, model_ms: float, blocks: bool) -> None:
+        """The frame's model time (Mimi and the step) keeps the chunk limit in line."""
+        if self.adaptive is not None and not blocks:
+            self.adaptive.observe_frame(model_ms)
+            self.injector.chunk_limit = self.adaptive.limit()

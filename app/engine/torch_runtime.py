@@ -1,0 +1,234 @@
+"""The framework seam on torch: moshi's `LMModel` streaming B conversations, one per row.
+
+A frame is ONE temporal forward over [B, 17, 1] with exec_mask on the rows that step (the
+others' KV rings and offsets do not advance), CUDA-graphed at B; then the depformer over
+those rows only (it keeps no state across frames), graphed at each row count it meets. A
+read of n positions (a span's positions or block, a conversation start) runs for its row
+alone: at B = 1 on the LM's own state, at B > 1 on batch-1 views of the row's state
+(moshi_internals.row_states): n positions at batch 1, never B rows of n. On a GPU a read is
+ONE forward padded to a graphed size (position_forwards.py), per row. With one row, this is
+the single-conversation engine's path exactly: no exec mask, the step and the padded
+reads graphed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from moshi.models import LMModel
+from moshi.utils.compile import CUDAGraphed
+from moshi.utils.sampling import sample_token
+
+from app.engine.columns import LmLayout, StepColumns
+from app.engine.device import synchronize
+from app.engine.kv_ring import widen_attention_rings
+from app.engine.position_forwards import PositionForwards, graphed_forwards, widest_forward
+from app.moshi_internals import (
+    RowStates,
+    graph_captured,
+    initial_tokens,
+    row_states,
+    streaming_row,
+)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a frame's tokens are chosen (moshi's `sample_token` arguments)."""
+
+    use_sampling: bool = True
+    temp: float = 0.8
+    temp_text: float = 0.7
+    top_k: int = 250
+    top_k_text: int = 25
+
+
+def layout_of(lm: LMModel) -> LmLayout:
+    initial = initial_tokens(lm)[0, :, 0].tolist()
+    return LmLayout(tuple(int(d) for d in lm.delays), int(lm.dep_q), int(lm.n_q),
+                    int(initial[0]), int(initial[1]))
+
+
+class TorchRuntime:
+    def __init__(self, lm: LMModel, sampling: Sampling, padded: bool | None = None) -> None:
+        """`padded`: None, reads padded to graphed sizes where CUDA graphs work; True,
+        padded always (graphed only on CUDA: tests of the padding on a CPU)."""
+        assert not lm.training, "generation needs the model in eval mode"
+        self._padded = padded
+        self.lm = lm
+        self.sampling = sampling
+        self.layout = layout_of(lm)
+        self.context = int(lm.context or 0)
+        self.text_padding_id = int(lm.text_padding_token_id)
+        self.device = lm.device
+        self.device_label = str(lm.device)
+        self.graphs_per_row = False
+        lm.set_streaming_detached(True)
+        self._rows = 0
+        self._initial = initial_tokens(lm)  # [1, 17, 1]
+        self._dep_q = int(lm.dep_q)
+        self._no_graph = lm.device.type != "cuda"
+        self._main: CUDAGraphed | None = None
+        self._depth: dict[int, CUDAGraphed] = {}  # by the number of rows that step
+        self._reads: list[PositionForwards] = []  # one per row (each graphs its sizes)
+        self._views: list[RowStates] = []  # B > 1: each row's batch-1 view of the state
+
+    # ---- streaming -----------------------------------------------------------------------
+
+    @contextmanager
+    def streaming(self, rows: int, max_read: int) -> Iterator[None]:
+        lm = self.lm
+        with ExitStack() as stack:
+            stack.enter_context(lm.streaming(rows))
+            self._rows = rows
+            # Room for the widest read: on a GPU a read is padded to a graphed size.
+            widen_attention_rings(lm, widest_forward(lm, max_read, padded=self._padded))
+            self._main = CUDAGraphed(lm.forward_text, disable=self._no_graph)
+            self._depth = {}
+            self._reads = [PositionForwards(lm, padded=self._padded) for _ in range(rows)]
+            self._views = [row_states(lm, row) for row in range(rows)] if rows > 1 else []
+            self.graphs_per_row = rows > 1 and graphed_forwards(lm)
+            try:
+                yield
+            finally:
+                self._main, self._depth, self._reads, self._views = None, {}, [], []
+
+    @torch.no_grad()
+    def reset_row(self, row: int) -> None:
+        if self._rows == 1:
+            self.lm.reset_streaming()
+        else:
+            self.lm.reset_streaming(self._mask([row]))
+
+    def _mask(self, rows: Sequence[int]) -> torch.Tensor:
+        mask = torch.zeros(self._rows, dtype=torch.bool, device=self.device)
+        mask[list(rows)] = True
+        return mask
+
+    @contextmanager
+    def _row(self, row: int) -> Iterator[None]:
+        """The LM streams row `row` alone while open (B = 1: it already does)."""
+        if self._rows == 1:
+            yield
+            return
+        with streaming_row(self.lm, self._views[row]):
+            yield
+
+    # ---- one frame -----------------------------------------------------------------------
+
+    def _depformer_step(self, text_token: torch.Tensor, transformer_out: torch.Tensor,
+                        targets: torch.Tensor, provided: torch.Tensor) -> torch.Tensor:
+        """All dep_q depformer steps; each is fed the provided code where there is one.
+        text_token [A], transformer_out [A, 1, dim], targets/provided [A, dep_q]."""
+        lm, s = self.lm, self.sampling
+        previous = text_token
+        sampled: list[torch.Tensor] = []
+        with lm.depformer.streaming(text_token.shape[0]):
+            for index in range(self._dep_q):
+                logits = lm.forward_depformer(index, previous[:, None, None], transformer_out)
+                token = sample_token(logits.float(), s.use_sampling, s.temp, s.top_k)[:, 0, 0]
+                sampled.append(token)  # [A]
+                previous = torch.where(provided[:, index], targets[:, index], token)
+        return torch.stack(sampled, dim=1)  # [A, dep_q]
+
+    @torch.no_grad()
+    def step(self, rows: Sequence[int], columns: Sequence[StepColumns]
+             ) -> tuple[np.ndarray, np.ndarray]:
+        assert self._main is not None, "the runtime is not streaming"
+        count = len(rows)
+        packed = np.stack([np.stack([c.input, c.target, c.provided.astype(np.int64)])
+                           for c in columns])  # [A, 3, 17]
+        given = torch.from_numpy(packed).to(self.device)  # one copy to the device
+        inputs, targets, provided = given[:, 0], given[:, 1], given[:, 2].bool()  # [A, 17]
+        index: torch.Tensor | None = None  # the stepping rows, when not all in batch order
+        if self._rows == 1:
+            batch_input = inputs[:, :, None]  # [1, 17, 1]
+        else:
+            if list(rows) != list(range(self._rows)):
+                index = torch.tensor(list(rows), device=self.device)
+            # Rows that do not step read the initial column; exec_mask keeps them in place.
+            batch_input = self._initial.expand(self._rows, -1, -1).clone()  # [B, 17, 1]
+            batch_input[list(rows), :, 0] = inputs
+            self.lm.set_exec_mask(self._mask(rows))
+        transformer_out, text_logits = self._main(batch_input)  # [B, 1, dim], [B, 1, 1, card]
+        if index is not None:
+            transformer_out, text_logits = transformer_out[index], text_logits[index]
+        s = self.sampling
+        text = sample_token(text_logits.float(), s.use_sampling, s.temp_text,
+                            s.top_k_text)[:, 0, 0]  # [A]
+        next_text = torch.where(provided[:, 0], targets[:, 0], text)
+        depth = self._depth.get(count)
+        if depth is None:
+            depth = self._depth[count] = CUDAGraphed(self._depformer_step,
+                                                     disable=self._no_graph)
+        audio_rows = slice(1, 1 + self._dep_q)
+        audio = depth(next_text, transformer_out, targets[:, audio_rows],
+                      provided[:, audio_rows])  # [A, dep_q]
+        out = torch.cat([text[:, None], audio], dim=1).cpu().numpy()  # [A, 1 + dep_q]
+        return out[:, 0], out[:, 1:]
+
+    # ---- many positions for one row -------------------------------------------------------
+
+    @torch.no_grad()
+    def _read(self, row: int, columns: np.ndarray) -> torch.Tensor:
+        codes = torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64))
+        with self._row(row):
+            return self._reads[row](codes.to(self.device)[None])  # [1, 17, n] -> [1, n, dim]
+
+    def read(self, row: int, columns: np.ndarray) -> None:
+        if columns.shape[-1]:
+            self._read(row, columns)
+
+    def read_outputs(self, row: int, columns: np.ndarray) -> np.ndarray:
+        return self._read(row, columns)[0].float().cpu().numpy()
+
+    @torch.no_grad()
+    def replay_embeddings(self, row: int, embeddings: object) -> None:
+        assert isinstance(embeddings, torch.Tensor)
+        lm = self.lm
+        frames = embeddings.shape[0]
+        x = embeddings.reshape(frames, -1, embeddings.shape[-1])[:, 0, :]  # [N, dim]
+        with self._row(row):
+            lm.transformer(x.to(device=lm.device, dtype=lm.dtype)[None])  # [1, N, dim]
+
+    def reads_run(self, row: int) -> int:
+        """Forwards the row's reads ran (tests and benchmarks)."""
+        return self._reads[row].forward_count
+
+    def read_sizes(self, row: int) -> list[int]:
+        """The padded sizes the row's reads met (graphed once met twice, on a GPU)."""
+        return self._reads[row].sizes()
+
+    def sync(self) -> None:
+        synchronize(self.device)
+
+    def graphs_captured(self) -> bool:
+        """Whether the step replays captured CUDA graphs (its forward and its depformer)."""
+        main = self._main
+        return (main is not None and graph_captured(main) and bool(self._depth)
+                and all(graph_captured(depth) for depth in self._depth.values()))
+
+    @contextmanager
+    def recording_text_logits(self) -> Iterator[list[torch.Tensor]]:
+        """The text logits of every step while open (copied: a graph reuses its buffers)."""
+        main = self._main
+        assert main is not None, "the runtime is not streaming"
+        seen: list[torch.Tensor] = []
+
+        def recording(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out, text_logits = main(codes)
+            seen.append(text_logits.float().clone())
+            return out, text_logits
+
+        self._main = recording  # type: ignore[assignment]  # called like the graph
+        try:
+            yield seen
+        finally:
+            self._main = main
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
