@@ -8,29 +8,21 @@ callback never waits); a file feeder passes a timeout and waits for room. The su
 from __future__ import annotations
 
 import queue
-import threading
 import time
 
 import numpy as np
 
 from app.frames import FRAME_SAMPLES
+from app.thread_owner import ThreadOwner
 
 END_OF_INPUT = object()
 
 
-class FrameWorker:
+class FrameWorker(ThreadOwner):
     def __init__(self, queue_frames: int, thread_name: str) -> None:
+        super().__init__(thread_name)
         self._input: queue.Queue[object] = queue.Queue(queue_frames)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._thread_name = thread_name
         self.dropped_frames = 0
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError(f"{self._thread_name} runs once; make a new one to start again")
-        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
-        self._thread.start()
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
         """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
@@ -70,21 +62,6 @@ class FrameWorker:
                 if deadline is not None and time.monotonic() > deadline:
                     raise
 
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop now (queued frames are dropped) and wait. True when the thread has ended."""
-        self._stop.set()
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def _next_frame(self, timeout: float = 0.05) -> object | None:
         """The next frame, END_OF_INPUT, or None when none came within `timeout`."""
         try:
@@ -92,5 +69,3 @@ class FrameWorker:
         except queue.Empty:
             return None
 
-    def _run(self) -> None:  # pragma: no cover - every subclass has its own
-        raise NotImplementedError

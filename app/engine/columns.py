@@ -141,6 +141,14 @@ class ColumnBook:
         the delays fill."""
         raise NotImplementedError
 
+    def _prepared(self, row: int) -> StepColumns:
+        """The row's frame prepared and not committed yet (taken: it commits once)."""
+        step = self._steps[row]
+        if step is None:
+            raise RuntimeError("commit without a prepared frame")
+        self._steps[row] = None
+        return step
+
     # ---- many columns in one forward (forcing checkpoints) ------------------------------
 
     def can_read_block(self, row: int) -> bool:
@@ -213,10 +221,7 @@ class ForcingColumns(ColumnBook):
         return step
 
     def commit(self, row: int, text: int, audio: np.ndarray) -> np.ndarray | None:
-        step = self._steps[row]
-        if step is None:
-            raise RuntimeError("commit without a prepared frame")
-        self._steps[row] = None
+        step = self._prepared(row)
         offset = int(self.offset[row])
         input_column, target_column = (offset - 1) % FORCING_RING, offset % FORCING_RING
         dep_q = self.layout.dep_q
@@ -339,10 +344,7 @@ class StockColumns(ColumnBook):
         return step
 
     def commit(self, row: int, text: int, audio: np.ndarray) -> np.ndarray | None:
-        step = self._steps[row]
-        if step is None:
-            raise RuntimeError("commit without a prepared frame")
-        self._steps[row] = None
+        step = self._prepared(row)
         dep_q, size = self.layout.dep_q, self.ring_size
         offset = int(self.offset[row]) + 1
         self.offset[row] = offset

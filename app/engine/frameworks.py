@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.checkpoints.loader import LoadedCheckpoint
-from app.engine.lm_runtime import FrameCodec, LmRuntime
+from app.engine.lm_runtime import FrameCodec, LmRuntime, Sampling
 from app.engine.speech_engine import EngineOptions
 
 
@@ -31,6 +31,8 @@ def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: in
     engine-wide sampling (greedy) and the MLX engine's Mimi choice. `batched_mimi` (several
     rows on torch): Mimi in one batched call per frame, else one stream per row."""
     sampling = checkpoint.manifest.sampling
+    choice = Sampling(greedy=options.greedy, temp=sampling.temp, temp_text=sampling.temp_text,
+                      top_k=sampling.top_k, top_k_text=sampling.top_k_text)
     if sampling.cfg_coef != 1.0:
         raise UnsupportedSamplingError(
             f"{checkpoint.manifest.id} samples with classifier-free guidance (cfg_coef "
@@ -41,20 +43,13 @@ def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: in
         from app.engine.mlx.checkpoint import PRECISION_LABELS
         from app.engine.mlx.frame_codec import make_frame_codec
         from app.engine.mlx.mlx_runtime import MlxCodec, MlxRuntime
-        from app.engine.mlx.sampling import Sampling as MlxSampling
 
-        mlx_sampling = MlxSampling(greedy=options.greedy, temp=sampling.temp,
-                                   temp_text=sampling.temp_text, top_k=sampling.top_k,
-                                   top_k_text=sampling.top_k_text)
-        return Framework(MlxRuntime(checkpoint.mlx_lm, mlx_sampling),
+        return Framework(MlxRuntime(checkpoint.mlx_lm, choice),
                          MlxCodec(make_frame_codec(checkpoint, options.mimi)),
                          PRECISION_LABELS[checkpoint.precision])
     from app.engine.torch_codec import torch_codec
-    from app.engine.torch_runtime import Sampling, TorchRuntime
+    from app.engine.torch_runtime import TorchRuntime
 
-    torch_sampling = Sampling(use_sampling=not options.greedy, temp=sampling.temp,
-                              temp_text=sampling.temp_text, top_k=sampling.top_k,
-                              top_k_text=sampling.top_k_text)
     dtype = str(checkpoint.dtype).removeprefix("torch.")
-    return Framework(TorchRuntime(checkpoint.lm, torch_sampling),
+    return Framework(TorchRuntime(checkpoint.lm, choice),
                      torch_codec(checkpoint.mimi, rows, batched_mimi), dtype)

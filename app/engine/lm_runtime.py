@@ -13,11 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from app.engine.columns import LmLayout, StepColumns
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a frame's tokens are chosen: greedy (argmax), or temperature and top-k, the
+    text's and the codebooks' apart (temp <= 0 is greedy too, as moshi's)."""
+
+    greedy: bool = False
+    temp: float = 0.8
+    temp_text: float = 0.7
+    top_k: int = 250
+    top_k_text: int = 25
 
 
 class LmRuntime(Protocol):

@@ -62,6 +62,7 @@ from app.engine.span_block import block_columns
 from app.engine.span_text import SpanTokenizer
 from app.engine.speech_engine import EngineOptions
 from app.frame_worker import END_OF_INPUT
+from app.thread_owner import ThreadOwner
 from app.frames import FRAME_MS, FRAME_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class EngineStartError(RuntimeError):
     """The engine cannot take a conversation (it stopped, or failed to warm up)."""
 
 
-class LocalEngine:
+class LocalEngine(ThreadOwner):
     def __init__(self, checkpoint: LoadedCheckpoint, rows: int = 1,
                  options: EngineOptions | None = None, gather_ms: float = 20.0,
                  batched_mimi: bool = True) -> None:
@@ -91,6 +92,7 @@ class LocalEngine:
         per row, bit for bit the one-row engine's PCM; torch_codec.py)."""
         if rows < 1:
             raise ValueError("an engine needs at least one row")
+        super().__init__("speech-engine")
         self.checkpoint = checkpoint
         self.options = options or EngineOptions()
         self.row_count = rows
@@ -120,9 +122,7 @@ class LocalEngine:
         self._live: list[RowConversation] = []
         self._held: dict[int, object] = {}  # row -> the item taken for the next tick
         self._talking: set[int] = set()  # rows that had a frame in the last tick
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._wake_up = threading.Event()  # a frame, a join or a leave to look at
         self.ready = threading.Event()  # warmed up: conversations join from now on
         self.ticks = 0  # steps run for conversations (tests and benchmarks)
         # Measured at warm-up with every row talking (None with a fixed chunk limit).
@@ -137,28 +137,8 @@ class LocalEngine:
         return SpanTokenizer(self.checkpoint.tokenizer, manifest.span_wrapping,
                              manifest.max_span_tokens, self.control_ids)
 
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("an engine runs once; make a new one to start again")
-        self._thread = threading.Thread(target=self._run, name="speech-engine", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop the engine: every conversation ends ("stopped"). True once its thread ended."""
-        self._stop.set()
+    def _wake(self) -> None:  # stopping: every conversation ends ("stopped")
         self.wake()
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        """Wait for the engine's thread to end; True once it has (or never started)."""
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     @property
     def stopped(self) -> bool:
@@ -206,7 +186,8 @@ class LocalEngine:
         self.wake()
 
     def wake(self) -> None:
-        self._wake.set()
+        """A frame came, or a conversation wants to join or leave: look now."""
+        self._wake_up.set()
 
     # ---- the engine thread --------------------------------------------------------------
 
@@ -461,7 +442,7 @@ class LocalEngine:
         gather_s for the others that talked last tick."""
         deadline: float | None = None
         while True:
-            self._wake.clear()
+            self._wake_up.clear()
             for conversation in self._live:
                 if conversation.row not in self._held:
                     item = conversation.next_item()
@@ -477,11 +458,11 @@ class LocalEngine:
                     not missing or time.monotonic() >= (deadline or 0.0))):
                 break
             if not self._held:
-                self._wake.wait(0.05)
+                self._wake_up.wait(0.05)
                 if not self._joining.empty() or any(c.leaving for c in self._live):
                     break
                 continue
-            self._wake.wait(max(0.0, (deadline or 0.0) - time.monotonic()))
+            self._wake_up.wait(max(0.0, (deadline or 0.0) - time.monotonic()))
         taken = [(c, self._held.pop(c.row)) for c in sorted(self._live, key=lambda c: c.row)
                  if c.row in self._held]
         self._talking = {c.row for c, _item in taken}
@@ -490,8 +471,8 @@ class LocalEngine:
     def _tick(self) -> None:
         self._boundary()
         if not self._live:
-            self._wake.wait(0.05)
-            self._wake.clear()
+            self._wake_up.wait(0.05)
+            self._wake_up.clear()
             return
         frames: list[_Frame] = []
         for conversation, item in self._gather():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,6 +25,7 @@ from moshi.utils.sampling import sample_token
 from app.engine.columns import LmLayout, StepColumns
 from app.engine.device import synchronize
 from app.engine.kv_ring import widen_attention_rings
+from app.engine.lm_runtime import Sampling
 from app.engine.position_forwards import PositionForwards, graphed_forwards, widest_forward
 from app.moshi_internals import (
     RowStates,
@@ -34,17 +34,6 @@ from app.moshi_internals import (
     row_states,
     streaming_row,
 )
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a frame's tokens are chosen (moshi's `sample_token` arguments)."""
-
-    use_sampling: bool = True
-    temp: float = 0.8
-    temp_text: float = 0.7
-    top_k: int = 250
-    top_k_text: int = 25
 
 
 def layout_of(lm: LMModel) -> LmLayout:
@@ -130,7 +119,7 @@ class TorchRuntime:
         with lm.depformer.streaming(text_token.shape[0]):
             for index in range(self._dep_q):
                 logits = lm.forward_depformer(index, previous[:, None, None], transformer_out)
-                token = sample_token(logits.float(), s.use_sampling, s.temp, s.top_k)[:, 0, 0]
+                token = sample_token(logits.float(), not s.greedy, s.temp, s.top_k)[:, 0, 0]
                 sampled.append(token)  # [A]
                 previous = torch.where(provided[:, index], targets[:, index], token)
         return torch.stack(sampled, dim=1)  # [A, dep_q]
@@ -158,7 +147,7 @@ class TorchRuntime:
         if index is not None:
             transformer_out, text_logits = transformer_out[index], text_logits[index]
         s = self.sampling
-        text = sample_token(text_logits.float(), s.use_sampling, s.temp_text,
+        text = sample_token(text_logits.float(), not s.greedy, s.temp_text,
                             s.top_k_text)[:, 0, 0]  # [A]
         next_text = torch.where(provided[:, 0], targets[:, 0], text)
         depth = self._depth.get(count)

@@ -172,6 +172,12 @@ class Connection:
         loop = asyncio.get_running_loop()
         stopped = await loop.run_in_executor(None, conversation.stop,
                                              self.limits.stop_timeout_s)
+        # The frames it made after the forwarder stopped still count (their FrameStats
+        # reached the loop before the stop returned).
+        while not conversation.events.empty():
+            event = conversation.events.get_nowait()
+            if isinstance(event, ev.FrameStats):
+                self.metrics.observe_frame(event.frame_ms)
         self.metrics.sessions_active -= 1
         self._engine_stuck = self._engine_stuck or not stopped
         return stopped

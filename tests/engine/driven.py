@@ -13,10 +13,11 @@ import torch
 from moshi.models import LMModel
 
 from app.engine.columns import ForcedStep
+from app.engine.lm_runtime import Sampling
 from app.engine.local_engine import LocalEngine
 from app.engine.span_block import block_columns
 from app.engine.speech_engine import EngineOptions
-from app.engine.torch_runtime import Sampling, TorchRuntime
+from app.engine.torch_runtime import TorchRuntime
 from app.moshi_internals import kv_rings, ring_end
 
 
@@ -40,7 +41,7 @@ class DrivenEngine:
         self.lm.forward_text = recording
         self.engine = LocalEngine(replace(ck, lm=self.lm), 1, EngineOptions(greedy=True))
         if padded is not None:
-            self.engine.runtime = TorchRuntime(self.lm, Sampling(use_sampling=False), padded)
+            self.engine.runtime = TorchRuntime(self.lm, Sampling(greedy=True), padded)
         self.runtime = self.engine.runtime
         self.book = self.engine.book
         self.engine.prepare_placeholders()

@@ -14,7 +14,8 @@ from moshi.models import LMGen
 
 from app.engine.columns import ForcedStep
 from app.engine.conversation_start import placeholder_codes, plan_start
-from app.engine.torch_runtime import Sampling, TorchRuntime
+from app.engine.lm_runtime import Sampling
+from app.engine.torch_runtime import TorchRuntime
 from app.moshi_internals import kv_rings, ring_end
 from tests.engine.driven import DrivenEngine as Twin
 
@@ -267,7 +268,7 @@ def test_the_stock_book_is_moshis_lmgen_frame_for_frame(tiny_checkpoint, use_sam
     if use_sampling:
         s = ck.manifest.sampling
         ours.engine.runtime = ours.runtime = TorchRuntime(ours.lm, Sampling(
-            True, s.temp, s.temp_text, s.top_k, s.top_k_text))
+            False, s.temp, s.temp_text, s.top_k, s.top_k_text))
         ours._streams.close()
         ours._streams.enter_context(ours.runtime.streaming(1, 32))
     lm = copy.deepcopy(ck.lm)

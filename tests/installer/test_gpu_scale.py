@@ -20,17 +20,29 @@ def test_the_script_parses():
     assert result.returncode == 0, result.stderr
 
 
-def test_the_dry_run_profiles_benches_blocks_and_slots_into_out(tmp_path, tiny_cs_folder,
-                                                                data_dir):
+def test_the_dry_run_profiles_benches_blocks_slots_and_a_baseline_into_out(
+        tmp_path, tiny_cs_folder, data_dir):
+    """With a baseline engine carried (fetch_baseline.sh's copy of a commit: here HEAD),
+    the script also benches it, beside this tree's numbers."""
+    baseline = tmp_path / "baseline"
+    fetched = subprocess.run(["bash", "installer/device/fetch_baseline.sh", "HEAD"], cwd=ROOT,
+                             env={**os.environ, "BASELINE": str(baseline)},
+                             capture_output=True, text=True, timeout=120)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (baseline / "app" / "engine").is_dir() and (baseline / "COMMIT").is_file()
     out = tmp_path / "out"
     env = {**os.environ, "DRY": "1", "OUT": str(out), "PYTHON": sys.executable,
-           "CONTEXTSPAN_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+           "CONTEXTSPAN_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1",
+           "BASELINE": str(baseline)}
     result = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=900)
+                            text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["gpu_bench.json", "gpu_bench.log", "gpu_scale.log", "profile.json",
-                     "profile_block.txt", "profile_step.txt", "trace_block.json"]
+    assert files == ["baseline_bench.json", "gpu_bench.json", "gpu_bench.log", "gpu_scale.log",
+                     "profile.json", "profile_block.txt", "profile_step.txt",
+                     "trace_block.json"]
+    baseline = json.loads((out / "baseline_bench.json").read_text())
+    assert [row["n"] for row in baseline["blocks"]] == [8] and baseline["step_ms"] > 0
     assert len(files) <= 8 and all(p.stat().st_size < 16 * 2**20 for p in out.iterdir())
     profile = json.loads((out / "profile.json").read_text())
     assert profile["block"] == 16 and profile["wall_ms"]["block_plus_step"] > 0

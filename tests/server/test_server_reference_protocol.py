@@ -84,7 +84,10 @@ def test_context_before_the_first_frame_restarts_after_it_is_refused(tiny_host):
 def tiny_cs_host(tiny_cs_folder):
     checkpoint = load_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, device="cpu")
     # Random weights never ask: the model's <ret> is forced at frame 3.
-    return EngineHost(checkpoint, EngineOptions(seed=1, forced_ret_frames=frozenset({3})))
+    host = EngineHost(checkpoint, EngineOptions(seed=1, forced_ret_frames=frozenset({3})))
+    host.wait_warm()
+    yield host
+    assert host.close(), "the host's engine did not stop"
 
 
 def test_voice_ret_and_span_block_slot_on_a_span_checkpoint(tiny_cs_host):

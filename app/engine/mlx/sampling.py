@@ -5,18 +5,11 @@ Sampled tokens cannot match torch's (another RNG); greedy ones must, and do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import mlx.core as mx
 
+from app.engine.lm_runtime import Sampling
 
-@dataclass(frozen=True)
-class Sampling:
-    greedy: bool = False
-    temp: float = 0.8
-    temp_text: float = 0.7
-    top_k: int = 250
-    top_k_text: int = 25
+__all__ = ["Sampling", "sample"]
 
 
 def sample(logits: mx.array, greedy: bool, temp: float, top_k: int) -> mx.array:

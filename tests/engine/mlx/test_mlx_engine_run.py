@@ -87,10 +87,7 @@ def test_the_reference_conversation_shape_runs_in_8_bits_on_mlx(
 def _greedy(engine) -> None:
     """Both engines choose by argmax (sampled tokens cannot match across RNGs)."""
     runtime = engine.engine.runtime
-    if hasattr(runtime.sampling, "greedy"):  # the MLX runtime's
-        runtime.sampling = replace(runtime.sampling, greedy=True)
-    else:  # torch's
-        runtime.sampling = replace(runtime.sampling, use_sampling=False)
+    runtime.sampling = replace(runtime.sampling, greedy=True)
 
 
 def test_fp32_on_mlx_says_what_the_torch_engine_says(tiny_cs_folder, spoken_question,

@@ -1,15 +1,16 @@
-"""Four conversations in one batched engine equal each conversation run alone.
+"""Four conversations on one engine of three rows equal each conversation run alone.
 
-Three slots, four conversations, each with its own speech: A and B talk all along, C leaves
+Three rows, four conversations, each with its own speech: A and B talk all along, C leaves
 early, D joins late into the row C freed (its reset and conversation start for that row
 alone). Spans land at different frames: A's first ones fill the context until the KV ring
 has wrapped and a later one lands after that; A and B each get one in the same frame (the
-same tick); C and D get their own. With tiny (moshi's LMGen, spans as positions in chunks)
-and tiny-cs (the forcing generator: voice and persona start, blocks, <ret> forced into the
-text row): every column each conversation fed the transformer, every frame its generator
-returned and every event it emitted equal the single-conversation DuplexEngine's for the
-same conversation; its audio too, bit for bit with one Mimi stream per slot, to float
-rounding with batched Mimi (its codes, fed to the LM, are equal either way).
+same tick); C and D get their own. With tiny (moshi's LMGen's bookkeeping, spans as
+positions in chunks), tiny-cs (the forcing generator: voice and persona start, blocks,
+<ret> forced into the text row) and tiny-persona (the forcing generator with dep_q 8: its
+voice and persona start, blocks): every column each conversation fed the transformer,
+every frame its step returned and every event it emitted equal the same conversation's on
+a one-row engine of its own; its audio too, bit for bit with one Mimi stream per row, to
+float rounding with batched Mimi (its codes, fed to the LM, are equal either way).
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ def _options(model: str, name: str) -> EngineOptions:
 
 
 @pytest.mark.parametrize(("model", "batched_mimi"), [
-    ("tiny", True), ("tiny", False), ("tiny-cs", True)])
+    ("tiny", True), ("tiny", False), ("tiny-cs", True), ("tiny-persona", False)])
 def test_every_conversation_equals_running_it_alone(model, batched_mimi, tiny_folder,
                                                     tiny_cs_folder):
-    folder = tiny_folder if model == "tiny" else tiny_cs_folder
+    folder = tiny_cs_folder if model == "tiny-cs" else tiny_folder  # tiny-persona: tiny's
     ck = load(folder, model)
     engine = LocalEngine(ck, 3, EngineOptions(greedy=True, chunk_limit=64),
                            batched_mimi=batched_mimi)
