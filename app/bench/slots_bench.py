@@ -62,6 +62,8 @@ INCLUDES = {
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
     "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
                     "landed (a span of positions goes in chunks of what fits a frame now)",
+    "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
+                    "landed (a span of positions goes in chunks of what fits a frame now)",
     "frames_per_s": "N conversations' frames a second, lock-step: N * 1000 / frame_ms p50",
 }
 
@@ -251,9 +253,7 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
             "join_s": round(joined_s, 3),
             "batched_steps": engine.ticks,
             # N conversations' frames per second of wall time, lock-step (as fast as taken)
-            "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
-                    "landed (a span of positions goes in chunks of what fits a frame now)",
-    "frames_per_s": round(count * 1000.0 / float(np.median(walls)), 2) if walls
+            "frames_per_s": round(count * 1000.0 / float(np.median(walls)), 2) if walls
             else None,
         }
     finally:
