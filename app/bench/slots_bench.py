@@ -62,8 +62,6 @@ INCLUDES = {
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
     "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
                     "landed (a span of positions goes in chunks of what fits a frame now)",
-    "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
-                    "landed (a span of positions goes in chunks of what fits a frame now)",
     "frames_per_s": "N conversations' frames a second, lock-step: N * 1000 / frame_ms p50",
 }
 
