@@ -62,8 +62,8 @@ from app.engine.span_block import block_columns
 from app.engine.span_text import SpanTokenizer
 from app.engine.speech_engine import EngineOptions
 from app.frame_worker import END_OF_INPUT
-from app.thread_owner import ThreadOwner
 from app.frames import FRAME_MS, FRAME_SAMPLES
+from app.thread_owner import ThreadOwner
 
 log = logging.getLogger(__name__)
 
