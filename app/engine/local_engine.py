@@ -61,6 +61,7 @@ from app.engine.shown_text import shown_text_id
 from app.engine.span_block import block_columns
 from app.engine.span_text import SpanTokenizer
 from app.engine.speech_engine import EngineOptions
+from app.frame_gather import FrameGather
 from app.frame_worker import END_OF_INPUT
 from app.frames import FRAME_MS, FRAME_SAMPLES
 from app.thread_owner import ThreadOwner
@@ -120,9 +121,8 @@ class LocalEngine(ThreadOwner):
         self._lock = threading.Lock()
         self._joining: queue.SimpleQueue[RowConversation] = queue.SimpleQueue()
         self._live: list[RowConversation] = []
-        self._held: dict[int, object] = {}  # row -> the item taken for the next tick
-        self._talking: set[int] = set()  # rows that had a frame in the last tick
         self._wake_up = threading.Event()  # a frame, a join or a leave to look at
+        self._gather = FrameGather(self._wake_up, self.gather_s)
         self.ready = threading.Event()  # warmed up: conversations join from now on
         self.ticks = 0  # steps run for conversations (tests and benchmarks)
         # Measured at warm-up with every row talking (None with a fixed chunk limit).
@@ -369,7 +369,7 @@ class LocalEngine(ThreadOwner):
             self._rows[conversation.row] = None
         if conversation in self._live:
             self._live.remove(conversation)
-        self._held.pop(conversation.row, None)
+        self._gather.forget(conversation.row)
         conversation.emit(EngineStopped(conversation.frame_index, reason))
         conversation.ended()
         if conversation.owns_engine:  # nobody else will ever join this engine
@@ -425,7 +425,7 @@ class LocalEngine(ThreadOwner):
         if self.options.seed is not None and self.row_count == 1:
             self.runtime.seed(self.options.seed)  # a conversation's tokens, reproducible
         self._live.append(conversation)
-        self._talking.add(row)
+        self._gather.joined(row)
         conversation.ready.set()
         conversation.emit(EngineReady(
             model_id=self.checkpoint.manifest.id, device=self.runtime.device_label,
@@ -437,36 +437,9 @@ class LocalEngine(ThreadOwner):
 
     # ---- one tick -----------------------------------------------------------------------
 
-    def _gather(self) -> list[tuple[RowConversation, object]]:
-        """One item from every live conversation that has one; once one has, wait up to
-        gather_s for the others that talked last tick."""
-        deadline: float | None = None
-        while True:
-            self._wake_up.clear()
-            for conversation in self._live:
-                if conversation.row not in self._held:
-                    item = conversation.next_item()
-                    if item is not None:
-                        self._held[conversation.row] = item
-            # Waited for: the rows that talked last tick. A silent one (a slow client) is
-            # not waited for: it costs the others nothing.
-            missing = [c for c in self._live if c.row not in self._held
-                       and c.row in self._talking and not c.leaving]
-            if self._held and deadline is None:
-                deadline = time.monotonic() + self.gather_s
-            if self._stop.is_set() or (self._held and (
-                    not missing or time.monotonic() >= (deadline or 0.0))):
-                break
-            if not self._held:
-                self._wake_up.wait(0.05)
-                if not self._joining.empty() or any(c.leaving for c in self._live):
-                    break
-                continue
-            self._wake_up.wait(max(0.0, (deadline or 0.0) - time.monotonic()))
-        taken = [(c, self._held.pop(c.row)) for c in sorted(self._live, key=lambda c: c.row)
-                 if c.row in self._held]
-        self._talking = {c.row for c, _item in taken}
-        return taken
+    def _at_boundary(self) -> bool:
+        """A conversation waits to join or to leave."""
+        return not self._joining.empty() or any(c.leaving for c in self._live)
 
     def _tick(self) -> None:
         self._boundary()
@@ -475,7 +448,7 @@ class LocalEngine(ThreadOwner):
             self._wake_up.clear()
             return
         frames: list[_Frame] = []
-        for conversation, item in self._gather():
+        for conversation, item in self._gather.take(self._live, self._stop, self._at_boundary):
             if item is END_OF_INPUT:
                 self._free(conversation, "end of input")
             else:
