@@ -1,11 +1,16 @@
-"""The streaming ASR thread: the user's voice in, words and finished utterances out.
+"""One conversation's speech recognition: the user's voice in, words and finished utterances
+out, on a row of a recogniser (recogniser.py: one model, one batched step for every
+conversation that has a frame).
 
-Frames of 1920 samples (80 ms at 24 kHz) come in through a bounded queue, like the duplex
+Frames of 1920 samples (80 ms at 24 kHz) come in through a bounded queue, like the speech
 engine's; app.asr.events go out through `events`. The turn ends by the STT's own
-end-of-speech head when the checkpoint has one (it knows a finished sentence from a
-pause), otherwise, or when forced, by Silero VAD after a silence hang time. At the end
-of a turn the words still delayed inside the STT are flushed out before AsrFinal, so the
-final text is complete without waiting for the model's audio delay.
+end-of-speech head when the checkpoint has one (it knows a finished sentence from a pause),
+otherwise, or when forced, by Silero VAD after a silence hang time. At the end of a turn
+the words still delayed inside the STT are flushed out (its row alone) before AsrFinal, so
+the final text is complete without waiting for the model's audio delay.
+
+`StreamingAsr(stt, options)` is a conversation with a one-row recogniser of its own (the
+desktop, `run`); `Recogniser.open` gives one on a shared recogniser (`serve --slots`).
 """
 
 from __future__ import annotations
@@ -13,19 +18,23 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from app.asr.events import AsrError, AsrEvent, AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.asr.kyutai_stt import KyutaiStreamingStt
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
 from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
-from app.frame_worker import END_OF_INPUT, FrameWorker
+from app.frame_worker import END_OF_INPUT
+from app.frames import FRAME_SAMPLES
+
+if TYPE_CHECKING:
+    from app.asr.recogniser import Recogniser
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -38,99 +47,183 @@ class AsrOptions:
     input_queue_frames: int = 25  # 2 s of audio
 
 
-class StreamingAsr(FrameWorker):
-    def __init__(self, stt: LoadedStt, options: AsrOptions | None = None) -> None:
+class StreamingAsr:
+    def __init__(self, stt: LoadedStt, options: AsrOptions | None = None, *,
+                 recogniser: Recogniser | None = None, row: int = 0, owns: bool = False
+                 ) -> None:
+        """Without `recogniser`: a one-row recogniser of its own, started with this
+        conversation and stopped with it. With one: its row `row` (Recogniser.open)."""
         self.options = options or AsrOptions()
-        super().__init__(self.options.input_queue_frames, "streaming-asr")
         self.stt = stt
+        if recogniser is None:
+            from app.asr.recogniser import Recogniser
+
+            recogniser = Recogniser(stt, 1)
+            owns = True
+            recogniser.hold(0, self)
+        self._recogniser = recogniser
+        self.row = row
+        self.owns_recogniser = owns
         use_stt = stt.end_of_speech is not None and not self.options.force_vad
         self.end_of_turn_by = "stt" if use_stt else "vad"
         self.events: queue.SimpleQueue[AsrEvent] = queue.SimpleQueue()
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # its row joined: frames are recognised
+        self.dropped_frames = 0
         # Frames fully processed: their words, partials and finals are already in `events`.
         self.frames_done = 0
+        self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
         self._progress = threading.Condition()
-        self._ended = False
+        self._started = False
+        self._leave = threading.Event()
+        self._ended = threading.Event()
+        self._stream: KyutaiStreamingStt | None = None
+        self._vad: SileroTurnDetector | None = None
         self._words: list[AsrWord] = []  # the utterance so far
         self._above = 0  # consecutive frames with the end-of-speech head above threshold
-        self._drops_seen = 0  # `dropped_frames` as of the last frame this thread took
+        self._drops_seen = 0  # `dropped_frames` as of the last frame the recogniser took
         self._missed_in_turn = 0  # frames dropped since the previous turn ended
 
     # ---- any thread -------------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self) -> None:
+        if self._started:
+            raise RuntimeError("a conversation's recognition runs once; open a new one")
+        self._started = True
+        if self.owns_recogniser and not self._recogniser.running:
+            self._recogniser.start()
+        self._recogniser.request_join(self)
+
+    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
+        frame and counts it; a file feeder passes a timeout and waits for room."""
+        if pcm.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+        frame = np.asarray(pcm, dtype=np.float32)
+        try:
+            if timeout == 0:
+                self._input.put_nowait(frame)
+            else:
+                self._input.put(frame, timeout=timeout)
+        except queue.Full:
+            self.dropped_frames += 1
+            return False
+        self._recogniser.wake()
+        return True
+
     def finish_input(self, timeout: float | None = 10.0) -> None:
-        """No more frames: the thread drains the queue, flushes the last words, and ends.
+        """No more frames: the queue is drained, the last words flushed, and it ends.
 
         The end of input is not an end of turn: an utterance still open gets its words,
         but no AsrFinal (pad a file with silence to have its last turn ended).
         """
-        super().finish_input(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                self._input.put(END_OF_INPUT, timeout=0.2)
+                self._recogniser.wake()
+                return
+            except queue.Full:
+                if self._leave.is_set() or self._ended.is_set() or self._recogniser.stopped:
+                    return  # nobody will read it
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """End now (queued frames are dropped) and wait. True once it has ended."""
+        self._leave.set()
+        self._recogniser.request_leave(self)
+        if self.owns_recogniser:
+            self._recogniser.stop(0.0)  # nobody else joins it: its thread ends after this
+        return self.join(timeout)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        if not self._started and not self._leave.is_set():
+            return True
+        deadline = time.monotonic() + timeout
+        if not self._ended.wait(timeout):
+            return False
+        if self.owns_recogniser:
+            return self._recogniser.join(max(0.0, deadline - time.monotonic()))
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._ended.is_set()
 
     def wait_frames(self, count: int, timeout: float) -> bool:
         """Block until `count` frames are processed, with every event they gave already in
-        `events` (the replay feeder's barrier). False on timeout or if the thread ended."""
+        `events` (the replay feeder's barrier). False on timeout or if it ended."""
         with self._progress:
             return self._progress.wait_for(
-                lambda: self.frames_done >= count or self._ended, timeout
+                lambda: self.frames_done >= count or self._ended.is_set(), timeout
             ) and self.frames_done >= count
 
-    # ---- ASR thread -------------------------------------------------------------------
+    # ---- the recogniser's thread ----------------------------------------------------------
 
-    def _run(self) -> None:
-        stt: KyutaiStreamingStt | None = None
+    @property
+    def leaving(self) -> bool:
+        return self._leave.is_set()
+
+    def next_item(self) -> object | None:
         try:
-            with torch.no_grad():
-                vad = None
-                if self.end_of_turn_by == "vad":
-                    vad = SileroTurnDetector(self.options.vad)
-                stt = KyutaiStreamingStt(self.stt)
-                stt.start()
-                self.ready.set()
-                self._loop(stt, vad)
-        except Exception as exc:  # the thread must never die silently
-            log.exception("streaming ASR failed")
-            self.events.put(AsrError(f"{type(exc).__name__}: {exc}", fatal=True))
-        finally:
-            if stt is not None:
-                stt.close()
-            with self._progress:  # a waiter learns that no more frames will be counted
-                self._ended = True
-                self._progress.notify_all()
+            return self._input.get_nowait()
+        except queue.Empty:
+            return None
 
-    def _loop(self, stt: KyutaiStreamingStt, vad: SileroTurnDetector | None) -> None:
+    def emit(self, event: AsrEvent) -> None:
+        self.events.put(event)
+
+    def ended(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        with self._progress:  # a waiter learns that no more frames will be counted
+            self._ended.set()
+            self._progress.notify_all()
+
+    def join_row(self) -> None:
+        """Its row starts: the stream reset, the model's silence prefix (its row alone)."""
+        if self.end_of_turn_by == "vad":
+            self._vad = SileroTurnDetector(self.options.vad)
+        self._stream = KyutaiStreamingStt(self.stt, self._recogniser.model, self.row)
+        self._stream.start()
+        self.ready.set()
+
+    def end_of_input(self) -> None:
+        assert self._stream is not None
+        self._add_words(self._stream.flush())
+
+    def heard(self, pcm: np.ndarray, text_id: int, end_of_speech_prob: float | None) -> None:
+        """The model's token for the row's frame `pcm`: words, and maybe the turn's end."""
+        stream = self._stream
+        assert stream is not None
         eos = self.stt.end_of_speech or EndOfSpeechHeads()
         opts = self.options
         threshold = eos.threshold if opts.eos_threshold is None else opts.eos_threshold
         hold = max(1, eos.hold_frames if opts.eos_hold_frames is None else opts.eos_hold_frames)
-        while not self._stop.is_set():
-            item = self._next_frame()
-            if item is None:
-                continue
-            if item is END_OF_INPUT:
-                self._add_words(stt.flush())
-                return
-            # The input queue holds objects: the frames, and END_OF_INPUT (handled above).
-            pcm: np.ndarray = item  # type: ignore[assignment]
-            # Drops happen on the feeding thread (a full queue): the turn being heard now
-            # is the one that lost them.
-            dropped = self.dropped_frames
-            self._missed_in_turn += dropped - self._drops_seen
-            self._drops_seen = dropped
-            step = stt.step(pcm)
-            self._add_words(step.words)
-            if vad is not None:
-                for event in vad.push(pcm):
-                    if isinstance(event, SpeechEnded):
-                        self._end_turn(stt, "vad", event.decided_at_s, event)
-            elif step.end_of_speech_prob is not None and self._words:
-                # Gated on words heard: the head also says "done" in silence before speech.
-                above = step.end_of_speech_prob > threshold
-                self._above = self._above + 1 if above else 0
-                if self._above >= hold:
-                    self._end_turn(stt, "stt", step.frame_end_s, None)
-            with self._progress:  # counted once its events are out
-                self.frames_done += 1
-                self._progress.notify_all()
+        # Drops happen on the feeding thread (a full queue): the turn being heard now is
+        # the one that lost them.
+        dropped = self.dropped_frames
+        self._missed_in_turn += dropped - self._drops_seen
+        self._drops_seen = dropped
+        step = stream.take(text_id, end_of_speech_prob)
+        self._add_words(step.words)
+        if self._vad is not None:
+            for event in self._vad.push(pcm):
+                if isinstance(event, SpeechEnded):
+                    self._end_turn(stream, event.decided_at_s, event)
+        elif step.end_of_speech_prob is not None and self._words:
+            # Gated on words heard: the head also says "done" in silence before speech.
+            above = step.end_of_speech_prob > threshold
+            self._above = self._above + 1 if above else 0
+            if self._above >= hold:
+                self._end_turn(stream, step.frame_end_s, None)
+        with self._progress:  # counted once its events are out
+            self.frames_done += 1
+            self._progress.notify_all()
 
     def _add_words(self, words: tuple[AsrWord, ...]) -> None:
         for word in words:
@@ -141,11 +234,10 @@ class StreamingAsr(FrameWorker):
     def _text(self) -> str:
         return " ".join(w.text for w in self._words)
 
-    def _end_turn(
-        self, stt: KyutaiStreamingStt, by: str, at_s: float, speech: SpeechEnded | None
-    ) -> None:
+    def _end_turn(self, stream: KyutaiStreamingStt, at_s: float,
+                  speech: SpeechEnded | None) -> None:
         if self.options.flush_on_end_of_turn:
-            self._add_words(stt.flush())
+            self._add_words(stream.flush())
         if speech is not None:
             # The VAD measured where speech ended; flushed words can carry later stamps.
             start = min(self._words[0].start_s, speech.start_s) if self._words else (
@@ -155,8 +247,8 @@ class StreamingAsr(FrameWorker):
             start, end = self._words[0].start_s, self._words[-1].end_s
         else:
             return
-        self.events.put(AsrFinal(self._text(), start, end, by, round(at_s, 4),
-                                 missed_frames=self._missed_in_turn))
+        self.events.put(AsrFinal(self._text(), start, end, self.end_of_turn_by,
+                                 round(at_s, 4), missed_frames=self._missed_in_turn))
         self._missed_in_turn = 0
         self._words = []
         self._above = 0

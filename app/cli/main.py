@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--baseline-tree", type=Path, default=None, metavar="DIR",
                         help="another checkout of ContextSpan, measured in the same run")
     engine.add_argument("--json", action="store_true", help="print one JSON object")
+    asr = bench_kinds.add_parser(
+        "asr", help="one recogniser for N conversations: its state, speed, and the 1B's")
+    asr.add_argument("--stt", default="tiny-stt", help="STT model measured (default tiny-stt)")
+    asr.add_argument("--rows", default="1,8,32", help="row counts (default 1,8,32)")
+    asr.add_argument("--frames", type=int, default=20)
+    asr.add_argument("--json", action="store_true", help="print one JSON object")
     pipeline = bench_kinds.add_parser(
         "pipeline", help="per-stage latency of scripted turns against a stand-in Ollama")
     pipeline.add_argument("--model", default="tiny", help="speech model (default tiny)")
@@ -382,6 +388,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_engine_bench(tuple(args.model or ("tiny", "tiny-cs")), args.frames,
                                   args.rounds, args.baseline_tree)
         print(json.dumps(result) if args.json else describe_engine(result))
+        return 0
+    if args.bench == "asr":
+        from app.bench.asr_rows_bench import describe as describe_asr
+        from app.bench.asr_rows_bench import run_asr_rows_bench
+
+        counts = tuple(int(n) for n in args.rows.split(",") if n.strip())
+        result = run_asr_rows_bench(args.stt, counts, args.frames)
+        print(json.dumps(result) if args.json else describe_asr(result))
         return 0
     if args.bench == "pipeline":
         return _cmd_bench_pipeline(args)

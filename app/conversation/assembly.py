@@ -206,11 +206,13 @@ def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend
 
 def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
                    replay: bool = False, stt: LoadedStt | None = None,
+                   asr: StreamingAsr | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
                    live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
     """The whole conversation around `engine`, not started. `replay`: fed in lock-step, the
     LLM's latency replayed as frames; `stt`: the recogniser's model, already loaded;
-    `backend`: an LLM backend to ask instead of `config.backend`'s; `notice`: see the
+    `asr`: the conversation's recognition, already made (a row of a server's shared
+    recogniser), instead of one of its own; `backend`: an LLM backend to ask instead of `config.backend`'s; `notice`: see the
     module's docstring; `live`: a conversation whose levelling Settings can switch;
     `host_flag`: where the user gives the LLM server's address (for the error)."""
     orchestrator = None
@@ -225,7 +227,8 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
         if backend is not None:
             orchestrator = build_orchestrator(config, engine, backend,
                                               build_tools(config, notice), replay=replay)
-    asr = build_asr(config, device, stt=stt, notice=notice)
+    if asr is None:
+        asr = build_asr(config, device, stt=stt, notice=notice)
     return join_stages(engine, config, asr, orchestrator, replay=replay, live=live)
 
 

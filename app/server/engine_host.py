@@ -10,8 +10,9 @@ being built, mid-frame), releasing the lease stops that conversation, so its row
 when the server has one, is built with it by app/conversation/assembly.py, where every
 conversation is assembled.
 
-The STT (`--asr`) keeps its streaming state in its own modules, so one loaded recogniser
-serves one conversation at a time: with N slots, N are loaded, and a lease holds one.
+The STT (`--asr`) is one recogniser for every slot (app/asr/recogniser.py): ONE model with
+a row per slot, one batched step a frame; a conversation's recognition takes a row with its
+engine row, and gives it back with it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.checkpoints.loader import LoadedCheckpoint
+from app.asr.asr_thread import AsrOptions, StreamingAsr
+from app.asr.recogniser import Recogniser
 from app.conversation.assembly import build_pipeline, load_speech_model, load_stt_model
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
@@ -52,11 +55,11 @@ class ConversationChoice:
 class EngineHost:
     def __init__(self, checkpoint: LoadedCheckpoint, engine_options: EngineOptions | None = None,
                  conversation: ConversationConfig | None = None,
-                 stt: LoadedStt | None = None, slots: int = 1,
-                 more_stts: tuple[LoadedStt, ...] = ()) -> None:
-        """`stt`: the speech recogniser of `conversation`, loaded once (None: each
-        conversation loads its own, if it has one); `more_stts`: one more for each slot
-        past the first. The engine, with `slots` rows, starts warming up now."""
+                 stt: LoadedStt | None = None, slots: int = 1) -> None:
+        """`stt`: the speech recogniser's model of `conversation`, loaded once: one
+        recogniser of `slots` rows serves every conversation (None: each conversation
+        loads its own, if it has one). The engine, with `slots` rows, starts warming up
+        now."""
         if slots < 1:
             raise ValueError("--slots must be at least 1")
         self.checkpoint = checkpoint
@@ -73,11 +76,10 @@ class EngineHost:
         self.slots = slots
         self._leases: set[Lease] = set()
         self.stuck: str | None = None  # an engine that would not stop keeps the slot
-        # The recognisers a lease takes one of (None: each conversation loads its own).
-        self._free_stts: list[LoadedStt | None] = (
-            [stt, *more_stts] if stt is not None else [None] * slots)
-        if len(self._free_stts) != slots:
-            raise ValueError(f"{slots} slots need {slots} loaded recognisers, one each")
+        self.recogniser: Recogniser | None = None
+        if stt is not None:
+            self.recogniser = Recogniser(stt, slots)
+            self.recogniser.start()
         self._newest: dict[int, RowConversation] = {}  # each row's newest conversation
         self.engine = LocalEngine(checkpoint, slots, self.engine_options)
         self.engine.start()
@@ -96,12 +98,11 @@ class EngineHost:
                          device=device or "auto", dtype=dtype or "auto",
                          precision=precision or "auto")
         checkpoint = load_speech_model(speech)
-        stts: list[LoadedStt] = []
+        stt = None
         if conversation is not None and conversation.has_stt:
-            # Not once per conversation: once per slot (the module's docstring says why).
-            stts = [load_stt_model(conversation, checkpoint.device) for _ in range(slots)]
-        host = cls(checkpoint, engine_options, conversation, stts[0] if stts else None,
-                   slots=slots, more_stts=tuple(stts[1:]))
+            # Once, not once per conversation: one recogniser serves every slot.
+            stt = load_stt_model(conversation, checkpoint.device)
+        host = cls(checkpoint, engine_options, conversation, stt, slots=slots)
         try:
             host.wait_warm()
         except BaseException:
@@ -110,17 +111,22 @@ class EngineHost:
         return host
 
     def wait_warm(self, timeout: float = WARM_UP_TIMEOUT_S) -> None:
-        """Blocks until the engine has warmed up; RuntimeError if it failed or took longer."""
+        """Blocks until the engine (and the recogniser) is ready; RuntimeError if it failed
+        or took longer."""
         engine = self.engine
-        if engine.ready.is_set() and engine.running:
-            return
-        if not engine.ready.wait(timeout) or not engine.running:
-            raise RuntimeError("the speech engine did not warm up"
-                               + ("" if engine.running else ": it stopped (see the log)"))
+        if not (engine.ready.is_set() and engine.running):
+            if not engine.ready.wait(timeout) or not engine.running:
+                raise RuntimeError("the speech engine did not warm up"
+                                   + ("" if engine.running else ": it stopped (see the log)"))
+        recogniser = self.recogniser
+        if recogniser is not None and not (recogniser.ready.wait(timeout)
+                                           and recogniser.running):
+            raise RuntimeError("the speech recognition did not start (see the log)")
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Stop the engine; True once its thread ended."""
-        return self.engine.stop(timeout)
+        """Stop the engine and the recogniser; True once their threads ended."""
+        stopped = self.recogniser.stop(timeout) if self.recogniser is not None else True
+        return self.engine.stop(timeout) and stopped
 
     @property
     def busy(self) -> bool:
@@ -136,14 +142,12 @@ class EngineHost:
         """A slot, or None while every one holds a conversation (event loop thread only)."""
         if self.busy or not self.engine.ready.is_set():
             return None
-        lease = Lease(self, self._free_stts.pop())
+        lease = Lease(self)
         self._leases.add(lease)
         return lease
 
     def _release(self, lease: Lease) -> None:
-        if lease in self._leases:
-            self._leases.discard(lease)
-            self._free_stts.append(lease.stt)
+        self._leases.discard(lease)
 
     def active_rows(self) -> frozenset[int]:
         """The engine's rows a conversation holds now."""
@@ -178,39 +182,54 @@ class EngineHost:
         self._newest[conversation.row] = conversation
         return conversation
 
-    def pipeline_for(self, conversation: RowConversation, stt: LoadedStt | None = None
+    def open_recognition(self) -> StreamingAsr | None:
+        """A row of the shared recogniser, not started (None: the server has none)."""
+        if self.recogniser is None:
+            return None
+        config = self.conversation or ConversationConfig()
+        asr = self.recogniser.open(AsrOptions(force_vad=config.force_vad))
+        if asr is None:  # the lease count keeps this from happening
+            raise RuntimeError(f"all {self.slots} rows of the recogniser are held")
+        return asr
+
+    def pipeline_for(self, conversation: RowConversation, asr: StreamingAsr | None = None
                      ) -> ConversationPipeline:
-        """The conversation's pipeline (blocks: an STT may load). `stt`: the lease's."""
+        """The conversation's pipeline (blocks: an STT may load). `asr`: its row of the
+        shared recogniser."""
         return build_pipeline(conversation, self.conversation or ConversationConfig(),
-                              self.checkpoint.device, stt=stt or self.stt)
+                              self.checkpoint.device, asr=asr)
 
 
 class Lease:
-    """The right to run one conversation at a time on the host, until `release`. It holds
-    the recogniser its conversations use, if any, and owns each conversation it builds:
-    releasing it stops the one it holds (its row comes back), even one still being built
-    on another thread when the client vanished."""
+    """The right to run one conversation at a time on the host, until `release`. It owns
+    each conversation it builds (its engine row and its recogniser row): releasing it stops
+    the one it holds (its rows come back), even one still being built on another thread
+    when the client vanished."""
 
-    def __init__(self, host: EngineHost, stt: LoadedStt | None = None) -> None:
+    def __init__(self, host: EngineHost) -> None:
         self.host = host
-        self.stt = stt
         self._lock = threading.Lock()
         self._released = False
-        self._held: RowConversation | None = None
+        self._held: tuple[RowConversation, StreamingAsr | None] | None = None
 
     def build(self, choice: ConversationChoice) -> tuple[RowConversation, ConversationPipeline]:
         """A conversation on a free row and its pipeline, not started (blocks: run it off
         the event loop). Raises RuntimeError once the lease is released."""
         conversation = self.host.open_row(choice)
-        with self._lock:
-            if self._released:  # the client left while this was being built
-                conversation.stop(0.0)
-                raise RuntimeError("the connection ended while its conversation was built")
-            self._held = conversation
         try:
-            pipeline = self.host.pipeline_for(conversation, self.stt)
+            asr = self.host.open_recognition()
         except BaseException:
             conversation.stop(0.0)  # never started: its row is free at once
+            raise
+        with self._lock:
+            if self._released:  # the client left while this was being built
+                _stop_unstarted(conversation, asr)
+                raise RuntimeError("the connection ended while its conversation was built")
+            self._held = (conversation, asr)
+        try:
+            pipeline = self.host.pipeline_for(conversation, asr)
+        except BaseException:
+            _stop_unstarted(conversation, asr)
             raise
         return conversation, pipeline
 
@@ -219,9 +238,10 @@ class Lease:
             self._released = True
             held, self._held = self._held, None
         if held is not None:
-            # Never started (built while the client left): its row is free at once; else
-            # it leaves at the next frame boundary, if the connection's stop did not end it.
-            held.stop(0.0)
+            # Never started (built while the client left): its rows are free at once;
+            # else they leave at the next frame boundary, if the connection's stop did
+            # not end them.
+            _stop_unstarted(*held)
         if not engine_stopped:
             # Its conversation still holds a row the engine's thread runs: that row stays
             # taken; the others go on.
@@ -229,3 +249,10 @@ class Lease:
             log.error("a conversation did not stop: its slot stays taken")
             return
         self.host._release(self)
+
+
+def _stop_unstarted(conversation: RowConversation, asr: StreamingAsr | None) -> None:
+    """Give the rows back without waiting: free at once if never started."""
+    conversation.stop(0.0)
+    if asr is not None:
+        asr.stop(0.0)

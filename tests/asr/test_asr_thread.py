@@ -88,10 +88,10 @@ def test_stop_ends_a_waiting_thread(tiny_stt):
 def test_a_failure_becomes_a_fatal_error_event(tiny_stt, monkeypatch):
     from app.asr import kyutai_stt
 
-    def broken(self, pcm):
+    def broken(self, rows, pcm):
         raise RuntimeError("mimi exploded")
 
-    monkeypatch.setattr(kyutai_stt.KyutaiStreamingStt, "step", broken)
+    monkeypatch.setattr(kyutai_stt.SttRows, "step", broken)
     asr = StreamingAsr(tiny_stt)
     asr.start()
     _feed_noise(asr, 1)

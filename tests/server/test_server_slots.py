@@ -110,9 +110,9 @@ def test_ready_tells_the_client_the_span_budget_the_engine_measured(tiny_host):
     assert 0 < ready.span_tokens <= manifest_max
 
 
-def test_with_asr_every_slot_has_a_recogniser_of_its_own(tiny_folder, data_dir):
-    """The STT keeps its streaming state in its modules: two conversations at once on one
-    loaded recogniser would collide ("already streaming"), so each slot holds its own."""
+def test_with_asr_two_slots_share_one_recogniser(tiny_folder, data_dir):
+    """One recogniser with a row per slot: two conversations talk at once, each heard on
+    its own row of the one model, their frames in shared batched steps."""
     from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest
     from app.checkpoints.catalog import get_manifest
     from app.checkpoints.loader import load_checkpoint
@@ -124,9 +124,8 @@ def test_with_asr_every_slot_has_a_recogniser_of_its_own(tiny_folder, data_dir):
     ensure_stt_built(get_stt_manifest("tiny-stt"))
     config = ConversationConfig(stt_model="tiny-stt")
     checkpoint = load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu")
-    stts = [load_stt_model(config, checkpoint.device) for _ in range(2)]
-    host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16), config, stts[0],
-                      slots=2, more_stts=(stts[1],))
+    stt = load_stt_model(config, checkpoint.device)
+    host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16), config, stt, slots=2)
 
     async def body(server, url):
         clients = [await EngineClient.connect(url, TOKEN) for _ in range(2)]
@@ -138,6 +137,10 @@ def test_with_asr_every_slot_has_a_recogniser_of_its_own(tiny_folder, data_dir):
     try:
         host.wait_warm()
         talked = run_server(host, body)
+        recogniser = host.recogniser
+        assert recogniser is not None and recogniser.row_count == 2
+        assert 0 < recogniser.ticks < 20  # the two conversations' 20 frames shared steps
+        assert recogniser.free_rows == 2  # both rows back
     finally:
         assert host.close()
     for events in talked:

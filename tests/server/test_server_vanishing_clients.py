@@ -37,13 +37,24 @@ RESETS = 30
 WAIT_S = 60.0  # a bound on each wait for the slots to come back, never a measured time
 
 
-@pytest.fixture(scope="module")
-def three_slots(tiny_folder: Path) -> EngineHost:
+@pytest.fixture(scope="module", params=["speech", "speech and recognition"])
+def three_slots(request, tiny_folder: Path) -> EngineHost:
+    """A --slots 3 host, with (`serve --asr tiny-stt`) or without its shared recogniser."""
     checkpoint = load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu")
-    host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16), slots=SLOTS)
+    config, stt = None, None
+    if request.param == "speech and recognition":
+        from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest
+        from app.conversation.assembly import load_stt_model
+        from app.conversation.config import ConversationConfig
+
+        ensure_stt_built(get_stt_manifest("tiny-stt"))
+        config = ConversationConfig(stt_model="tiny-stt")
+        stt = load_stt_model(config, checkpoint.device)
+    host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16), config, stt,
+                      slots=SLOTS)
     host.wait_warm()
     yield host
-    host.close()
+    assert host.close()
 
 
 def _upgrade(port: int) -> tuple[socket.socket, int]:
@@ -89,11 +100,14 @@ async def _all_free(host: EngineHost, url: str) -> dict:
         while True:
             async with session.get(f"{url}/health") as response:
                 body = await response.json()
-            if body["free_slots"] == SLOTS and host.engine.free_rows == SLOTS:
+            recognising = host.recogniser.free_rows if host.recogniser is not None else SLOTS
+            if (body["free_slots"] == SLOTS and host.engine.free_rows == SLOTS
+                    and recognising == SLOTS):
                 return body
             if time.monotonic() > deadline:
                 raise AssertionError(f"slots did not come back: /health {body}, engine rows "
-                                     f"free {host.engine.free_rows}")
+                                     f"free {host.engine.free_rows}, recogniser's "
+                                     f"{recognising}")
             await asyncio.sleep(0.05)
 
 
