@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.checkpoints.loader import LoadedCheckpoint
 from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.recogniser import Recogniser
+from app.checkpoints.loader import LoadedCheckpoint
 from app.conversation.assembly import build_pipeline, load_speech_model, load_stt_model
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
