@@ -114,10 +114,10 @@ class EngineHost:
         """Blocks until the engine (and the recogniser) is ready; RuntimeError if it failed
         or took longer."""
         engine = self.engine
-        if not (engine.ready.is_set() and engine.running):
-            if not engine.ready.wait(timeout) or not engine.running:
-                raise RuntimeError("the speech engine did not warm up"
-                                   + ("" if engine.running else ": it stopped (see the log)"))
+        warm = engine.ready.is_set() and engine.running
+        if not warm and (not engine.ready.wait(timeout) or not engine.running):
+            raise RuntimeError("the speech engine did not warm up"
+                               + ("" if engine.running else ": it stopped (see the log)"))
         recogniser = self.recogniser
         if recogniser is not None and not (recogniser.ready.wait(timeout)
                                            and recogniser.running):
