@@ -214,7 +214,8 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
     `asr`: the conversation's recognition, already made (a row of a server's shared
     recogniser), instead of one of its own; `backend`: an LLM backend to ask instead of
     `config.backend`'s; `notice`: see the module's docstring; `live`: a conversation
-    whose levelling Settings can switch; `host_flag`: where the user gives the LLM server's address (for the error)."""
+    whose levelling Settings can switch; `host_flag`: where the user gives the LLM
+    server's address (for the error)."""
     orchestrator = None
     if config.has_llm or backend is not None:
         if backend is None:
