@@ -9,8 +9,9 @@ user frame, with every row given (user rows always the 440 Hz tone's codes, neve
    the model's rows silent;
 4. silence frames again (PersonaPlex always; the Context Spanning engine only after a
    persona).
-The frames go through `ForcingGenerator.prefill_forced`, the reference's step bookkeeping
-with ONE batched forward (equal to feeding them one by one; tested).
+The frames go through `LocalEngine.prefill_forced` (columns.ForcingColumns.forced_start),
+the reference's step bookkeeping with ONE batched forward (equal to feeding them one by one;
+tested).
 
 A voice is a Mimi-codes file (`{"codes": LongTensor[8, P]}`, the Context Spanning release),
 a recording (resampled to 24 kHz, levelled to -24 LUFS, Mimi-encoded), or a PersonaPlex

@@ -1,6 +1,7 @@
 """The block training layout IS what the forcing generator feeds: same columns, same logits.
 
-tiny-cs (dep_q 16, blocks) streams through `ForcingGenerator`: the persona start in one
+tiny-cs (dep_q 16, blocks) streams through the engine's forcing bookkeeping (a one-row
+engine driven without its thread, tests/engine/driven.py): the persona start in one
 batched prefill, random user frames, greedy frames, span blocks injected right after the start,
 mid-stream, in two consecutive frame gaps and after the KV window (375) wrapped. Every column
 fed to the transformer is recorded with its text logits. From the run's outputs alone

@@ -4,8 +4,8 @@ tiny-cs, four slots at once. W converses normally. X asks for a voice that does 
 its start fails at the boundary it joins, it alone gets the error, its row is free again.
 Y joins and stays silent (a slow client) while W talks, then sends a few frames and is
 stopped. Z's span fails on the engine thread (its block cannot be built): Z alone ends with
-the error. W's conversation, and Y's once it talks, equal each run alone in the
-DuplexEngine: every column fed to the transformer, every frame out, every event.
+the error. W's conversation, and Y's once it talks, equal each run alone on a one-row
+engine of its own: every column fed to the transformer, every frame out, every event.
 """
 
 from __future__ import annotations
