@@ -292,12 +292,12 @@ class LocalEngine(ThreadOwner):
                 ) -> list[np.ndarray]:
         """Each row's PCM [1920]: the decoded frame, or silence while its delays fill."""
         pcm = [np.zeros(FRAME_SAMPLES, dtype=np.float32) for _ in rows]
-        speaking = [i for i, out in enumerate(outs) if out is not None]
+        speaking = [(i, out) for i, out in enumerate(outs) if out is not None]
         if speaking:
             count = self.codec.num_codebooks
-            codes = np.stack([outs[i][1 : 1 + count] for i in speaking])  # type: ignore[index]
-            decoded = self.codec.decode([rows[i] for i in speaking], codes)  # [S, 1920]
-            for i, frame in zip(speaking, decoded, strict=True):
+            codes = np.stack([out[1 : 1 + count] for _i, out in speaking])  # [S, 8]
+            decoded = self.codec.decode([rows[i] for i, _out in speaking], codes)  # [S, 1920]
+            for (i, _out), frame in zip(speaking, decoded, strict=True):
                 pcm[i] = frame
         return pcm
 
