@@ -18,7 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
+from app.conversation.transcript.entries import (
+    READ_MARK,
+    EntryKind,
+    SpanContext,
+    TranscriptEntry,
+    read_split,
+)
 from app.display_text import visible_controls
 
 JSON_FORMAT = "contextspan-transcript"
@@ -174,7 +180,13 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
                 f" · {describe_landing(entry)} · {stamps}{partial}")
         if entry.detail:
             head += f"\n> _{entry.detail}_"
-        return f"{head}\n>\n{_blockquote(entry.text)}"
+        split = read_split(entry)
+        if split is None:
+            return f"{head}\n>\n{_blockquote(entry.text)}"
+        # Where the model stopped reading, as the window marks it.
+        read, unread = split
+        return (f"{head}\n>\n{_blockquote(read)}\n>\n> _{READ_MARK}_\n>\n"
+                f"{_blockquote(unread)}")
     if entry.kind == "tool":
         body = f"**{label}** · {stamps}{partial}\n\n`{entry.text}`"
         if entry.detail:
