@@ -72,8 +72,8 @@ from app.conversation.transcript.export import (
     KIND_LABELS,
     describe_landing,
     describe_source,
-    format_clock,
-    format_conversation_time,
+    explain_timestamps,
+    format_timestamps,
     shown,
     shows_detail,
     to_plain_text,
@@ -182,8 +182,10 @@ class TranscriptModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._entries):
             return None
         entry = self._entries[index.row()]
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+        if role == Qt.ItemDataRole.DisplayRole:
             return to_plain_text([entry])
+        if role == Qt.ItemDataRole.ToolTipRole:  # the text, and what its two times are
+            return f"{to_plain_text([entry])}\n\n{explain_timestamps(entry)}"
         if role == self.EntryRole:
             return entry
         return None
@@ -336,9 +338,8 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     @staticmethod
     def header_stamps(entry: TranscriptEntry) -> str:
-        conversation = format_conversation_time(entry.conversation_s)
-        clock = format_clock(entry.wall_time)
-        return f"{clock}  {conversation}" if conversation else clock
+        """The clock's time and the audio's, named (the tooltip says what each is)."""
+        return format_timestamps(entry)
 
     @staticmethod
     def meta_text(entry: TranscriptEntry) -> str:

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -275,3 +276,21 @@ def test_five_thousand_entries(qtbot: QtBot, panel: TranscriptPanel) -> None:
     panel.upsert(TranscriptEntry(100, "user", "first, revised", T0, 0.0))
     assert panel.entries()[0].text == "first, revised"
     assert len(panel.entries()) == 5000
+
+
+def test_a_bubbles_two_times_say_which_is_which(panel: TranscriptPanel) -> None:
+    """Issue 28, item 11: each bubble showed two unlabelled times, the clock's and the
+    conversation's audio position, which drift apart by minutes on a slow machine. The
+    second is labelled where it is drawn, and the tooltip says what each one is; the
+    clipboard's and the export's text label it the same way."""
+    late = TranscriptEntry(1, "assistant", "Hello.", T0, 754.4)  # 12:34.4 into the audio
+    panel.upsert(late)
+    clock = time.strftime("%H:%M:%S", time.localtime(T0))
+    stamps = panel.delegate.header_stamps(late)
+    assert stamps == f"{clock} · audio +12:34.4", stamps
+    tooltip = panel.model.data(panel.model.index(0), Qt.ItemDataRole.ToolTipRole)
+    assert f"{clock}: the time of day" in tooltip
+    assert "audio +12:34.4: " in tooltip and "falls behind the clock" in tooltip
+    assert f"[{clock} · audio +12:34.4]" in to_plain_text([late])
+    without = TranscriptEntry(2, "notice", "Saved.", T0)  # no audio time: the clock alone
+    assert panel.delegate.header_stamps(without) == clock

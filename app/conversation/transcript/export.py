@@ -83,11 +83,28 @@ def format_conversation_time(seconds: float | None) -> str:
     return f"{sign}{minutes}:{sec}"
 
 
+AUDIO_TIME_LABEL = "audio"  # names the frame clock's time where it stands beside the clock's
+
+
 def format_timestamps(entry: TranscriptEntry) -> str:
-    """Both clocks of an entry, e.g. `12:03:04 · +1:23.4`."""
+    """Both clocks of an entry, the second one named, e.g. `12:03:04 · audio +1:23.4`: on a
+    computer that cannot keep real time they drift apart, and two bare times would not say
+    which is which."""
     conversation = format_conversation_time(entry.conversation_s)
     clock = format_clock(entry.wall_time)
-    return f"{clock} · {conversation}" if conversation else clock
+    return f"{clock} · {AUDIO_TIME_LABEL} {conversation}" if conversation else clock
+
+
+def explain_timestamps(entry: TranscriptEntry) -> str:
+    """What each of an entry's times is, for a tooltip."""
+    clock = format_clock(entry.wall_time)
+    lines = [f"{clock}: the time of day it happened."]
+    conversation = format_conversation_time(entry.conversation_s)
+    if conversation:
+        lines.append(f"{AUDIO_TIME_LABEL} {conversation}: where it is in the conversation's "
+                     "audio, counted in the speech model's 80 ms frames; it falls behind the "
+                     "clock when the computer cannot keep real time.")
+    return "\n".join(lines)
 
 
 def iso_time(wall_time: float) -> str:
