@@ -69,11 +69,11 @@ from app.conversation.transcript.entries import (
     read_split,
 )
 from app.conversation.transcript.export import (
-    KIND_LABELS,
     describe_landing,
     describe_source,
     explain_timestamps,
     format_timestamps,
+    kind_label,
     shown,
     shows_detail,
     to_plain_text,
@@ -321,7 +321,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     @staticmethod
     def header_label(entry: TranscriptEntry) -> str:
         """Glyph and label, e.g. `⤵ Injected span`; a growing entry ends with an ellipsis."""
-        label = KIND_LABELS.get(entry.kind, entry.kind)
+        label = kind_label(entry)
         if entry.kind == "notice" and entry.detail:
             label = f"{label} · {entry.detail}"
         suffix = " …" if not entry.final else ""
@@ -345,7 +345,8 @@ class TranscriptDelegate(QStyledItemDelegate):
     def meta_text(entry: TranscriptEntry) -> str:
         if entry.kind != "span":
             return ""
-        return f"from {describe_source(entry.source)} · {describe_landing(entry)}"
+        landing = describe_landing(entry)
+        return f"from {describe_source(entry.source)}" + (f" · {landing}" if landing else "")
 
     def _body_font_for(self, entry: TranscriptEntry) -> QFont:
         font = QFont(self._mono_font if entry.kind == "tool" else self._body_font)

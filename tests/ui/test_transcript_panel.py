@@ -294,3 +294,33 @@ def test_a_bubbles_two_times_say_which_is_which(panel: TranscriptPanel) -> None:
     assert f"[{clock} · audio +12:34.4]" in to_plain_text([late])
     without = TranscriptEntry(2, "notice", "Saved.", T0)  # no audio time: the clock alone
     assert panel.delegate.header_stamps(without) == clock
+
+
+def test_a_span_that_was_never_injected_does_not_read_as_injected(panel: TranscriptPanel) -> None:
+    """Issue 28, item 9 (its transcript wording): a span cut off by a dropped connection
+    read "Injected span · not landed yet · not injected: the connection dropped". Its
+    label says what became of it, and nothing says it may still land."""
+    from app.conversation.transcript.entries import QUEUED, READING, closed
+    from app.conversation.transcript.export import to_markdown
+
+    queued = TranscriptEntry(1, "span", "My notes", T0, 1.0, source="typed", final=False,
+                             detail=QUEUED)
+    reading = TranscriptEntry(2, "span", "Long notes", T0, 1.0, source="typed", final=False,
+                              detail=f"{READING}; 3 of 5 chunks")
+    never = closed(queued, "the connection dropped")
+    partly = closed(reading, "the connection dropped")
+    for entry in (never, partly):
+        panel.upsert(entry)
+    delegate = panel.delegate
+    said = {entry.entry_id: " · ".join((delegate.header_label(entry),
+                                         delegate.meta_text(entry), entry.detail))
+            for entry in (never, partly)}
+    assert said[1] == "⤵ Span not injected · from text you typed · not injected: the " \
+                      "connection dropped", said[1]
+    assert said[2].startswith("⤵ Span partly read · from text you typed · only partly "
+                              "read: the connection dropped"), said[2]
+    for text in (*said.values(), to_plain_text([never, partly]), to_markdown([never, partly])):
+        assert "Injected span" not in text and "not landed yet" not in text, text
+    # Still on its way: it says so.
+    assert delegate.meta_text(queued) == "from text you typed · not landed yet"
+    assert "Injected span" in delegate.header_label(queued)

@@ -133,8 +133,30 @@ def describe_source(source: str) -> str:
     return source
 
 
+# What a closed span's detail begins with when it never landed whole (entries.closed and
+# the transcript builder write them), and the label it gets instead of "Injected span".
+_NEVER_LANDED = {"not injected": "Span not injected", "only partly read": "Span partly read"}
+
+
+def _never_landed(entry: TranscriptEntry) -> str | None:
+    """A finished span that did not land: its label; None for any other entry."""
+    if entry.kind != "span" or entry.landed_frame is not None or not entry.final:
+        return None
+    state = entry.detail.partition("; ")[0]
+    return next((label for start, label in _NEVER_LANDED.items() if state.startswith(start)),
+                None)
+
+
+def kind_label(entry: TranscriptEntry) -> str:
+    """"You", "Injected span" …; a span that never landed says what became of it."""
+    return _never_landed(entry) or KIND_LABELS.get(entry.kind, entry.kind)
+
+
 def describe_landing(entry: TranscriptEntry) -> str:
-    """The span's landing point in frames, which is what ties it to what the voice said next."""
+    """The span's landing point in frames, which is what ties it to what the voice said next;
+    "" for one that will never land (its label and detail say why)."""
+    if _never_landed(entry) is not None:
+        return ""
     if entry.landed_frame is None:
         return "not landed yet"
     return f"landed before frame {entry.landed_frame}"
@@ -153,9 +175,11 @@ def shown(entry: TranscriptEntry) -> TranscriptEntry:
 
 def entry_heading(entry: TranscriptEntry) -> str:
     """The label line of an entry without timestamps, shared by every text form."""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = kind_label(entry)
     if entry.kind == "span":
-        return f"{label} from {describe_source(entry.source)}, {describe_landing(entry)}"
+        landing = describe_landing(entry)
+        return f"{label} from {describe_source(entry.source)}" + (f", {landing}" if landing
+                                                                    else "")
     if entry.kind == "notice" and entry.detail:
         return f"{label} ({entry.detail})"
     return label
@@ -191,10 +215,11 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
     entry = shown(entry)
     stamps = format_timestamps(entry)
     partial = " _(partial)_" if not entry.final else ""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = kind_label(entry)
     if entry.kind == "span":
+        landing = describe_landing(entry)
         head = (f"> **{label}** from {describe_source(entry.source)}"
-                f" · {describe_landing(entry)} · {stamps}{partial}")
+                f"{f' · {landing}' if landing else ''} · {stamps}{partial}")
         if entry.detail:
             head += f"\n> _{entry.detail}_"
         split = read_split(entry)
