@@ -19,7 +19,6 @@ from app.ui.export_dialog import export_with_dialog
 from app.ui.transcript_panel import TranscriptPanel
 from app.ui.ui_state import UiState
 
-
 ENDED_UNEXPECTEDLY = "ContextSpan ended unexpectedly"  # the reason the open entries get
 CUT_OFF_WORD = (": it was cut off, ContextSpan ended unexpectedly while it ran (a crash, a "
                 "forced quit or a power loss)")
