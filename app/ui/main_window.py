@@ -44,7 +44,7 @@ class MainWindow(QMainWindow):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
-        self.settings = settings
+        self._settings = settings
         self.setWindowTitle("ContextSpan")
         self.resize(980, 700)
         self.setAcceptDrops(True)
@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status_line = StatusLine(self)
         self.setStatusBar(self.status_line)
+        self.settings = settings  # the status line names its LLM
 
         self.start_action.triggered.connect(self._toggle)
         self.stop_action.triggered.connect(controller.stop)
@@ -116,6 +117,17 @@ class MainWindow(QMainWindow):
         # The side panels narrow before the transcript does (it keeps half the width).
         self.dock_share = DockShare(self, self.transcript,
                                     (self.features.context_dock, self.features.list_dock))
+
+    @property
+    def settings(self) -> AppSettings:
+        """The settings the next conversation starts with (the app saves what is set)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: AppSettings) -> None:
+        self._settings = settings
+        llm = settings.llm
+        self.status_line.set_llm_choice(llm.backend, llm.model, llm.host)
 
     # ---- drawing ----------------------------------------------------------------------
 
