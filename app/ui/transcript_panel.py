@@ -273,6 +273,7 @@ _ACCENT_BAR = 4
 _TEXT_FLAGS = int(Qt.TextFlag.TextWordWrap)
 _UNBOUNDED = 1_000_000
 CANCEL_TEXT = "Cancel (Esc)"
+CONTROL_MARGIN_PX = 8  # a pointer this close to a Cancel button holds the view still
 ZOOM_STEP = 0.1  # of the base font size, per Ctrl++ / Ctrl+-
 ZOOM_LIMITS = (-5, 10)
 
@@ -675,6 +676,12 @@ class TranscriptPanel(QWidget):
         self._jump.hide()
 
         self._following = True
+        # The pointer is on a control drawn in the transcript (a pending request's Cancel):
+        # following the newest entry would move it away under the pointer, so the view
+        # holds still until the pointer leaves it, then catches up.
+        self._held = False
+        self._view.viewport().setMouseTracking(True)
+        self._view.viewport().installEventFilter(self)
         bar = self._view.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -818,8 +825,34 @@ class TranscriptPanel(QWidget):
         self._set_following(True)
 
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
-        if self._following:
+        if self._following and not self._held:
             self._view.verticalScrollBar().setValue(maximum)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self._view.viewport():
+            if event.type() == QEvent.Type.MouseMove and isinstance(event, QMouseEvent):
+                self._hold(self._on_a_control(event.position().toPoint()))
+            elif event.type() == QEvent.Type.Leave:
+                self._hold(False)
+        return super().eventFilter(watched, event)
+
+    def _on_a_control(self, point: QPoint) -> bool:
+        """Whether `point` (viewport coordinates) is on or right by a Cancel button."""
+        index = self._view.indexAt(point)
+        if not index.isValid():
+            return False
+        button = self._delegate.button_rect(index)
+        return not button.isNull() and button.adjusted(
+            -CONTROL_MARGIN_PX, -CONTROL_MARGIN_PX, CONTROL_MARGIN_PX,
+            CONTROL_MARGIN_PX).contains(point)
+
+    def _hold(self, held: bool) -> None:
+        if held == self._held:
+            return
+        self._held = held
+        if not held and self._following:  # let go: catch up with the newest entry
+            bar = self._view.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     def _on_scrolled(self, value: int) -> None:
         bar = self._view.verticalScrollBar()

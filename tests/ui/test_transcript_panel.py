@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QImage
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.conversation.transcript.entries import TranscriptEntry
@@ -324,3 +325,41 @@ def test_a_span_that_was_never_injected_does_not_read_as_injected(panel: Transcr
     # Still on its way: it says so.
     assert delegate.meta_text(queued) == "from text you typed · not landed yet"
     assert "Injected span" in delegate.header_label(queued)
+
+
+def test_the_cancel_button_stays_under_the_pointer_while_words_grow_below(
+        qtbot: QtBot, panel: TranscriptPanel) -> None:
+    """Issue 28, item 2: the panel follows the newest entry, so the model's words growing
+    below a pending request moved its "Cancel (Esc)" up (y 524 → 482 in seconds) and a
+    click aimed at it landed on a bubble. While the pointer is over the button the view
+    holds still; it catches up with the newest entry when the pointer leaves."""
+    from PySide6.QtTest import QTest
+
+    panel.resize(600, 300)
+    for entry in chatter(12):  # more than the view holds: it is scrolled to the newest
+        panel.upsert(entry)
+    panel.upsert(TranscriptEntry(50, "thinking", "“What is the weather?”", T0, 9.0,
+                                 final=False, detail="typed"))
+    words = "Sunny and mild in Lyon today, "
+    panel.upsert(TranscriptEntry(51, "assistant", words, T0, 9.5, final=False))
+    qtbot.waitUntil(lambda: panel.view.verticalScrollBar().isVisible(), timeout=2000)
+    QApplication.processEvents()
+    assert panel.is_following()
+    viewport = panel.view.viewport()
+    index = panel.model.index(12)
+    button = panel.delegate.button_rect(index)
+    assert not button.isNull() and viewport.rect().contains(button)
+    QTest.mouseMove(viewport, button.center())
+    QApplication.processEvents()
+    for n in range(2, 12):  # the answer grows by a line or so at a time
+        panel.upsert(TranscriptEntry(51, "assistant", words * n * 3, T0, 9.5, final=False))
+        QApplication.processEvents()
+        assert panel.delegate.button_rect(index) == button, n  # it did not move
+    cancelled: list[TranscriptEntry] = []
+    panel.cancel_requested.connect(cancelled.append)
+    QTest.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=button.center())
+    assert [e.entry_id for e in cancelled] == [50]
+    QTest.mouseMove(viewport, QPoint(5, 5))  # away from it: the view catches up
+    QApplication.processEvents()
+    bar = panel.view.verticalScrollBar()
+    assert panel.is_following() and bar.value() == bar.maximum()
