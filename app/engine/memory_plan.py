@@ -78,10 +78,16 @@ class DeviceMemory:
     # Mac: the GPU's working-set limit when the system reports it (torch.mps); None: the
     # share rule above.
     gpu_limit_bytes: int | None = None
-    precisions: tuple[str, ...] = ()  # empty: DEVICE_PRECISIONS[kind]
+    precisions: tuple[str, ...] = ()  # what runs here; empty: DEVICE_PRECISIONS[kind]
+    # What "auto" picks from, best first (a CPU runs int8 but loads float32 by default);
+    # empty: all of `offered()`.
+    auto_precisions: tuple[str, ...] = ()
 
     def offered(self) -> tuple[str, ...]:
         return self.precisions or DEVICE_PRECISIONS[self.kind]
+
+    def auto_candidates(self) -> tuple[str, ...]:
+        return self.auto_precisions or self.offered()
 
     def ceiling_bytes(self) -> int:
         """The most the models may take together, however free the device is."""
@@ -266,7 +272,7 @@ def plan_memory(
     offered = device.offered()
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    candidates = (precision,) if precision else offered
+    candidates = (precision,) if precision else device.auto_candidates()
     plan = _best(device, speech, candidates, stt, llm)
     suggestions: list[Suggestion] = []
     if not plan.fits:

@@ -146,12 +146,14 @@ class DesktopApp(QObject):
     def open_settings(self) -> None:
         from app.audio.devices import list_devices
         from app.audio.test_tone import MicLevelMeter, play_test_tone_blocking
+        from app.engine.device import survey_devices
         from app.ui.settings.dialog import SettingsDialog
 
         dialog = SettingsDialog(self.window.settings, parent=self.window,
                                 list_devices=list_devices, mic_level_probe=MicLevelMeter,
                                 play_test_tone=play_test_tone_blocking,
-                                conversation_running=self.controller.running)
+                                conversation_running=self.controller.running,
+                                device_survey=survey_devices)
         if dialog.exec():
             self.settings_accepted(dialog.settings())
 

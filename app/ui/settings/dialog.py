@@ -21,7 +21,7 @@ from app.ui.settings.audio_tab import AudioTab, ListDevices, MicLevelProbe, Play
 from app.ui.settings.engine_box import ProbeServer
 from app.ui.settings.form import hint, put_on_top
 from app.ui.settings.llm_tab import BackendFactory, LlmTab, connection_test_backend
-from app.ui.settings.speech_tab import ListVoices, SpeechTab, list_persona_voices
+from app.ui.settings.speech_tab import DeviceSurvey, ListVoices, SpeechTab, list_persona_voices
 
 RESTART_NOTE = (
     "A conversation is running. The assistant (LLM, server, model, timeout, tools and "
@@ -52,6 +52,7 @@ class SettingsDialog(QDialog):
         server_probe: ProbeServer = probe_server,
         conversation_running: bool = False,
         memory_survey: Survey = survey_settings,
+        device_survey: DeviceSurvey | None = None,
     ) -> None:
         """`conversation_running`: opened during a conversation, the dialog says which
         settings apply at once and which after a restart of the conversation."""
@@ -61,7 +62,7 @@ class SettingsDialog(QDialog):
         self._initial = settings
         self.speech_tab = SpeechTab(settings.speech, settings.engine, catalog=catalog,
                                     list_voices=list_voices, server_probe=server_probe,
-                                    memory_survey=memory_survey)
+                                    memory_survey=memory_survey, device_survey=device_survey)
         self.audio_tab = AudioTab(settings.audio, list_devices=list_devices,
                                   mic_level_probe=mic_level_probe,
                                   play_test_tone=play_test_tone)
@@ -136,7 +137,7 @@ class SettingsDialog(QDialog):
         URL, a timeout out of range) is shown, on its tab, with why under it, and the dialog
         stays open. A user who pressed OK expects the settings to work, not a notice at the
         next turn; one who wants to leave has Cancel."""
-        for tab, problems in ((self.speech_tab, self.engine_box.problems()),
+        for tab, problems in ((self.speech_tab, self.speech_tab.problems()),
                               (self.llm_tab, self.llm_tab.problems())):
             if problems:
                 field, _why = problems[0]
