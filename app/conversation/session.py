@@ -54,6 +54,7 @@ from app.cuts import Cut, cut_if_longer
 from app.engine import events as ev
 from app.engine.device import choose_device
 from app.engine.duplex_engine import DuplexEngine
+from app.engine.precision import loaded_precision
 from app.orchestrator import events as oe
 from app.remote import events as remote
 from app.settings.schema import AppSettings, LlmSettings
@@ -419,7 +420,7 @@ class ConversationSession:
             checkpoint = engine.checkpoint
             return SessionStatus(model=checkpoint.manifest.display_name,
                                  device=str(checkpoint.device),
-                                 dtype=str(checkpoint.dtype).removeprefix("torch."),
+                                 dtype=loaded_precision(checkpoint),
                                  context_window=engine.context_window, llm_state=llm_state)
         return SessionStatus(model=engine.display_name, device=engine.device,
                              context_window=engine.context_window, llm_state=llm_state,
