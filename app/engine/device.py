@@ -210,3 +210,18 @@ def unsurveyed_devices() -> tuple[DeviceChoice, ...]:
             named("cuda", "an NVIDIA GPU", TORCH_PRECISIONS),
             named("mps", "Apple's GPU (MPS)", ("fp32", "bf16")),
             named(MLX, "the MLX engine", MLX_PRECISIONS))
+
+
+def gpu_for_speech() -> str | None:
+    """The GPU the engine would run a speech model on here, by name ("NVIDIA H200", "this
+    Mac's GPU"), or None when there is only the CPU. Quick (no layer is loaded), but it may
+    start CUDA's driver: call it off the GUI thread."""
+    import torch
+
+    if uses_mlx(AUTO):
+        return f"this Mac's GPU ({platform.machine()}, MLX)"
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    if torch.backends.mps.is_available():
+        return "this Mac's GPU (MPS)"
+    return None

@@ -24,7 +24,7 @@ class ModelDialog(Protocol):
     """What the app asks of the missing-model dialog (download_dialog.ModelMissingDialog)."""
 
     def exec(self) -> int: ...
-    def chosen(self) -> tuple[str, Path] | None: ...
+    def chosen(self) -> tuple[str, Path | None] | None: ...
 
 
 def _live_audio_factory(settings):
@@ -226,6 +226,10 @@ class DesktopApp(QObject):
                                    "pick another model, or press Start again to download it.")
             return False
         choice, path = chosen
+        if choice == "server":  # the speech model on the server the settings name
+            engine = replace(self.window.settings.engine, mode="server")
+            self.use_settings(replace(self.window.settings, engine=engine))
+            return True
         if choice == "tiny":
             speech = replace(speech, model_id="tiny", custom_folder=None)
         elif choice == "folder":
