@@ -289,14 +289,14 @@ def plan_memory(
             elsewhere = _best(device, speech, candidates, stt, None)
             if elsewhere.fits:
                 suggestions.append(Suggestion(
-                    f"run {llm.model} on another machine (Settings → LLM → host)", elsewhere))
+                    f"run {llm.model} on another machine (Settings → Assistant (LLM) → Server)", elsewhere))
         if stt is not None:
             # Speech recognition is what lets the LLM hear the user; without it the LLM
             # answers typed questions only (and the model's own `<ret>` asks without words).
             unheard = _best(device, speech, candidates, None, llm)
             if unheard.fits:
                 suggestions.append(Suggestion(
-                    "turn speech recognition off (Settings → LLM → speech recognition: none; "
+                    "turn speech recognition off (Settings → Assistant (LLM) → Speech recognition: None; "
                     "the LLM then reads only what you type)", unheard))
             elif llm is not None:
                 alone = _best(device, speech, candidates, None, None)
@@ -309,5 +309,5 @@ def plan_memory(
             if served.fits:
                 suggestions.append(Suggestion(
                     "run the speech engine on a server (`python main.py serve` on a machine "
-                    "with a larger GPU; Settings → Engine → server)", served))
+                    "with a larger GPU; Settings → Speech model → Runs on: Server)", served))
     return MemoryReport(device, plan, tuple(suggestions), tuple(notes))
