@@ -289,15 +289,16 @@ def plan_memory(
             elsewhere = _best(device, speech, candidates, stt, None)
             if elsewhere.fits:
                 suggestions.append(Suggestion(
-                    f"run {llm.model} on another machine (Settings → Assistant (LLM) → Server)", elsewhere))
+                    f"run {llm.model} on another machine (Settings → Assistant (LLM) → "
+                    "Server)", elsewhere))
         if stt is not None:
             # Speech recognition is what lets the LLM hear the user; without it the LLM
             # answers typed questions only (and the model's own `<ret>` asks without words).
             unheard = _best(device, speech, candidates, None, llm)
             if unheard.fits:
                 suggestions.append(Suggestion(
-                    "turn speech recognition off (Settings → Assistant (LLM) → Speech recognition: None; "
-                    "the LLM then reads only what you type)", unheard))
+                    "turn speech recognition off (Settings → Assistant (LLM) → Speech "
+                    "recognition: None; the LLM then reads only what you type)", unheard))
             elif llm is not None:
                 alone = _best(device, speech, candidates, None, None)
                 if alone.fits:
