@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.conversation.transcript.entries import TranscriptEntry, closed
 from app.conversation.transcript.export import TranscriptHeader, header_lines
 from app.ui.export_dialog import export_with_dialog
+from app.ui.screen_fit import fit_when_shown
 from app.ui.transcript_panel import TranscriptPanel
 from app.ui.ui_state import UiState
 
@@ -47,7 +48,7 @@ class SavedConversationWindow(QWidget):
         self._state = state
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowTitle(f"{header.title or 'Conversation'} (read-only) — ContextSpan")
-        self.resize(760, 600)
+        fit_when_shown(self, QSize(760, 600))
         self._saved = list(entries)
         self.about = about = QLabel(self)
         about.setWordWrap(True)

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 from app.checkpoints.catalog import Manifest
 from app.remote.probe import probe_server
 from app.settings.schema import AppSettings
 from app.ui.memory_plan_view import Survey, survey_settings
+from app.ui.screen_fit import ScrollingTabs, fit_when_shown
 from app.ui.settings.audio_tab import AudioTab, ListDevices, MicLevelProbe, PlayTestTone
 from app.ui.settings.engine_box import ProbeServer
 from app.ui.settings.form import hint, put_on_top
@@ -74,7 +75,7 @@ class SettingsDialog(QDialog):
         # again when the speech tab is shown after the other tabs were changed.
         self.speech_tab.plan_settings = self.settings
 
-        self.tabs = QTabWidget()
+        self.tabs = ScrollingTabs()  # a page taller than the screen scrolls; OK stays seen
         self.tabs.addTab(self.speech_tab, "Speech model")
         self.tabs.addTab(self.audio_tab, "Audio")
         self.tabs.addTab(self.llm_tab, "Assistant (LLM)")
@@ -97,6 +98,7 @@ class SettingsDialog(QDialog):
             restart_hint.setVisible(conversation_running)
             put_on_top(tab, restart_hint)
             self._restart_hints.append(restart_hint)
+        fit_when_shown(self)  # as large as its pages where the screen has room
 
     def _tab_shown(self, index: int) -> None:
         if self.tabs.widget(index) is self.speech_tab:
