@@ -190,7 +190,7 @@ def survey_devices() -> tuple[DeviceChoice, ...]:
     mlx = _mlx_choice()
     # What choose_device and uses_mlx pick for "auto": the engine's own order.
     picked = mlx if uses_mlx(AUTO) else next((c for c in (*cudas, mps) if c.available), cpu)
-    auto = DeviceChoice(AUTO, f"the best found here: {picked.label}",
+    auto = DeviceChoice(AUTO, f"{picked.label}, the best found here",
                         precisions=picked.precisions, not_here=picked.not_here,
                         auto_precisions=picked.auto_precisions)
     return (auto, cpu, *cudas, mps, mlx)

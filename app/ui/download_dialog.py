@@ -62,6 +62,7 @@ from app.text_bounds import bounded
 from app.ui import safe_file_dialog
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
+from app.ui.screen_fit import keep_on_screen
 
 TINY_MODEL_ID = "tiny"
 TINY_CAPTION = "random weights — it babbles; for trying the app"
@@ -176,6 +177,7 @@ class ModelMissingDialog(QDialog):
         self._jobs: list[_Job] = []
         self._download_job: _Job | None = None
         self._rate_samples: deque[tuple[float, int]] = deque()
+        self._plan_failed = False  # the size label says why the size is unknown
         self.setWindowTitle("Speech recognition not on disk" if self.is_stt
                             else "Model not on disk")
         self.setMinimumWidth(560)
@@ -337,6 +339,7 @@ class ModelMissingDialog(QDialog):
         self.alternative_button = self.none_button
         row.addWidget(self.none_button)
         caption = QLabel(NO_STT_CAPTION)
+        caption.setWordWrap(True)  # or it widens the choices past the window, cutting them
         caption.setStyleSheet("font-style: italic;")
         row.addWidget(caption, 1)
         return box
@@ -350,6 +353,7 @@ class ModelMissingDialog(QDialog):
         self.alternative_button = self.tiny_button
         row.addWidget(self.tiny_button)
         caption = QLabel(TINY_CAPTION)
+        caption.setWordWrap(True)  # or it widens the choices past the window, cutting them
         caption.setStyleSheet("font-style: italic;")
         row.addWidget(caption, 1)
         column.addLayout(row)
@@ -411,8 +415,8 @@ class ModelMissingDialog(QDialog):
         for position, widget in enumerate(first):
             self._layout.insertWidget(position, widget)
         (self.server_button or self.tiny_button).setDefault(True)
+        # Not grown for it: the user may have sized the dialog; what works is at the top.
         self.choices_area.verticalScrollBar().setValue(0)
-        self._refit_later()
 
     def busy(self) -> bool:
         """True while a download, a size check or a build is running."""
@@ -521,6 +525,7 @@ class ModelMissingDialog(QDialog):
     # -- slots (GUI thread) -------------------------------------------------------------------
 
     def _on_planned(self, plan: DownloadPlan) -> None:
+        self._plan_failed = False
         size = format_bytes(plan.total_bytes)
         if plan.bytes_on_disk:
             text = (f"{size} in {len(plan.files)} files, {format_bytes(plan.bytes_on_disk)} "
@@ -532,6 +537,7 @@ class ModelMissingDialog(QDialog):
         self._refit_later()
 
     def _on_plan_failed(self, exc: Exception) -> None:
+        self._plan_failed = True
         self.size_label.setText(f"{self._source_text()} · size unknown: {exc}")
         self._refit_later()
 
@@ -584,6 +590,10 @@ class ModelMissingDialog(QDialog):
         self.cancel_button.setEnabled(False)
         self._set_choices_enabled(True)
         self.download_button.setText("Try again")
+        if self.progress_bar.value() <= 0:  # nothing arrived: no empty bar to stare at
+            self.progress_bar.setVisible(False)
+        if self._plan_failed:  # the size check's reason is said once, by the status below
+            self.size_label.setText(f"{self._source_text()} · size unknown")
         if isinstance(exc, DownloadCancelled):
             self.download_status.setStyleSheet("")
             self.download_button.setText("Resume download")
@@ -651,6 +661,7 @@ class ModelMissingDialog(QDialog):
             needed = min(needed, screen.availableGeometry().height() - _WINDOW_FRAME_PX)
         if needed > self.height():
             self.resize(self.width(), needed)
+        keep_on_screen(self)  # grown, or opened on a smaller screen: back inside it
 
     def _refit_later(self) -> None:
         # After the new text has been laid out; not at all once the dialog is gone.
