@@ -73,3 +73,33 @@ def test_a_failed_download_says_it_once_and_hides_the_empty_bar(qtbot, tmp_path)
     said = [text for text in shown if "network is unreachable" in text]
     assert len(said) == 1, shown
     assert not dialog.progress_bar.isVisible()  # nothing arrived: no empty bar
+
+
+def test_the_memory_plan_reads_whole_in_settings(qtbot, tmp_path, monkeypatch):
+    """Context Spanning 7B's plan is three lines or more; its last one was drawn under the
+    Voice row (the form squashed the label to the dialog's height)."""
+    from app.engine.memory_plan import GIB, DeviceMemory
+    from app.engine.memory_survey import survey_for_settings
+    from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+    from app.ui.settings.dialog import SettingsDialog
+
+    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
+    card = DeviceMemory("cuda", "A made-up 16 GB card", 16 * GIB, 16 * GIB,
+                        precisions=("bf16", "int8"))
+    settings = AppSettings(
+        speech=SpeechModelSettings(model_id="context-spanning-7b", device="cuda"),
+        llm=LlmSettings(backend="ollama", host="http://127.0.0.1:9", model="qwen3:4b"))
+    dialog = SettingsDialog(settings, stt_models={}, list_voices=lambda *_: [],
+                            memory_survey=lambda s, _t: survey_for_settings(
+                                s, card, timeout_s=0.2))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    plan = dialog.speech_tab.memory_plan
+    qtbot.waitUntil(lambda: "not counted" in plan.text(), timeout=60_000)
+    dialog.resize(dialog.width(), 520)  # a short screen
+    _settle(20)
+    label = plan.label
+    assert label.height() >= label.heightForWidth(label.width()), (
+        label.height(), label.heightForWidth(label.width()))
+    below = dialog.voice_combo.mapTo(dialog.speech_tab, QPoint(0, 0)).y()
+    assert label.mapTo(dialog.speech_tab, QPoint(0, label.height())).y() <= below
