@@ -1,7 +1,6 @@
 """Issue 28, item 3: no text is cut off. The speech-recognition download dialog's labels
-("…(0.5 s delay, sema"), the toolbar's "Settings" at 640×480, and a failed download's error
-said twice around an empty progress bar. (The memory plan's last line in Settings: the
-dialog's pages scroll, tests/ui/test_screens_fit.py.)"""
+("…(0.5 s delay, sema"), the toolbar's "Settings" at 640×480, the memory plan's last line in
+Settings, and a failed download's error said twice around an empty progress bar."""
 
 from __future__ import annotations
 
