@@ -13,8 +13,6 @@ from typing import Literal
 
 import sounddevice as sd
 
-from app.settings.schema import SYSTEM_DEFAULT_ALIASES
-
 Kind = Literal["input", "output"]
 
 
@@ -42,13 +40,11 @@ def _devices(kind: Kind) -> list[tuple[int, str]]:
 
 
 def list_devices() -> tuple[list[str], list[str]]:
-    """Names of the input devices and of the output devices, in PortAudio's order, less
-    the system default's alias (ALSA's "default"): the settings offer it as the system
-    default. A saved alias still resolves (resolve_device)."""
-    def named(kind: Kind) -> list[str]:
-        return [n for _, n in _devices(kind) if n not in SYSTEM_DEFAULT_ALIASES]
-
-    return named("input"), named("output")
+    """Names of the input devices and of the output devices, in PortAudio's order: all of
+    them, the system default's alias ("default") too, since a device in use must be found
+    here (live_audio's unplug check); Settings offers the alias once, as the system default
+    (audio_tab)."""
+    return [n for _, n in _devices("input")], [n for _, n in _devices("output")]
 
 
 def default_device(kind: Kind) -> ResolvedDevice:
