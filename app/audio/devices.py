@@ -40,7 +40,10 @@ def _devices(kind: Kind) -> list[tuple[int, str]]:
 
 
 def list_devices() -> tuple[list[str], list[str]]:
-    """Names of the input devices and of the output devices, in PortAudio's order."""
+    """Names of the input devices and of the output devices, in PortAudio's order: all of
+    them, the system default's alias ("default") too, since a device in use must be found
+    here (live_audio's unplug check); Settings offers the alias once, as the system default
+    (audio_tab)."""
     return [n for _, n in _devices("input")], [n for _, n in _devices("output")]
 
 

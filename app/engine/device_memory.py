@@ -11,23 +11,8 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from app.engine.memory_plan import DEVICE_PRECISIONS, DeviceMemory
-
-if TYPE_CHECKING:
-    import torch
-
-MLX_CPU_PRECISIONS = ("fp32", "q8", "q4")
-
-
-def cuda_precisions(device: torch.device) -> tuple[str, ...]:
-    """What this GPU offers, best first: bf16, int8, and fp8 where it has fp8 (never picked
-    by default over int8: the same size, and weight-only here)."""
-    from app.engine.quantize import fp8_unavailable_reason
-
-    offered = DEVICE_PRECISIONS["cuda"]
-    return offered if fp8_unavailable_reason(device) else (*offered, "fp8")
+from app.engine.memory_plan import DeviceMemory
 
 
 def _physical_memory() -> int:
@@ -46,25 +31,33 @@ def _available_memory() -> int | None:
 
 
 def probe_device_memory(preference: str | None = None) -> DeviceMemory:
-    """The device `preference` names (None or "auto": the best found, as the engine picks)."""
+    """The device `preference` names (None or "auto": the best found, as the engine picks),
+    with the precisions that run on it as Settings offers them (device.survey_devices: one
+    answer for both). A device this machine lacks is a ValueError saying why."""
     import torch
 
-    from app.engine.device import choose_device, uses_mlx
+    from app.engine.device import choose_device, find_choice, survey_devices, uses_mlx
 
+    choice = find_choice(survey_devices(), preference)
+    if choice is not None and choice.why_not is not None:
+        raise ValueError(f"{choice.name}: {choice.why_not}")
+    offer: dict = {} if choice is None else {"precisions": choice.precisions,
+                                             "auto_precisions": choice.auto_precisions}
     # The MLX engine: asked for, or auto on Apple silicon with mlx (the engine's own choice).
     if preference == "mlx" or uses_mlx(preference):
         total = _physical_memory()
         free = _available_memory() or total
         if sys.platform == "darwin":
-            return DeviceMemory("mac", f"This Mac ({platform.machine()}, MLX)", total, free)
+            return DeviceMemory("mac", f"This Mac ({platform.machine()}, MLX)", total, free,
+                                **offer)
         # MLX on a CPU computes float32 under its 8 and 4 bits (mlx/checkpoint.py).
         return DeviceMemory("cpu", f"MLX on this CPU ({platform.machine()})", total, free,
-                            precisions=MLX_CPU_PRECISIONS)
+                            **offer)
     device = choose_device(preference)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return DeviceMemory("cuda", torch.cuda.get_device_name(device), int(total), int(free),
-                            precisions=cuda_precisions(device))
+                            **offer)
     total = _physical_memory()
     free = _available_memory() or total
     if device.type == "mps":
@@ -72,5 +65,6 @@ def probe_device_memory(preference: str | None = None) -> DeviceMemory:
             torch.mps, "recommended_max_memory") else None
         # The torch engine on MPS: bf16 (8 and 4 bits are the MLX engine's).
         return DeviceMemory("mac", f"This Mac ({platform.machine()})", total, free,
-                            gpu_limit_bytes=limit, precisions=("bf16",))
-    return DeviceMemory("cpu", f"This computer's CPU ({platform.machine()})", total, free)
+                            gpu_limit_bytes=limit, **offer)
+    return DeviceMemory("cpu", f"This computer's CPU ({platform.machine()})", total, free,
+                        **offer)

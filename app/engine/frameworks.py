@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.lm_runtime import FrameCodec, LmRuntime, Sampling
+from app.engine.precision import loaded_precision
 from app.engine.speech_engine import EngineOptions
 
 
@@ -22,7 +23,9 @@ class UnsupportedSamplingError(ValueError):
 class Framework:
     runtime: LmRuntime
     codec: FrameCodec
-    dtype_label: str  # what EngineReady, the status bar and the header call the precision
+    # What runs, as EngineReady, the status bar and the header say it (one source of truth:
+    # precision.loaded_precision, read off the loaded layers).
+    dtype_label: str
 
 
 def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: int,
@@ -40,16 +43,15 @@ def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: in
     from app.engine.mlx.checkpoint import MlxCheckpoint
 
     if isinstance(checkpoint, MlxCheckpoint):
-        from app.engine.mlx.checkpoint import PRECISION_LABELS
         from app.engine.mlx.frame_codec import make_frame_codec
         from app.engine.mlx.mlx_runtime import MlxCodec, MlxRuntime
 
         return Framework(MlxRuntime(checkpoint.mlx_lm, choice),
                          MlxCodec(make_frame_codec(checkpoint, options.mimi)),
-                         PRECISION_LABELS[checkpoint.precision])
+                         loaded_precision(checkpoint))
     from app.engine.torch_codec import torch_codec
     from app.engine.torch_runtime import TorchRuntime
 
-    dtype = str(checkpoint.dtype).removeprefix("torch.")
     return Framework(TorchRuntime(checkpoint.lm, choice),
-                     torch_codec(checkpoint.mimi, rows, batched_mimi), dtype)
+                     torch_codec(checkpoint.mimi, rows, batched_mimi),
+                     loaded_precision(checkpoint))

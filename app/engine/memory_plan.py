@@ -78,10 +78,16 @@ class DeviceMemory:
     # Mac: the GPU's working-set limit when the system reports it (torch.mps); None: the
     # share rule above.
     gpu_limit_bytes: int | None = None
-    precisions: tuple[str, ...] = ()  # empty: DEVICE_PRECISIONS[kind]
+    precisions: tuple[str, ...] = ()  # what runs here; empty: DEVICE_PRECISIONS[kind]
+    # What "auto" picks from, best first (a CPU runs int8 but loads float32 by default);
+    # empty: all of `offered()`.
+    auto_precisions: tuple[str, ...] = ()
 
     def offered(self) -> tuple[str, ...]:
         return self.precisions or DEVICE_PRECISIONS[self.kind]
+
+    def auto_candidates(self) -> tuple[str, ...]:
+        return self.auto_precisions or self.offered()
 
     def ceiling_bytes(self) -> int:
         """The most the models may take together, however free the device is."""
@@ -266,7 +272,7 @@ def plan_memory(
     offered = device.offered()
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    candidates = (precision,) if precision else offered
+    candidates = (precision,) if precision else device.auto_candidates()
     plan = _best(device, speech, candidates, stt, llm)
     suggestions: list[Suggestion] = []
     if not plan.fits:
@@ -283,15 +289,16 @@ def plan_memory(
             elsewhere = _best(device, speech, candidates, stt, None)
             if elsewhere.fits:
                 suggestions.append(Suggestion(
-                    f"run {llm.model} on another machine (Settings → LLM → host)", elsewhere))
+                    f"run {llm.model} on another machine (Settings → Assistant (LLM) → "
+                    "Server)", elsewhere))
         if stt is not None:
             # Speech recognition is what lets the LLM hear the user; without it the LLM
             # answers typed questions only (and the model's own `<ret>` asks without words).
             unheard = _best(device, speech, candidates, None, llm)
             if unheard.fits:
                 suggestions.append(Suggestion(
-                    "turn speech recognition off (Settings → LLM → speech recognition: none; "
-                    "the LLM then reads only what you type)", unheard))
+                    "turn speech recognition off (Settings → Assistant (LLM) → Speech "
+                    "recognition: None; the LLM then reads only what you type)", unheard))
             elif llm is not None:
                 alone = _best(device, speech, candidates, None, None)
                 if alone.fits:
@@ -303,5 +310,5 @@ def plan_memory(
             if served.fits:
                 suggestions.append(Suggestion(
                     "run the speech engine on a server (`python main.py serve` on a machine "
-                    "with a larger GPU; Settings → Engine → server)", served))
+                    "with a larger GPU; Settings → Speech model → Runs on: Server)", served))
     return MemoryReport(device, plan, tuple(suggestions), tuple(notes))

@@ -55,7 +55,6 @@ def survey_memory(
     from app.checkpoints.catalog import get_manifest
     from app.engine.device_memory import probe_device_memory
     from app.engine.footprint import checkpoint_shape, stt_shape
-    from app.engine.precision import precisions_for
 
     memory = device_memory or probe_device_memory(device)
     speech = checkpoint_shape(get_manifest(model_id), folder) if model_id else None
@@ -70,12 +69,10 @@ def survey_memory(
     elif llm_backend == "openai":
         notes.append("Not counted: the OpenAI-compatible server's model (such servers do not "
                      "report its size; if it runs here, leave room for it).")
-    # What the engine runs there (int8 on a CPU, say) is not a note, even where the plan
-    # would not choose it by itself.
-    runs = precisions_for(device) if device else ()
-    if (speech is not None and precision is not None and precision not in memory.offered()
-            and precision not in runs):
-        notes.append(f"{precision} is not offered on {memory.name} (it offers "
+    # What runs there is the device's own answer (device.survey_devices), the one Settings
+    # offers and loading finds: int8 on a CPU that runs it is planned, not refused.
+    if speech is not None and precision is not None and precision not in memory.offered():
+        notes.append(f"{precision} does not run on {memory.name} (it runs "
                      f"{', '.join(memory.offered())}).")
     return plan_memory(memory, speech, stt, llm, precision=precision, notes=notes)
 

@@ -7,8 +7,10 @@ on `run`, `serve` and `bench`), and what each device offers.
   capability 8.9 and newer: Ada, Hopper, Blackwell).
 - MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
 "auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
+What runs on this machine's devices is asked of the devices themselves
+(app/engine/device.survey_devices); what a loaded checkpoint runs at is `loaded_precision`.
 
-No torch here: the settings dialog and the CLI's parsers import it.
+No torch at import: the settings dialog and the CLI's parsers import it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 AUTO = "auto"
 TORCH_PRECISIONS = ("fp32", "bf16", "int8", "fp8")
 MLX_PRECISIONS = ("fp32", "bf16", "q8", "q4")
+MLX_CPU_PRECISIONS = ("fp32", "q8", "q4")  # MLX on a CPU computes float32 under 8 and 4 bits
 PRECISION_CHOICES = (AUTO, "fp32", "bf16", "int8", "fp8", "q8", "q4")  # the setting's values
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # the torch dtype names
 
@@ -46,20 +49,6 @@ def engine_of(device: str) -> str:
     return "mlx" if device.strip().lower() == "mlx" else "torch"
 
 
-def precisions_for(device: str) -> tuple[str, ...]:
-    """The precisions the setting offers for `device` (auto first), before any probe: fp8
-    and int8 are checked against the machine when the model loads."""
-    kind = device.strip().lower().split(":")[0]
-    if kind == "mlx":
-        return (AUTO, *MLX_PRECISIONS)
-    if kind == "cuda":
-        return (AUTO, *TORCH_PRECISIONS)
-    if kind in ("cpu", "mps"):
-        return (AUTO, "fp32", "bf16", "int8") if kind == "cpu" else (AUTO, "fp32", "bf16")
-    # auto: whichever engine and device the app picks, every precision may apply
-    return PRECISION_CHOICES
-
-
 def check_precision(precision: str, device: str) -> str:
     """`precision` if the engine `device` chooses can run it; PrecisionError saying which
     can otherwise."""
@@ -75,3 +64,25 @@ def check_precision(precision: str, device: str) -> str:
             f"precision {precision} does not run on the {engine} engine; it takes "
             f"{', '.join(offered)} ({precision} runs on {other})")
     return precision
+
+
+def loaded_precision(checkpoint: object) -> str:
+    """What a loaded checkpoint runs at, as everything that names it says it (the status
+    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8" and "fp8"
+    for 8-bit weights (read from its layers: what was quantized is what runs), "q8" and
+    "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
+    mlx_precision = getattr(checkpoint, "precision", None)
+    if isinstance(mlx_precision, str):  # app/engine/mlx/checkpoint.MlxCheckpoint
+        return FLOAT_DTYPES.get(mlx_precision, mlx_precision)
+    lm = getattr(checkpoint, "lm", None)
+    if lm is not None:
+        from moshi.utils.quantize import QLinear
+
+        from app.engine.quantize import Fp8Linear
+
+        kinds = {type(module) for module in lm.modules()}
+        if Fp8Linear in kinds:
+            return "fp8"
+        if QLinear in kinds:
+            return "int8"
+    return str(getattr(checkpoint, "dtype", "")).removeprefix("torch.")

@@ -22,12 +22,15 @@ measures what it costs. The CPU runs it too, so the tiny checkpoints test its ag
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from moshi.models import LMModel
 from moshi.utils.quantize import QLinear
+
+log = logging.getLogger(__name__)
 
 
 class QuantizationUnavailable(RuntimeError):
@@ -48,9 +51,10 @@ def int8_unavailable_reason(device: torch.device) -> str | None:
         layer = QLinear(torch.nn.Linear(64, 64, bias=False)).to(device)
         with torch.no_grad():
             layer(torch.zeros(1, 64, device=device))
-    except Exception as exc:
+    except Exception as exc:  # the library's own words go to the log, not to the user
+        log.info("int8 does not run on %s: %s: %s", device, type(exc).__name__, exc)
         return (f"int8 weights need bitsandbytes' int8 kernels, which do not run on "
-                f"{device} here ({type(exc).__name__}: {str(exc)[:200]}); choose bf16 or fp32")
+                f"{device.type} here; choose bf16 or fp32")
     return None
 
 

@@ -42,6 +42,32 @@ def unavailable_reason(precision: str, device: torch.device) -> str | None:
     return None
 
 
+def precision_offer(device: torch.device) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...],
+                                                  tuple[str, ...]]:
+    """What the torch engine offers on `device`: the precisions that run there (in
+    TORCH_PRECISIONS' order), those that do not with why, and what "auto" picks from there,
+    best first (memory_plan.DEVICE_PRECISIONS, less what does not run). Each is tried there
+    (int8 loads a small layer), so this is what loading will find."""
+    from app.engine.memory_plan import DEVICE_PRECISIONS
+    from app.engine.precision import MLX_PRECISIONS, PRECISION_NAMES
+
+    runs: list[str] = []
+    not_here: list[tuple[str, str]] = []
+    for precision in TORCH_PRECISIONS:
+        why = unavailable_reason(precision, device)
+        if why is None:
+            runs.append(precision)
+        else:
+            not_here.append((precision, why))
+    for precision in MLX_PRECISIONS:
+        if precision not in TORCH_PRECISIONS:
+            not_here.append((precision, f"{PRECISION_NAMES[precision]} runs on the MLX engine "
+                                        "(device mlx), not on torch's"))
+    kind = {"cuda": "cuda", "mps": "mac"}.get(device.type, "cpu")
+    auto = tuple(p for p in DEVICE_PRECISIONS[kind] if p in runs) or tuple(runs[:1])
+    return tuple(runs), tuple(not_here), auto
+
+
 def load_torch_checkpoint(manifest: Manifest, folder: Path, device: torch.device,
                           precision: str) -> LoadedCheckpoint:
     """The checkpoint on `device` with its LM at `precision` (fp32, bf16, int8, fp8);

@@ -33,6 +33,11 @@ class SpeechModelSettings:
     user_city: str | None = None
 
 
+# What PortAudio names the system default device on Linux (ALSA's "default"): the same
+# device as a saved name of None, so the lists offer it once, as the system default.
+SYSTEM_DEFAULT_ALIASES = ("default",)
+
+
 @dataclass(frozen=True)
 class AudioSettings:
     input_device: str | None = None  # device name; None: the system default

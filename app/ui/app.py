@@ -15,6 +15,8 @@ from typing import Protocol
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Slot
 
+from app.conversation.transcript.entries import TranscriptEntry
+
 log = logging.getLogger(__name__)
 
 
@@ -22,7 +24,7 @@ class ModelDialog(Protocol):
     """What the app asks of the missing-model dialog (download_dialog.ModelMissingDialog)."""
 
     def exec(self) -> int: ...
-    def chosen(self) -> tuple[str, Path] | None: ...
+    def chosen(self) -> tuple[str, Path | None] | None: ...
 
 
 def _live_audio_factory(settings):
@@ -124,6 +126,7 @@ class DesktopApp(QObject):
         self.controller = controller
         self.store = store
         self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
+        self._welcome: TranscriptEntry | None = None  # says which model Start talks to
         controller.preflight = self.preflight
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
@@ -137,17 +140,20 @@ class DesktopApp(QObject):
             self.store.save(settings)
         except OSError as exc:
             self.window.show_error(f"Settings could not be saved: {exc}")
+        self._update_welcome()
 
     @Slot()
     def open_settings(self) -> None:
         from app.audio.devices import list_devices
         from app.audio.test_tone import MicLevelMeter, play_test_tone_blocking
+        from app.engine.device import survey_devices
         from app.ui.settings.dialog import SettingsDialog
 
         dialog = SettingsDialog(self.window.settings, parent=self.window,
                                 list_devices=list_devices, mic_level_probe=MicLevelMeter,
                                 play_test_tone=play_test_tone_blocking,
-                                conversation_running=self.controller.running)
+                                conversation_running=self.controller.running,
+                                device_survey=survey_devices)
         if dialog.exec():
             self.settings_accepted(dialog.settings())
 
@@ -168,20 +174,25 @@ class DesktopApp(QObject):
         if notice:
             self.controller.notice(notice, "warning")
         self.offer_speech_model(notice)
-        from app.checkpoints.catalog import get_manifest
+        self._welcome = self.controller.notice(welcome_text(self.window.settings), "info")
 
-        model_id = self.window.settings.speech.model_id
-        try:
-            name = get_manifest(model_id).display_name
-        except ValueError:
-            name = model_id
-        engine = self.window.settings.engine
-        if engine.mode == "server":  # the server's model talks, not the local choice
-            name = f"the speech model on {engine.server_url or 'the server'}"
-        self.controller.notice(
-            f"Press Start (Ctrl+Enter) to talk to {name}. Type below to ask the assistant, or "
-            "paste or drop a text to have it read. Settings choose the model, the audio "
-            "devices and the LLM.", "info")
+    def _update_welcome(self) -> None:
+        """The welcome names the model Start talks to: another one chosen before the
+        conversation has begun rewrites it where it stands. Once something was said it is
+        history (a restart's marker names the new model), and after "New conversation" it
+        is gone."""
+        welcome = self._welcome
+        if welcome is None:
+            return
+        text = welcome_text(self.window.settings)
+        entries = self.window.transcript.entries()
+        if text == welcome.text or any(e.kind != "notice" for e in entries):
+            return
+        if not any(e.entry_id == welcome.entry_id and e.text == welcome.text
+                   for e in entries if e.kind == "notice"):
+            return
+        self._welcome = replace(welcome, text=text)
+        self.controller.entry.emit(self._welcome)
 
     def offer_speech_model(self, notice: str | None = None) -> bool:
         """True when the chosen speech model can be loaded (on disk, built on demand, or
@@ -215,6 +226,10 @@ class DesktopApp(QObject):
                                    "pick another model, or press Start again to download it.")
             return False
         choice, path = chosen
+        if choice == "server":  # the speech model on the server the settings name
+            engine = replace(self.window.settings.engine, mode="server")
+            self.use_settings(replace(self.window.settings, engine=engine))
+            return True
         if choice == "tiny":
             speech = replace(speech, model_id="tiny", custom_folder=None)
         elif choice == "folder":
@@ -283,6 +298,23 @@ class DesktopApp(QObject):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def welcome_text(settings) -> str:
+    """The first notice: what Start does (with the model it talks to) and where to type."""
+    from app.checkpoints.catalog import get_manifest
+
+    model_id = settings.speech.model_id
+    try:
+        name = get_manifest(model_id).display_name
+    except ValueError:
+        name = model_id
+    engine = settings.engine
+    if engine.mode == "server":  # the server's model talks, not the local choice
+        name = f"the speech model on {engine.server_url or 'the server'}"
+    return (f"Press Start (Ctrl+Enter) to talk to {name}. Type below to ask the assistant, or "
+            "paste or drop a text to have it read. Settings choose the model, the audio "
+            "devices and the LLM.")
 
 
 def _demo_question() -> np.ndarray:

@@ -167,9 +167,13 @@ class ConversationController(QObject):
         if self._session is not None:
             self._session.set_muted(muted)
 
-    def notice(self, message: str, severity: str = "warning") -> None:
-        self.entry.emit(TranscriptEntry(next(self._local_ids), "notice", message, time.time(),
-                                        detail=severity))
+    def notice(self, message: str, severity: str = "warning") -> TranscriptEntry:
+        """A notice of the app's own, into the transcript; returns it (emitting an entry
+        with its id again rewrites it in place)."""
+        entry = TranscriptEntry(next(self._local_ids), "notice", message, time.time(),
+                                detail=severity)
+        self.entry.emit(entry)
+        return entry
 
     def send_text(self, text: str) -> bool:
         """False (and a notice) when no conversation runs: the caller keeps the text."""

@@ -7,6 +7,11 @@ all run on worker threads that report by Qt signals: the GUI thread only draws.
 
 A speech-recognition (STT) manifest gets the same dialog with two ways: download it, or go
 on without it ("None (typed questions only)"); its settings have no folder of their own.
+
+On a machine without a GPU (asked off the GUI thread, as the app's engine would find it) a
+speech model of billions of weights cannot keep real time on the CPU: the dialog then leads
+with what works there and says why: a speech server (one click when its address is set),
+and the tiny demo model to try the app; the download and the settings' notice come after.
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ from app.checkpoints.downloader import (
     format_bytes,
 )
 from app.checkpoints.loader import CheckpointMissingError, checkpoint_info, ensure_built
-from app.settings.schema import AppSettings
+from app.settings.schema import AppSettings, EngineSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
+from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
+from app.ui.screen_fit import keep_on_screen
 
 TINY_MODEL_ID = "tiny"
 TINY_CAPTION = "random weights — it babbles; for trying the app"
@@ -68,6 +75,26 @@ _NOTICE_SHOWN = 600  # characters of the app's notice shown above the choices
 _OK_STYLE = "color: #1b7f3b;"
 _LEAST_BODY_PX = 120  # the scrolled choices keep at least this much height
 _WINDOW_FRAME_PX = 40  # a title bar and frame, taken off the screen's height
+# The GPU the engine would run the speech model on here, or None (only the CPU): blocks
+# (it may start CUDA's driver), so it runs off the GUI thread.
+GpuCheck = Callable[[], "str | None"]
+
+
+def _gpu_for_speech() -> str | None:
+    from app.engine.device import gpu_for_speech
+
+    return gpu_for_speech()
+
+
+def _size_of(manifest: Manifest, folder: Path) -> float | None:
+    """The speech model's weights, in billions (from its architecture; None: unknown)."""
+    try:
+        from app.engine.footprint import checkpoint_shape
+
+        shape = checkpoint_shape(manifest, folder)
+    except Exception:  # its size is a detail of the lead; the lead stands without it
+        return None
+    return (shape.linear_params + shape.other_params) / 1e9
 
 
 class _Job(QObject):
@@ -128,6 +155,7 @@ class ModelMissingDialog(QDialog):
         notice: str | None = None,
         plan_settings: AppSettings | None = None,
         memory_survey: Survey = survey_settings,
+        gpu_check: GpuCheck = _gpu_for_speech,
     ) -> None:
         """`notice`: what the app has to tell before anything else (the settings file was
         repaired, so the model asked for here may be a default the user never chose); shown
@@ -145,10 +173,11 @@ class ModelMissingDialog(QDialog):
             return checkpoint_info(manifest, path)
 
         self._validate = validate or default_check
-        self._chosen: tuple[str, Path] | None = None
+        self._chosen: tuple[str, Path | None] | None = None
         self._jobs: list[_Job] = []
         self._download_job: _Job | None = None
         self._rate_samples: deque[tuple[float, int]] = deque()
+        self._plan_failed = False  # the size label says why the size is unknown
         self.setWindowTitle("Speech recognition not on disk" if self.is_stt
                             else "Model not on disk")
         self.setMinimumWidth(560)
@@ -190,7 +219,30 @@ class ModelMissingDialog(QDialog):
         folder_box = self._folder_box()
         layout.addWidget(folder_box)
         folder_box.setVisible(not self.is_stt)  # the STT setting names a model, not a folder
-        layout.addWidget(self._none_box() if self.is_stt else self._tiny_box())
+        self.alternative_box = self._none_box() if self.is_stt else self._tiny_box()
+        layout.addWidget(self.alternative_box)
+        self._layout = layout
+        # What works on a machine without a GPU, put first once the machine has said so.
+        self.lead_label = QLabel("")
+        self.lead_label.setWordWrap(True)
+        self.lead_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.lead_label.setVisible(False)
+        self.server_button: QPushButton | None = None
+        self._server_url = ""
+        default_url = EngineSettings().server_url
+        if plan_settings is not None and plan_settings.engine.server_url.strip() not in (
+                "", default_url):
+            self._server_url = plan_settings.engine.server_url.strip()
+        self.machine_checked = True  # a recogniser, or a built model: nothing to lead with
+        self._machine_jobs = BackgroundJobs({"machine": self._machine_known}, parent=self)
+        if isinstance(manifest, Manifest) and manifest.source_kind != "built":
+            self.machine_checked = False
+            speech, folder_now = manifest, self.folder
+
+            def machine() -> tuple[str | None, float | None]:
+                return gpu_check(), _size_of(speech, folder_now)
+
+            self._machine_jobs.start("machine", machine)
 
         self.buttons = QDialogButtonBox()
         self.continue_button = self.buttons.addButton(
@@ -287,6 +339,7 @@ class ModelMissingDialog(QDialog):
         self.alternative_button = self.none_button
         row.addWidget(self.none_button)
         caption = QLabel(NO_STT_CAPTION)
+        caption.setWordWrap(True)  # or it widens the choices past the window, cutting them
         caption.setStyleSheet("font-style: italic;")
         row.addWidget(caption, 1)
         return box
@@ -300,6 +353,7 @@ class ModelMissingDialog(QDialog):
         self.alternative_button = self.tiny_button
         row.addWidget(self.tiny_button)
         caption = QLabel(TINY_CAPTION)
+        caption.setWordWrap(True)  # or it widens the choices past the window, cutting them
         caption.setStyleSheet("font-style: italic;")
         row.addWidget(caption, 1)
         column.addLayout(row)
@@ -314,8 +368,55 @@ class ModelMissingDialog(QDialog):
 
     # -- public API ---------------------------------------------------------------------------
 
-    def chosen(self) -> tuple[str, Path] | None:
+    def chosen(self) -> tuple[str, Path | None] | None:
+        """("download" | "folder" | "tiny", its folder), ("none", the folder) for a
+        recogniser, or ("server", None): run the speech model on the server in the settings."""
         return self._chosen
+
+    def use_server(self) -> None:
+        """The speech model on the server the settings name (Settings → Speech engine)."""
+        self._chosen = ("server", None)
+        self.accept()
+
+    def _machine_known(self, result: object) -> None:
+        """The machine's answer: without a GPU, what works here goes first, with why."""
+        self.machine_checked = True
+        if isinstance(result, Exception) or not isinstance(result, tuple):
+            return  # unknown: the dialog stays as it is
+        gpu, billions = result
+        if gpu is not None:
+            return
+        size = f"{billions:.1f} billion weights" if billions else "billions of weights"
+        what = self.manifest.display_name  # a plain-text label: drawn as it is
+        lines = [
+            f"This computer has no GPU the speech model can use. On its CPU, "
+            f"{what} ({size}) needs seconds for each 80 ms of speech: it "
+            "cannot keep up with a conversation in real time. What works here:",
+        ]
+        if self._server_url:
+            lines.append(f"• The speech server at {self._server_url}: the model runs there, "
+                         "this computer hears and speaks.")
+        else:
+            lines.append("• A speech server: a machine with a GPU runs `python main.py serve`, "
+                         "then Settings → Speech model → Runs on: Server.")
+        lines.append("• The tiny demo model, to try the app now (it babbles: its weights are "
+                     "random).")
+        lines.append(f"The download of {what} below is for a machine with a GPU, or a folder "
+                     "of its files for one later.")
+        self.lead_label.setText("\n".join(lines))
+        self.lead_label.setVisible(True)
+        first: list[QWidget] = [self.lead_label]
+        if self._server_url:
+            self.server_button = QPushButton(f"Use the speech server at "
+                                             f"{bounded(self._server_url, 60)}")
+            self.server_button.clicked.connect(self.use_server)
+            first.append(self.server_button)
+        first.append(self.alternative_box)
+        for position, widget in enumerate(first):
+            self._layout.insertWidget(position, widget)
+        (self.server_button or self.tiny_button).setDefault(True)
+        # Not grown for it: the user may have sized the dialog; what works is at the top.
+        self.choices_area.verticalScrollBar().setValue(0)
 
     def busy(self) -> bool:
         """True while a download, a size check or a build is running."""
@@ -424,6 +525,7 @@ class ModelMissingDialog(QDialog):
     # -- slots (GUI thread) -------------------------------------------------------------------
 
     def _on_planned(self, plan: DownloadPlan) -> None:
+        self._plan_failed = False
         size = format_bytes(plan.total_bytes)
         if plan.bytes_on_disk:
             text = (f"{size} in {len(plan.files)} files, {format_bytes(plan.bytes_on_disk)} "
@@ -435,6 +537,7 @@ class ModelMissingDialog(QDialog):
         self._refit_later()
 
     def _on_plan_failed(self, exc: Exception) -> None:
+        self._plan_failed = True
         self.size_label.setText(f"{self._source_text()} · size unknown: {exc}")
         self._refit_later()
 
@@ -487,6 +590,10 @@ class ModelMissingDialog(QDialog):
         self.cancel_button.setEnabled(False)
         self._set_choices_enabled(True)
         self.download_button.setText("Try again")
+        if self.progress_bar.value() <= 0:  # nothing arrived: no empty bar to stare at
+            self.progress_bar.setVisible(False)
+        if self._plan_failed:  # the size check's reason is said once, by the status below
+            self.size_label.setText(f"{self._source_text()} · size unknown")
         if isinstance(exc, DownloadCancelled):
             self.download_status.setStyleSheet("")
             self.download_button.setText("Resume download")
@@ -554,9 +661,11 @@ class ModelMissingDialog(QDialog):
             needed = min(needed, screen.availableGeometry().height() - _WINDOW_FRAME_PX)
         if needed > self.height():
             self.resize(self.width(), needed)
+        keep_on_screen(self)  # grown, or opened on a smaller screen: back inside it
 
     def _refit_later(self) -> None:
-        QTimer.singleShot(0, self._fit)  # after the new text has been laid out
+        # After the new text has been laid out; not at all once the dialog is gone.
+        QTimer.singleShot(0, self, self._fit)
 
     def _set_choices_enabled(self, enabled: bool) -> None:
         self.download_button.setEnabled(enabled and bool(self.manifest.hf_repo))

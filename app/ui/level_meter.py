@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 FLOOR_DB = -60.0
+BAR_PX = 110  # the bar's width where the toolbar has room
+LEAST_BAR_PX = 30  # … and at least, on a narrow window
 
 
 class LevelMeter(QWidget):
@@ -19,7 +21,7 @@ class LevelMeter(QWidget):
         self._bar = QProgressBar(self)
         self._bar.setRange(0, 600)
         self._bar.setTextVisible(False)
-        self._bar.setFixedWidth(110)
+        self._bar.setFixedWidth(BAR_PX)
         self._bar.setFixedHeight(10)
         self._label = QLabel(label, self)
         layout = QHBoxLayout(self)
@@ -38,6 +40,16 @@ class LevelMeter(QWidget):
         clamped = max(FLOOR_DB, min(0.0, db))
         self._bar.setValue(int((clamped - FLOOR_DB) * 10))
         self._bar.setToolTip(self._state_text() or f"{db:.0f} dBFS")
+
+    def set_bar_width(self, pixels: int) -> None:
+        """Narrower on a narrow window, so that the toolbar's buttons keep their room."""
+        pixels = max(LEAST_BAR_PX, min(BAR_PX, pixels))
+        if pixels != self._bar.width():
+            self._bar.setFixedWidth(pixels)
+            self.updateGeometry()
+
+    def bar_width(self) -> int:
+        return self._bar.width()
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted

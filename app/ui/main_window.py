@@ -9,8 +9,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
@@ -28,10 +35,12 @@ from app.ui.dock_share import DockShare
 from app.ui.input_box import InputBox
 from app.ui.level_meter import LevelMeter
 from app.ui.restart_banner import RestartBanner
+from app.ui.screen_fit import fit_to_screen
 from app.ui.status_line import StatusLine
 from app.ui.transcript_panel import TranscriptPanel
 from app.ui.window_features import WindowFeatures
 
+DEFAULT_SIZE = QSize(980, 700)  # where the screen has room for it
 MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the first part?)
 
 
@@ -44,14 +53,15 @@ class MainWindow(QMainWindow):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
-        self.settings = settings
+        self._settings = settings
         self.setWindowTitle("ContextSpan")
-        self.resize(980, 700)
+        fit_to_screen(self, DEFAULT_SIZE)  # a remembered geometry replaces it (features)
         self.setAcceptDrops(True)
 
         toolbar = QToolBar("Conversation", self)
         toolbar.setMovable(False)
         self.addToolBar(toolbar)
+        self.toolbar = toolbar
         self.start_action = QAction("&Start", self)
         self.start_action.setShortcut(QKeySequence("Ctrl+Return"))
         # While paused (a device problem) the main button resumes: this one still stops.
@@ -91,6 +101,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status_line = StatusLine(self)
         self.setStatusBar(self.status_line)
+        self.settings = settings  # the status line names its LLM
 
         self.start_action.triggered.connect(self._toggle)
         self.stop_action.triggered.connect(controller.stop)
@@ -116,6 +127,39 @@ class MainWindow(QMainWindow):
         # The side panels narrow before the transcript does (it keeps half the width).
         self.dock_share = DockShare(self, self.transcript,
                                     (self.features.context_dock, self.features.list_dock))
+
+    @property
+    def settings(self) -> AppSettings:
+        """The settings the next conversation starts with (the app saves what is set)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: AppSettings) -> None:
+        self._settings = settings
+        llm = settings.llm
+        self.status_line.set_llm_choice(llm.backend, llm.model, llm.host)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._fit_toolbar()
+
+    def _fit_toolbar(self) -> None:
+        """On a narrow window the level meters narrow first, so that no button is pushed
+        into the toolbar's » menu while the meters could give room."""
+        meters = (self.mic_meter, self.speaker_meter)
+        toolbar = self.toolbar
+        layout = toolbar.layout()
+        spacing = layout.spacing() if layout is not None else 0
+        margins = layout.contentsMargins() if layout is not None else toolbar.contentsMargins()
+        used = margins.left() + margins.right() + 2  # (rounding)
+        for action in toolbar.actions():
+            widget = toolbar.widgetForAction(action)
+            if widget is not None and action.isVisible():
+                used += widget.sizeHint().width() + spacing
+        bars = sum(meter.bar_width() for meter in meters)
+        spare = self.width() - (used - bars)  # what the bars may take
+        for meter in meters:
+            meter.set_bar_width(spare // len(meters))
 
     # ---- drawing ----------------------------------------------------------------------
 

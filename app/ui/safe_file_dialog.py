@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.screen_fit import fit_when_shown
+
 # Filesystems of the kernel's own: their "files" may block a reader forever or have effects.
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 _DIALOG_OPTIONS = (QFileDialog.Option.DontUseNativeDialog
@@ -87,6 +89,7 @@ def special_path_reason(path: Path) -> str | None:
 def _dialog(parent: QWidget | None, caption: str, start: str) -> QFileDialog:
     dialog = QFileDialog(parent, caption, start)
     dialog.setOptions(_DIALOG_OPTIONS)
+    fit_when_shown(dialog)  # Qt's own size for it may exceed a small or scaled screen
     dialog.setIconProvider(NameOnlyIconProvider())
     return dialog
 

@@ -20,6 +20,21 @@ from app.ui.theme import warning_color
 
 READABLE_CHARS = 10  # an elided field keeps about this many characters, or steps aside
 GAP_PX = 10  # between two fields
+LISTENING = "Listening"  # what a running session says it does (session.py)
+SPEAKING = "Speaking (and listening)"
+SPEAKING_DB = -50.0  # what the speaker plays above this level is the model's voice
+STATE_TIPS = {
+    LISTENING: "The speech model hears you; it answers when it has something to say.",
+    SPEAKING: "The speech model is talking (its voice is playing); it hears you while it "
+              "speaks, so you can interrupt it.",
+}
+LLM_STATE_TIPS = {
+    "idle": "{llm} is ready, waiting for a question (what you type, or what it hears you "
+            "ask).",
+    "thinking": "{llm} is answering a question; its answer is read to the speech model "
+                "when it comes (Esc cancels it).",
+    "off": "No LLM is asked in this conversation: the speech model talks on its own.",
+}
 
 
 class StatusFields(QWidget):
@@ -87,7 +102,8 @@ class StatusFields(QWidget):
         # Text and visibility are set only when they change: each change asks for a new
         # arrangement (a LayoutRequest), and an unchanged one must not ask again.
         mark = f"+{len(dropped)}" if dropped else ""
-        tip = "\n".join(_described(f) for f in self.fields if f in dropped)
+        tip = "\n".join([_more_heading(len(dropped))] + [_described(f) for f in self.fields
+                                                          if f in dropped]) if dropped else ""
         if self.more.text() != mark:
             self.more.setText(mark)
         if self.more.toolTip() != tip:
@@ -128,6 +144,33 @@ class StatusFields(QWidget):
         return kept, [f for f in ranked if f not in kept]
 
 
+def _more_heading(hidden: int) -> str:
+    """The first line of the "+N" mark's tooltip: what the mark is."""
+    plural = "s" if hidden > 1 else ""
+    return (f"{hidden} more status field{plural}, hidden for want of room (widen the window "
+            "to see them):")
+
+
+def describe_audio(status: SessionStatus) -> tuple[str, str]:
+    """The audio field's text and its tooltip, which says what each count is."""
+    lost, gaps, skips = status.dropped_frames, status.underruns, status.overruns
+    if not lost + gaps + skips:
+        return "audio ok", ("Audio ok: the speech model has heard every microphone frame, "
+                            "and its voice has played without gaps or skips.")
+    text = f"audio: {lost} lost · {gaps} gaps · {skips} skips"
+    tip = "\n".join([
+        "Audio problems in this conversation so far:",
+        f"- {lost} lost: {lost} microphone frames ({lost * FRAME_S:.1f} s) the speech model "
+        "never heard, because it fell behind; words said then may be missing.",
+        f"- {gaps} gaps: the speaker ran out of the model's voice and played silence (the "
+        "voice came late).",
+        f"- {skips} skips: the speaker's buffer overflowed and the oldest of the model's "
+        "voice was dropped.",
+        "A computer too busy for the speech model causes all three.",
+    ])
+    return text, tip
+
+
 def _described(field: ElidedLabel) -> str:
     """A hidden field in the mark's tooltip: its own tooltip when that starts with its text
     (and says more), else its text and the tooltip."""
@@ -156,15 +199,45 @@ class StatusLine(QStatusBar):
                                     self.audio, self.asr], self.busy, self)
         self.addPermanentWidget(self.fields, 1)
         self.last_status: SessionStatus | None = None
+        self._llm_name = ""  # the LLM the settings name ("qwen3:4b on Ollama"); "": none
+        self._llm_where = ""  # … and its address
+        self._state_detail = ""  # the session's words for its state ("Listening")
         self._warn_frame = False
         self._warn_llm = False
         self._warn_asr = False
         self._rank()
 
+    def set_llm_choice(self, backend: str, model: str, host: str) -> None:
+        """The LLM the settings name: what the field says while no conversation runs, and
+        what its tooltips name while one does."""
+        from app.conversation.transcript.builder import llm_label
+
+        self._llm_name = "" if backend == "none" else llm_label(backend, model)
+        self._llm_where = "" if backend == "none" else host
+        if self.last_status is None:
+            self._show_llm_choice()
+
+    def _show_llm_choice(self) -> None:
+        if not self._llm_name:
+            self.llm.setText("LLM: off")
+            self.llm.setToolTip("No assistant LLM is set: the speech model talks on its own. "
+                                "Choose one in Settings → Assistant (LLM).")
+            return
+        short = self._llm_name.split(" on ")[0]
+        self.llm.setText(f"LLM: {short}")
+        where = f" at {self._llm_where}" if self._llm_where else ""
+        self.llm.setToolTip(f"The assistant: {self._llm_name}{where}. It is asked once a "
+                            "conversation runs (Settings → Assistant (LLM) tests it).")
+
     def show_state(self, text: str, busy: bool = False) -> None:
-        self.state.setText(text)
+        self._state_detail = text
+        self._show_state_text(text)
         self.busy.setVisible(busy)
         self.fields.arrange()
+
+    def _show_state_text(self, text: str) -> None:
+        self.state.setText(text)
+        self.state.setToolTip(STATE_TIPS.get(text, text))
 
     def show_status(self, status: SessionStatus) -> None:
         self.last_status = status
@@ -181,14 +254,17 @@ class StatusLine(QStatusBar):
             self.context.setText(
                 f"context {status.context_used}/{status.context_window}"
                 f" ({status.span_positions_in_window} injected)")
+        if self._state_detail == LISTENING:  # full duplex: it hears you while it speaks
+            self._show_state_text(SPEAKING if status.speaker_db > SPEAKING_DB else LISTENING)
         self.llm.setText(f"LLM: {status.llm_state}")
-        self.llm.setToolTip(f"LLM: {status.llm_state}"
+        llm = self._llm_name or "The LLM"
+        explained = LLM_STATE_TIPS.get(status.llm_state, f"{llm}: {status.llm_state}")
+        self.llm.setToolTip(explained.format(llm=llm)
                             + (f" — {status.llm_message}" if status.llm_message else ""))
         self._warn_llm = status.llm_state in ("error", "unreachable", "model missing")
-        problems = status.dropped_frames + status.underruns + status.overruns
-        self.audio.setText(
-            f"audio: {status.dropped_frames} dropped, {status.underruns} under, "
-            f"{status.overruns} over" if problems else "audio ok")
+        audio, audio_tip = describe_audio(status)
+        self.audio.setText(audio)
+        self.audio.setToolTip(audio_tip)
         # The recognizer falling behind loses the user's words: shown apart, in red.
         self._warn_asr = status.asr_dropped_frames > 0
         missed_s = status.asr_dropped_frames * FRAME_S
@@ -218,7 +294,7 @@ class StatusLine(QStatusBar):
         for label in (self.model, self.frame, self.context, self.audio, self.asr):
             label.setText("")
         self.asr.setToolTip("")
-        self.llm.setText("LLM: off")
+        self._show_llm_choice()
         self._warn_frame = self._warn_llm = self._warn_asr = False
         self._colour_warnings()
 

@@ -69,11 +69,11 @@ from app.conversation.transcript.entries import (
     read_split,
 )
 from app.conversation.transcript.export import (
-    KIND_LABELS,
     describe_landing,
     describe_source,
-    format_clock,
-    format_conversation_time,
+    explain_timestamps,
+    format_timestamps,
+    kind_label,
     shown,
     shows_detail,
     to_plain_text,
@@ -182,8 +182,10 @@ class TranscriptModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._entries):
             return None
         entry = self._entries[index.row()]
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+        if role == Qt.ItemDataRole.DisplayRole:
             return to_plain_text([entry])
+        if role == Qt.ItemDataRole.ToolTipRole:  # the text, and what its two times are
+            return f"{to_plain_text([entry])}\n\n{explain_timestamps(entry)}"
         if role == self.EntryRole:
             return entry
         return None
@@ -271,6 +273,7 @@ _ACCENT_BAR = 4
 _TEXT_FLAGS = int(Qt.TextFlag.TextWordWrap)
 _UNBOUNDED = 1_000_000
 CANCEL_TEXT = "Cancel (Esc)"
+CONTROL_MARGIN_PX = 8  # a pointer this close to a Cancel button holds the view still
 ZOOM_STEP = 0.1  # of the base font size, per Ctrl++ / Ctrl+-
 ZOOM_LIMITS = (-5, 10)
 
@@ -319,7 +322,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     @staticmethod
     def header_label(entry: TranscriptEntry) -> str:
         """Glyph and label, e.g. `⤵ Injected span`; a growing entry ends with an ellipsis."""
-        label = KIND_LABELS.get(entry.kind, entry.kind)
+        label = kind_label(entry)
         if entry.kind == "notice" and entry.detail:
             label = f"{label} · {entry.detail}"
         suffix = " …" if not entry.final else ""
@@ -336,15 +339,15 @@ class TranscriptDelegate(QStyledItemDelegate):
 
     @staticmethod
     def header_stamps(entry: TranscriptEntry) -> str:
-        conversation = format_conversation_time(entry.conversation_s)
-        clock = format_clock(entry.wall_time)
-        return f"{clock}  {conversation}" if conversation else clock
+        """The clock's time and the audio's, named (the tooltip says what each is)."""
+        return format_timestamps(entry)
 
     @staticmethod
     def meta_text(entry: TranscriptEntry) -> str:
         if entry.kind != "span":
             return ""
-        return f"from {describe_source(entry.source)} · {describe_landing(entry)}"
+        landing = describe_landing(entry)
+        return f"from {describe_source(entry.source)}" + (f" · {landing}" if landing else "")
 
     def _body_font_for(self, entry: TranscriptEntry) -> QFont:
         font = QFont(self._mono_font if entry.kind == "tool" else self._body_font)
@@ -673,6 +676,12 @@ class TranscriptPanel(QWidget):
         self._jump.hide()
 
         self._following = True
+        # The pointer is on a control drawn in the transcript (a pending request's Cancel):
+        # following the newest entry would move it away under the pointer, so the view
+        # holds still until the pointer leaves it, then catches up.
+        self._held = False
+        self._view.viewport().setMouseTracking(True)
+        self._view.viewport().installEventFilter(self)
         bar = self._view.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -816,8 +825,34 @@ class TranscriptPanel(QWidget):
         self._set_following(True)
 
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
-        if self._following:
+        if self._following and not self._held:
             self._view.verticalScrollBar().setValue(maximum)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self._view.viewport():
+            if event.type() == QEvent.Type.MouseMove and isinstance(event, QMouseEvent):
+                self._hold(self._on_a_control(event.position().toPoint()))
+            elif event.type() == QEvent.Type.Leave:
+                self._hold(False)
+        return super().eventFilter(watched, event)
+
+    def _on_a_control(self, point: QPoint) -> bool:
+        """Whether `point` (viewport coordinates) is on or right by a Cancel button."""
+        index = self._view.indexAt(point)
+        if not index.isValid():
+            return False
+        button = self._delegate.button_rect(index)
+        return not button.isNull() and button.adjusted(
+            -CONTROL_MARGIN_PX, -CONTROL_MARGIN_PX, CONTROL_MARGIN_PX,
+            CONTROL_MARGIN_PX).contains(point)
+
+    def _hold(self, held: bool) -> None:
+        if held == self._held:
+            return
+        self._held = held
+        if not held and self._following:  # let go: catch up with the newest entry
+            bar = self._view.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     def _on_scrolled(self, value: int) -> None:
         bar = self._view.verticalScrollBar()

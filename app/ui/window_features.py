@@ -34,6 +34,7 @@ from app.ui.conversation_list import ConversationList, started_label
 from app.ui.export_dialog import export_with_dialog
 from app.ui.push_to_talk import PTT_KEY_NAME, PushToTalk
 from app.ui.saved_conversation_window import SavedConversationWindow
+from app.ui.screen_fit import fit_when_shown
 from app.ui.search_bar import SearchBar
 from app.ui.ui_state import UiState
 
@@ -350,10 +351,13 @@ class WindowFeatures(QObject):
     # ---- remembered geometry ------------------------------------------------------------------
 
     def _restore_geometry(self) -> None:
+        """The window as it was left, brought back inside the screen where that no longer
+        fits it (a smaller screen, a larger scale), and kept there each time it is shown."""
         if self.state.geometry is not None:
             self.window.restoreGeometry(self.state.geometry)
         if self.state.window_state is not None:
             self.window.restoreState(self.state.window_state)
+        fit_when_shown(self.window, self.window.size())
 
     def save_geometry(self) -> None:
         self.state.save_window(self.window.saveGeometry(), self.window.saveState())

@@ -24,3 +24,25 @@ def test_a_missing_device_falls_back_to_the_default_with_a_warning() -> None:
 def test_no_saved_name_means_the_default_silently() -> None:
     assert resolve_device(None, "output") == default_device("output")
     assert resolve_device(None, "output").warning is None
+
+
+def test_the_microphone_list_offers_the_system_default_once(qtbot) -> None:
+    """Issue 28, item 14: PortAudio lists ALSA's "default" device, which is the system
+    default the list already offers as "System default": it is offered once. A setting
+    saved as "default" (chosen from the old list) reads as the system default, not as a
+    device that is "not connected"."""
+    from app.settings.schema import AudioSettings
+    from app.ui.settings.audio_tab import SYSTEM_DEFAULT, AudioTab
+
+    listed_inputs, _ = list_devices()
+    assert "pulse" in listed_inputs
+    for saved in (None, "default"):
+        tab = AudioTab(AudioSettings(input_device=saved, output_device=saved),
+                       list_devices=list_devices)
+        qtbot.addWidget(tab)
+        for combo in (tab.input_combo, tab.output_combo):
+            names = [combo.itemText(i) for i in range(combo.count())]
+            assert names.count(SYSTEM_DEFAULT) == 1 and "pulse" in names, names
+            assert not [n for n in names if n.lower().startswith("default")], names
+            assert combo.currentText() == SYSTEM_DEFAULT
+        assert tab.settings().input_device is None

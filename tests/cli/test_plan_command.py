@@ -57,8 +57,8 @@ def test_plans_for_a_16_gb_card_a_12_gb_card_and_a_16_gb_mac(tmp_path, ollama):
     mac16 = plan_7b(tmp_path, ollama, "mac:16")
     assert "10.7 GB of it for the GPU" in mac16[0]
     assert mac16[1].startswith("Does not fit: Context Spanning 7B in 4-bit, ")
-    assert mac16[3].startswith("- run qwen3:4b on another machine (Settings → LLM → host): "
-                               "Context Spanning 7B in 4-bit, ")
+    assert mac16[3].startswith("- run qwen3:4b on another machine (Settings → Assistant (LLM) "
+                               "→ Server): Context Spanning 7B in 4-bit, ")
     assert "qwen3" not in mac16[3].split(": ", 1)[1]
 
 

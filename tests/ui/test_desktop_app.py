@@ -310,7 +310,7 @@ def test_a_saved_precision_the_device_does_not_offer_is_kept_and_marked(qtbot):
         "auto", "fp32", "bf16", "q8", "q4", "int8"]
     assert "not for this device" in combo.currentText()
     assert dialog.settings().speech.precision == "int8"  # nothing changes by itself
-    dialog.device_combo.setCurrentText("cuda")  # a device that runs it: no mark
+    dialog.device_combo.setCurrentIndex(dialog.device_combo.findData("cuda"))  # it runs it
     assert combo.currentData() == "int8" and "not for" not in combo.currentText()
 
 
@@ -369,3 +369,55 @@ def test_closing_the_window_does_not_wait_for_the_conversation(qtbot, tiny_folde
     assert controller.wait_shutdown(15.0)  # it does finish, in the background
     print(f"\nwindow.close() returned in {took * 1000:.0f} ms (the audio takes 2 s to stop)")
     assert took < 1.0
+
+
+# ---- issue 28, item 5: one answer for what runs ------------------------------------------------
+
+
+def test_int8_on_the_cpu_is_said_int8_by_the_plan_the_status_and_the_header(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    """int8 on this CPU got three answers: the plan said "Fits: … in 8-bit" and "int8 is not
+    offered on This computer's CPU", the log "57 linear layers at int8", the status bar and
+    the saved header "(float32)". What runs is read from the loaded model, and the plan
+    asks the device what runs on it."""
+    import torch
+
+    from app.engine.memory_survey import survey_for_settings
+    from app.engine.quantize import int8_unavailable_reason
+
+    auto_is_the_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    if int8_unavailable_reason(torch.device("cpu")) is not None:
+        pytest.fail("this test needs bitsandbytes' int8 kernels on the CPU (they run here)")
+    settings = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu",
+                                                      precision="int8"),
+                           llm=LlmSettings(backend="none"))
+    for device in ("cpu", "auto") if auto_is_the_cpu else ("cpu",):  # auto: this CPU here
+        chosen = replace(settings, speech=replace(settings.speech, device=device))
+        plan = survey_for_settings(chosen, timeout_s=0.5).lines()
+        assert any("in 8-bit" in line for line in plan), plan
+        assert not any("not offered" in line or "does not run" in line for line in plan), plan
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(settings)
+    window, controller, _ = launch(qtbot, store, Dialogs())
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+    qtbot.waitUntil(lambda: window.status_line.model.text() != "", timeout=10_000)
+    assert window.status_line.model.text().endswith("cpu · int8"), window.status_line.model.text()
+    header = window.features.keeper.header()
+    assert header.model.endswith("(int8)") and "float32" not in header.model, header
+    stop(controller, qtbot)
+
+
+def test_a_conversation_on_a_device_that_is_no_device_stops_with_words_not_torchs(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    """Issue 28, item 4: a settings file with device "banana" stopped the conversation with
+    torch's "Expected one of cpu, cuda, ipu, xpu, …" in the banner and the status bar."""
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="tiny", device="banana"),
+                           llm=LlmSettings(backend="none")))
+    window, controller, _ = launch(qtbot, store, Dialogs())
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: controller.state == "error", timeout=90_000)
+    for said in (window.banner.text(), window.status_line.state.text()):
+        assert "is not a device: choose auto, cpu, cuda" in said, said
+        assert "Expected one of" not in said, said

@@ -60,3 +60,32 @@ def test_a_long_notice_is_bounded_in_the_dialog(qtbot, data_dir, tmp_path) -> No
     [readable] = dialogs.readable[-1:]
     [shown] = [text for text in readable if "had problems" in text]
     assert len(shown) < 1000 and "cut:" in shown
+
+
+def test_the_welcome_names_the_model_chosen_since(qtbot, data_dir, tmp_path) -> None:
+    """Issue 28, item 12: the welcome names the model Start will talk to. Another model
+    chosen in Settings before the conversation begins changes it in place (it kept naming
+    the first one); once something was said, the welcome is history and stays."""
+    from dataclasses import replace
+
+    from app.checkpoints.catalog import get_manifest
+    from app.conversation.transcript.entries import TranscriptEntry
+
+    store = SettingsStore(tmp_path / "settings.json")
+    settings = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none"))
+    store.save(settings)
+    window, controller, desktop = launch(qtbot, store, WatchedDialogs())
+    tiny, persona = (get_manifest(m).display_name for m in ("tiny", "tiny-persona"))
+
+    def welcomes() -> list[str]:
+        return [text for text in notices(window) if text.startswith("Press Start")]
+
+    assert len(welcomes()) == 1 and tiny in welcomes()[0]
+    chosen = replace(settings, speech=replace(settings.speech, model_id="tiny-persona"))
+    desktop.settings_accepted(chosen)
+    assert len(welcomes()) == 1 and persona in welcomes()[0] and tiny not in welcomes()[0]
+    assert window.transcript.entries()[0].text == welcomes()[0]  # where it was: first
+    controller.entry.emit(TranscriptEntry(1, "user", "Hello", 0.0, origin="session-1"))
+    desktop.settings_accepted(settings)
+    assert len(welcomes()) == 1 and persona in welcomes()[0]  # the conversation has begun

@@ -7,6 +7,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,22 @@ def test_export_to_file_refuses_unknown_suffix(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         export_to_file(sample_entries(), tmp_path / "talk.txt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_markdown_marks_where_the_model_stopped_reading_a_span() -> None:
+    """Issue 28, item 14: the window marks where the model stopped reading a long paste;
+    the Markdown export says the same at the same place, not only how many characters."""
+    from app.conversation.transcript.entries import READ_MARK
+
+    read, rest = "The part the model read. " * 4, "What it never read. " * 6
+    span = TranscriptEntry(1, "span", read + rest, 1_790_000_000.0, 4.0, source="pasted text",
+                           landed_frame=50, read_chars=len(read),
+                           detail=f"the model read the first {len(read)} of "
+                                  f"{len(read + rest)} characters")
+    markdown = to_markdown([span])
+    assert READ_MARK in markdown
+    before, after = markdown.split(READ_MARK)
+    assert read.strip() in before and rest.strip() not in before
+    assert rest.strip() in after
+    whole = replace(span, read_chars=None)
+    assert READ_MARK not in to_markdown([whole])  # read whole: no mark

@@ -6,11 +6,13 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QImage
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.conversation.transcript.entries import TranscriptEntry
@@ -275,3 +277,89 @@ def test_five_thousand_entries(qtbot: QtBot, panel: TranscriptPanel) -> None:
     panel.upsert(TranscriptEntry(100, "user", "first, revised", T0, 0.0))
     assert panel.entries()[0].text == "first, revised"
     assert len(panel.entries()) == 5000
+
+
+def test_a_bubbles_two_times_say_which_is_which(panel: TranscriptPanel) -> None:
+    """Issue 28, item 11: each bubble showed two unlabelled times, the clock's and the
+    conversation's audio position, which drift apart by minutes on a slow machine. The
+    second is labelled where it is drawn, and the tooltip says what each one is; the
+    clipboard's and the export's text label it the same way."""
+    late = TranscriptEntry(1, "assistant", "Hello.", T0, 754.4)  # 12:34.4 into the audio
+    panel.upsert(late)
+    clock = time.strftime("%H:%M:%S", time.localtime(T0))
+    stamps = panel.delegate.header_stamps(late)
+    assert stamps == f"{clock} · audio +12:34.4", stamps
+    tooltip = panel.model.data(panel.model.index(0), Qt.ItemDataRole.ToolTipRole)
+    assert f"{clock}: the time of day" in tooltip
+    assert "audio +12:34.4: " in tooltip and "falls behind the clock" in tooltip
+    assert f"[{clock} · audio +12:34.4]" in to_plain_text([late])
+    without = TranscriptEntry(2, "notice", "Saved.", T0)  # no audio time: the clock alone
+    assert panel.delegate.header_stamps(without) == clock
+
+
+def test_a_span_that_was_never_injected_does_not_read_as_injected(panel: TranscriptPanel) -> None:
+    """Issue 28, item 9 (its transcript wording): a span cut off by a dropped connection
+    read "Injected span · not landed yet · not injected: the connection dropped". Its
+    label says what became of it, and nothing says it may still land."""
+    from app.conversation.transcript.entries import QUEUED, READING, closed
+    from app.conversation.transcript.export import to_markdown
+
+    queued = TranscriptEntry(1, "span", "My notes", T0, 1.0, source="typed", final=False,
+                             detail=QUEUED)
+    reading = TranscriptEntry(2, "span", "Long notes", T0, 1.0, source="typed", final=False,
+                              detail=f"{READING}; 3 of 5 chunks")
+    never = closed(queued, "the connection dropped")
+    partly = closed(reading, "the connection dropped")
+    for entry in (never, partly):
+        panel.upsert(entry)
+    delegate = panel.delegate
+    said = {entry.entry_id: " · ".join((delegate.header_label(entry),
+                                         delegate.meta_text(entry), entry.detail))
+            for entry in (never, partly)}
+    assert said[1] == "⤵ Span not injected · from text you typed · not injected: the " \
+                      "connection dropped", said[1]
+    assert said[2].startswith("⤵ Span partly read · from text you typed · only partly "
+                              "read: the connection dropped"), said[2]
+    for text in (*said.values(), to_plain_text([never, partly]), to_markdown([never, partly])):
+        assert "Injected span" not in text and "not landed yet" not in text, text
+    # Still on its way: it says so.
+    assert delegate.meta_text(queued) == "from text you typed · not landed yet"
+    assert "Injected span" in delegate.header_label(queued)
+
+
+def test_the_cancel_button_stays_under_the_pointer_while_words_grow_below(
+        qtbot: QtBot, panel: TranscriptPanel) -> None:
+    """Issue 28, item 2: the panel follows the newest entry, so the model's words growing
+    below a pending request moved its "Cancel (Esc)" up (y 524 → 482 in seconds) and a
+    click aimed at it landed on a bubble. While the pointer is over the button the view
+    holds still; it catches up with the newest entry when the pointer leaves."""
+    from PySide6.QtTest import QTest
+
+    panel.resize(600, 300)
+    for entry in chatter(12):  # more than the view holds: it is scrolled to the newest
+        panel.upsert(entry)
+    panel.upsert(TranscriptEntry(50, "thinking", "“What is the weather?”", T0, 9.0,
+                                 final=False, detail="typed"))
+    words = "Sunny and mild in Lyon today, "
+    panel.upsert(TranscriptEntry(51, "assistant", words, T0, 9.5, final=False))
+    qtbot.waitUntil(lambda: panel.view.verticalScrollBar().isVisible(), timeout=2000)
+    QApplication.processEvents()
+    assert panel.is_following()
+    viewport = panel.view.viewport()
+    index = panel.model.index(12)
+    button = panel.delegate.button_rect(index)
+    assert not button.isNull() and viewport.rect().contains(button)
+    QTest.mouseMove(viewport, button.center())
+    QApplication.processEvents()
+    for n in range(2, 12):  # the answer grows by a line or so at a time
+        panel.upsert(TranscriptEntry(51, "assistant", words * n * 3, T0, 9.5, final=False))
+        QApplication.processEvents()
+        assert panel.delegate.button_rect(index) == button, n  # it did not move
+    cancelled: list[TranscriptEntry] = []
+    panel.cancel_requested.connect(cancelled.append)
+    QTest.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=button.center())
+    assert [e.entry_id for e in cancelled] == [50]
+    QTest.mouseMove(viewport, QPoint(5, 5))  # away from it: the view catches up
+    QApplication.processEvents()
+    bar = panel.view.verticalScrollBar()
+    assert panel.is_following() and bar.value() == bar.maximum()

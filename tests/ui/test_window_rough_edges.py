@@ -105,7 +105,7 @@ def test_after_stop_no_stale_figures_dark_meters_and_no_partial_bubble(qtbot, ba
     controller.state_changed.emit("stopped", "Stopped")
     settle()
     assert [line.model.text(), line.frame.text(), line.context.text()] == ["", "", ""]
-    assert line.llm.text() == "LLM: off"
+    assert line.llm.text() == "LLM: qwen3:4b"  # the LLM it will ask, not "thinking" (issue 28)
     for meter in (window.mic_meter, window.speaker_meter):
         assert meter.level() == 0 and not meter.is_active()
     last = window.transcript.entries()[-1]

@@ -18,7 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from app.conversation.transcript.entries import EntryKind, SpanContext, TranscriptEntry
+from app.conversation.transcript.entries import (
+    READ_MARK,
+    EntryKind,
+    SpanContext,
+    TranscriptEntry,
+    read_split,
+)
 from app.display_text import visible_controls
 
 JSON_FORMAT = "contextspan-transcript"
@@ -77,11 +83,28 @@ def format_conversation_time(seconds: float | None) -> str:
     return f"{sign}{minutes}:{sec}"
 
 
+AUDIO_TIME_LABEL = "audio"  # names the frame clock's time where it stands beside the clock's
+
+
 def format_timestamps(entry: TranscriptEntry) -> str:
-    """Both clocks of an entry, e.g. `12:03:04 · +1:23.4`."""
+    """Both clocks of an entry, the second one named, e.g. `12:03:04 · audio +1:23.4`: on a
+    computer that cannot keep real time they drift apart, and two bare times would not say
+    which is which."""
     conversation = format_conversation_time(entry.conversation_s)
     clock = format_clock(entry.wall_time)
-    return f"{clock} · {conversation}" if conversation else clock
+    return f"{clock} · {AUDIO_TIME_LABEL} {conversation}" if conversation else clock
+
+
+def explain_timestamps(entry: TranscriptEntry) -> str:
+    """What each of an entry's times is, for a tooltip."""
+    clock = format_clock(entry.wall_time)
+    lines = [f"{clock}: the time of day it happened."]
+    conversation = format_conversation_time(entry.conversation_s)
+    if conversation:
+        lines.append(f"{AUDIO_TIME_LABEL} {conversation}: where it is in the conversation's "
+                     "audio, counted in the speech model's 80 ms frames; it falls behind the "
+                     "clock when the computer cannot keep real time.")
+    return "\n".join(lines)
 
 
 def iso_time(wall_time: float) -> str:
@@ -110,8 +133,30 @@ def describe_source(source: str) -> str:
     return source
 
 
+# What a closed span's detail begins with when it never landed whole (entries.closed and
+# the transcript builder write them), and the label it gets instead of "Injected span".
+_NEVER_LANDED = {"not injected": "Span not injected", "only partly read": "Span partly read"}
+
+
+def _never_landed(entry: TranscriptEntry) -> str | None:
+    """A finished span that did not land: its label; None for any other entry."""
+    if entry.kind != "span" or entry.landed_frame is not None or not entry.final:
+        return None
+    state = entry.detail.partition("; ")[0]
+    return next((label for start, label in _NEVER_LANDED.items() if state.startswith(start)),
+                None)
+
+
+def kind_label(entry: TranscriptEntry) -> str:
+    """"You", "Injected span" …; a span that never landed says what became of it."""
+    return _never_landed(entry) or KIND_LABELS.get(entry.kind, entry.kind)
+
+
 def describe_landing(entry: TranscriptEntry) -> str:
-    """The span's landing point in frames, which is what ties it to what the voice said next."""
+    """The span's landing point in frames, which is what ties it to what the voice said next;
+    "" for one that will never land (its label and detail say why)."""
+    if _never_landed(entry) is not None:
+        return ""
     if entry.landed_frame is None:
         return "not landed yet"
     return f"landed before frame {entry.landed_frame}"
@@ -130,9 +175,11 @@ def shown(entry: TranscriptEntry) -> TranscriptEntry:
 
 def entry_heading(entry: TranscriptEntry) -> str:
     """The label line of an entry without timestamps, shared by every text form."""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = kind_label(entry)
     if entry.kind == "span":
-        return f"{label} from {describe_source(entry.source)}, {describe_landing(entry)}"
+        landing = describe_landing(entry)
+        return f"{label} from {describe_source(entry.source)}" + (f", {landing}" if landing
+                                                                    else "")
     if entry.kind == "notice" and entry.detail:
         return f"{label} ({entry.detail})"
     return label
@@ -168,13 +215,20 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
     entry = shown(entry)
     stamps = format_timestamps(entry)
     partial = " _(partial)_" if not entry.final else ""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = kind_label(entry)
     if entry.kind == "span":
+        landing = describe_landing(entry)
         head = (f"> **{label}** from {describe_source(entry.source)}"
-                f" · {describe_landing(entry)} · {stamps}{partial}")
+                f"{f' · {landing}' if landing else ''} · {stamps}{partial}")
         if entry.detail:
             head += f"\n> _{entry.detail}_"
-        return f"{head}\n>\n{_blockquote(entry.text)}"
+        split = read_split(entry)
+        if split is None:
+            return f"{head}\n>\n{_blockquote(entry.text)}"
+        # Where the model stopped reading, as the window marks it.
+        read, unread = split
+        return (f"{head}\n>\n{_blockquote(read)}\n>\n> _{READ_MARK}_\n>\n"
+                f"{_blockquote(unread)}")
     if entry.kind == "tool":
         body = f"**{label}** · {stamps}{partial}\n\n`{entry.text}`"
         if entry.detail:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings.schema import AudioSettings
+from app.settings.schema import SYSTEM_DEFAULT_ALIASES, AudioSettings
 from app.text_bounds import bounded
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import form_on, hint
@@ -69,11 +69,15 @@ def meter_percent(level: float) -> int:
 
 def _device_combo(names: Sequence[str], current: str | None) -> QComboBox:
     """"System default" (None) and the devices; a saved device that is not connected now is
-    kept as a choice, so opening the dialog never forgets it."""
+    kept as a choice, so opening the dialog never forgets it. The system default's alias
+    (ALSA's "default") is the system default: offered once, under that name."""
+    if current in SYSTEM_DEFAULT_ALIASES:
+        current = None
     combo = QComboBox()
     combo.addItem(SYSTEM_DEFAULT, None)
     for name in names:
-        combo.addItem(name, name)
+        if name not in SYSTEM_DEFAULT_ALIASES:
+            combo.addItem(name, name)
     if current is not None and combo.findData(current) < 0:
         combo.addItem(f"{bounded(current)} (not connected)", current)
     combo.setCurrentIndex(max(0, combo.findData(current)))

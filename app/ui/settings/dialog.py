@@ -11,17 +11,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 from app.checkpoints.catalog import Manifest
 from app.remote.probe import probe_server
 from app.settings.schema import AppSettings
 from app.ui.memory_plan_view import Survey, survey_settings
+from app.ui.screen_fit import ScrollingTabs, fit_when_shown
 from app.ui.settings.audio_tab import AudioTab, ListDevices, MicLevelProbe, PlayTestTone
 from app.ui.settings.engine_box import ProbeServer
 from app.ui.settings.form import hint, put_on_top
 from app.ui.settings.llm_tab import BackendFactory, LlmTab, connection_test_backend
-from app.ui.settings.speech_tab import ListVoices, SpeechTab, list_persona_voices
+from app.ui.settings.speech_tab import DeviceSurvey, ListVoices, SpeechTab, list_persona_voices
 
 RESTART_NOTE = (
     "A conversation is running. The assistant (LLM, server, model, timeout, tools and "
@@ -52,6 +53,7 @@ class SettingsDialog(QDialog):
         server_probe: ProbeServer = probe_server,
         conversation_running: bool = False,
         memory_survey: Survey = survey_settings,
+        device_survey: DeviceSurvey | None = None,
     ) -> None:
         """`conversation_running`: opened during a conversation, the dialog says which
         settings apply at once and which after a restart of the conversation."""
@@ -61,7 +63,7 @@ class SettingsDialog(QDialog):
         self._initial = settings
         self.speech_tab = SpeechTab(settings.speech, settings.engine, catalog=catalog,
                                     list_voices=list_voices, server_probe=server_probe,
-                                    memory_survey=memory_survey)
+                                    memory_survey=memory_survey, device_survey=device_survey)
         self.audio_tab = AudioTab(settings.audio, list_devices=list_devices,
                                   mic_level_probe=mic_level_probe,
                                   play_test_tone=play_test_tone)
@@ -73,7 +75,7 @@ class SettingsDialog(QDialog):
         # again when the speech tab is shown after the other tabs were changed.
         self.speech_tab.plan_settings = self.settings
 
-        self.tabs = QTabWidget()
+        self.tabs = ScrollingTabs()  # a page taller than the screen scrolls; OK stays seen
         self.tabs.addTab(self.speech_tab, "Speech model")
         self.tabs.addTab(self.audio_tab, "Audio")
         self.tabs.addTab(self.llm_tab, "Assistant (LLM)")
@@ -96,6 +98,7 @@ class SettingsDialog(QDialog):
             restart_hint.setVisible(conversation_running)
             put_on_top(tab, restart_hint)
             self._restart_hints.append(restart_hint)
+        fit_when_shown(self)  # as large as its pages where the screen has room
 
     def _tab_shown(self, index: int) -> None:
         if self.tabs.widget(index) is self.speech_tab:
@@ -136,7 +139,7 @@ class SettingsDialog(QDialog):
         URL, a timeout out of range) is shown, on its tab, with why under it, and the dialog
         stays open. A user who pressed OK expects the settings to work, not a notice at the
         next turn; one who wants to leave has Cancel."""
-        for tab, problems in ((self.speech_tab, self.engine_box.problems()),
+        for tab, problems in ((self.speech_tab, self.speech_tab.problems()),
                               (self.llm_tab, self.llm_tab.problems())):
             if problems:
                 field, _why = problems[0]

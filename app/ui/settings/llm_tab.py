@@ -70,22 +70,26 @@ TIMEOUT_RANGE = _timeout_range()  # the store's own check, so the two never disa
 _HOST_SHOWN = 80  # characters of the server address quoted in the status line
 _MESSAGE_SHOWN = 600  # characters of a server's answer or error shown
 HOST_PLACEHOLDERS = {
-    "ollama": "Empty: Ollama's default (OLLAMA_HOST, else http://127.0.0.1:11434)",
+    "ollama": "Empty: Ollama's default (OLLAMA_HOST, else http://127.0.0.1:11434); "
+              "host:port means http",
     "openai": "The server's base URL, for example http://127.0.0.1:8080/v1",
 }
 
 
 def host_problem(host: str, backend: str = "ollama") -> str | None:
     """Why `host` cannot be `backend`'s server address (None: it can): an http or https URL
-    with a host name. Ollama's may be empty (its own default, as app.llm.factory reads it);
-    an OpenAI-compatible server has no default."""
+    with a host name. Ollama's may be empty (its own default, as app.llm.factory reads it)
+    or `host:port`, as OLLAMA_HOST is written (Ollama's client assumes http, as the speech
+    server's field does); an OpenAI-compatible server has no default, and its client needs
+    the scheme."""
     host = host.strip()
     example = "for example " + DEFAULT_HOSTS.get(backend, OLLAMA_DEFAULT_HOST)
     if not host:
         if backend == "ollama":
             return None
         return f"Enter the server's address, {example}."
-    return address_problem(host, ("http", "https"), example)
+    return address_problem(host, ("http", "https"), example,
+                           bare_host_scheme="http" if backend == "ollama" else None)
 
 
 def timeout_problem(seconds: float) -> str | None:

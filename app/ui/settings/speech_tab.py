@@ -2,9 +2,12 @@
 checkpoint and its files, device and precision, the memory plan for them, and a persona
 checkpoint's voice, role and the user's name and city.
 
-The precision lists what the chosen device offers (app/engine/precision.py); the memory plan
-(app/ui/memory_plan_view.py, made off the GUI thread) says what fits with it, and is asked
-again when the model, the folder, the device, the precision or where it runs changes.
+The devices are this machine's (app/engine/device.survey_devices, asked off the GUI thread):
+the ones it lacks are listed greyed with why, and the precision lists what runs on the chosen
+one; a saved device or precision that cannot run here is shown marked, said in red, and OK
+refuses it. The memory plan (app/ui/memory_plan_view.py, made off the GUI thread) says what
+fits, and is asked again when the model, the folder, the device, the precision or where it
+runs changes.
 
 A persona checkpoint's voices are listed from its folder off the GUI thread (it may unpack
 an archive); a listing for a model the user has since left is dropped.
@@ -16,9 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
@@ -26,7 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
-from app.engine.precision import PRECISION_NAMES, precisions_for
+from app.engine.device import DeviceChoice, device_problem, find_choice, unsurveyed_devices
+from app.engine.precision import AUTO, PRECISION_CHOICES, PRECISION_NAMES
 from app.remote.probe import probe_server
 from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
@@ -34,10 +40,15 @@ from app.ui import safe_file_dialog
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
-from app.ui.settings.form import form_on, hint, put_on_top
+from app.ui.settings.form import FAILED_COLOR, form_on, hint, put_on_top
 
-DEVICES = ("auto", "cuda", "mps", "cpu", "mlx")  # mlx: the MLX engine (app/engine/mlx/)
-PLAN_DELAY_MS = 300  # typing a device ("cuda:1") asks once, after the typing
+PLAN_DELAY_MS = 300  # a burst of changes asks for one plan, after it
+DEVICE_CHARS = 24  # the device list's width in characters (a long reason does not widen it)
+LOOKING = "Looking at this machine's devices…"
+
+# This machine's devices and what runs on each (app.engine.device.survey_devices); blocks
+# for seconds the first time: called off the GUI thread.
+DeviceSurvey = Callable[[], tuple[DeviceChoice, ...]]
 
 # A persona checkpoint's voice prompt names (app.engine.conversation_start.list_voices).
 ListVoices = Callable[[Manifest, Path], list[str]]
@@ -49,6 +60,12 @@ def list_persona_voices(manifest: Manifest, folder: Path) -> list[str]:
     from app.engine.conversation_start import list_voices
 
     return list_voices(manifest.conversation_start, folder)
+
+
+def _problem_label() -> QLabel:
+    label = hint("")
+    label.setVisible(False)
+    return label
 
 
 class SpeechTab(QWidget):
@@ -63,10 +80,13 @@ class SpeechTab(QWidget):
         list_voices: ListVoices = list_persona_voices,
         server_probe: ProbeServer = probe_server,
         memory_survey: Survey = survey_settings,
+        device_survey: DeviceSurvey | None = None,
         parent: QWidget | None = None,
     ) -> None:
         """`catalog` None: the app's own (an unreadable one is shown on the tab).
-        `memory_survey`: makes the memory plan (the real one asks Ollama and the device)."""
+        `memory_survey`: makes the memory plan (the real one asks Ollama and the device).
+        `device_survey`: this machine's devices (the app gives survey_devices); None: the
+        devices by the engines' rules, not checked against this machine (and said so)."""
         super().__init__(parent)
         self._initial = speech
         # The whole settings the plan is made for (the dialog's, with the LLM tab's model);
@@ -75,7 +95,8 @@ class SpeechTab(QWidget):
             speech=self.settings(), engine=self.engine_box.settings(engine))
         self._list_voices = list_voices
         self._voice: str | None = speech.voice
-        self._jobs = BackgroundJobs({"voices": self._voices_listed}, parent=self)
+        self._jobs = BackgroundJobs({"voices": self._voices_listed,
+                                     "devices": self._devices_surveyed}, parent=self)
         self._catalog_error: str | None = None
         if catalog is None:
             try:
@@ -112,21 +133,39 @@ class SpeechTab(QWidget):
         row.addWidget(clear)
         form.addRow("Files:", row)
 
+        # The devices this machine has (and the others, greyed, with why): chosen from a
+        # list, never typed.
         self.device_combo = QComboBox()
-        self.device_combo.setEditable(True)  # "cuda:1" and the like are valid too
-        self.device_combo.addItems(DEVICES)
-        self.device_combo.setCurrentText(speech.device)
+        self.device_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.device_combo.setMinimumContentsLength(DEVICE_CHARS)
+        self._device: str = speech.device  # kept while the list is filled anew
+        self._choices: tuple[DeviceChoice, ...] | None = None  # None: being surveyed
+        self._surveyed = device_survey is not None
         form.addRow("Device:", self.device_combo)
+        self.device_hint = _problem_label()
+        form.addRow("", self.device_hint)
 
         self.precision_combo = QComboBox()
-        self.precision_combo.setToolTip(
+        self.precision_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.precision_combo.setMinimumContentsLength(DEVICE_CHARS)
+        self._precision_tip = (
             "The speech model's weights. auto: the best that fits in this machine's memory "
             "(the plan below); 8 and 4 bits take a half and a quarter of 16-bit's memory")
+        self.precision_combo.setToolTip(self._precision_tip)
         self._precision: str = speech.precision  # kept while the list is filled anew
         self._filling = False
-        self._fill_precisions()
         self.precision_combo.currentIndexChanged.connect(self._precision_chosen)
         form.addRow("Precision:", self.precision_combo)
+        self.precision_hint = _problem_label()
+        form.addRow("", self.precision_hint)
+        self.device_combo.currentIndexChanged.connect(self._device_chosen)
+        if device_survey is None:
+            self._devices_surveyed(unsurveyed_devices())
+        else:
+            self._fill_devices()  # the saved device alone, and LOOKING under it
+            self._jobs.start("devices", device_survey)
 
         self.memory_plan = MemoryPlanView(memory_survey)
         form.addRow("Memory:", self.memory_plan)
@@ -136,7 +175,6 @@ class SpeechTab(QWidget):
         self._plan_timer.timeout.connect(self.refresh_plan)
         self.model_combo.currentIndexChanged.connect(self._plan_soon)
         self.folder_edit.editingFinished.connect(self._plan_soon)
-        self.device_combo.currentTextChanged.connect(self._device_changed)
 
         self.voice_combo = QComboBox()
         self.voice_combo.activated.connect(self._voice_chosen)
@@ -173,7 +211,7 @@ class SpeechTab(QWidget):
         return SpeechModelSettings(
             model_id=self.model_combo.currentData() or self._initial.model_id,
             custom_folder=self.folder_edit.text().strip() or None,
-            device=self.device_combo.currentText().strip() or "auto",
+            device=self._device.strip() or AUTO,
             precision=self._precision,  # type: ignore[arg-type]  # one of the offered
             voice=self._voice,
             role=role if role.strip() else None,  # empty: the checkpoint's default role
@@ -187,13 +225,115 @@ class SpeechTab(QWidget):
         for widget in (self.model_combo, self.folder_edit, self.folder_button,
                        self.device_combo, self.precision_combo):
             widget.setEnabled(local)
+        self._show_problems()
 
-    # ---- precision and the memory plan ------------------------------------------------------
+    # ---- device, precision and the memory plan -----------------------------------------------
+
+    def problems(self) -> list[tuple[QWidget, str]]:
+        """What the tab cannot save as it is: (the field, why). Where the speech model runs
+        on a server, its address; on this computer, a device it lacks or no device at all,
+        and a precision that does not run on the device."""
+        if self.engine_box.mode != "local":
+            return self.engine_box.problems()
+        return self._local_problems()
+
+    def _local_problems(self) -> list[tuple[QWidget, str]]:
+        found: list[tuple[QWidget, str]] = []
+        device = self._device_problem()
+        if device:
+            found.append((self.device_combo, device))
+        choice = self._current_choice()
+        precision = choice.why_not_precision(self._precision) if choice is not None else None
+        if precision and not device:
+            found.append((self.precision_combo, f"{precision}."))
+        return found
+
+    def _device_problem(self) -> str | None:
+        problem = device_problem(self._device)
+        if problem is not None or self._choices is None or not self._surveyed:
+            return problem
+        choice = self._current_choice()
+        if choice is None:
+            return f"{bounded(self._device)} is not on this machine: choose one of the list."
+        if choice.why_not is not None:
+            return f"{choice.name} is not available here: {choice.why_not}."
+        return None
+
+    def _show_problems(self) -> None:
+        box = getattr(self, "engine_box", None)  # made last: its mode decides at the end
+        said = dict(self._local_problems()) if box is None or box.mode == "local" else {}
+        for field, label in ((self.device_combo, self.device_hint),
+                             (self.precision_combo, self.precision_hint)):
+            label.setStyleSheet(f"color: {FAILED_COLOR}")
+            label.setText(said.get(field, ""))
+            label.setVisible(field in said)
+        if self.device_combo not in said and self._choices is None:  # still being asked
+            self.device_hint.setStyleSheet("color: gray")
+            self.device_hint.setText(LOOKING)
+            self.device_hint.setVisible(True)
+
+    def _current_choice(self) -> DeviceChoice | None:
+        return find_choice(self._choices, self._device) if self._choices else None
+
+    def _devices_surveyed(self, result: object) -> None:
+        if isinstance(result, Exception):  # the survey is a bug's victim: say so, go on
+            self._choices = unsurveyed_devices()
+            self._surveyed = False
+            self._fill_devices()
+            self.device_hint.setStyleSheet("color: gray")
+            self.device_hint.setText("This machine's devices could not be listed: "
+                                     f"{bounded(str(result))}")
+            self.device_hint.setVisible(True)
+            return
+        assert isinstance(result, tuple)
+        self._choices = result
+        self._fill_devices()
+
+    def _fill_devices(self) -> None:
+        """The devices, the ones this machine lacks greyed with why; a saved device that is
+        not among them stays shown (and chosen) with a mark."""
+        combo = self.device_combo
+        self._filling = True
+        combo.clear()
+        model = combo.model()
+        for choice in self._choices or ():
+            if choice.available:
+                combo.addItem(f"{choice.name}: {choice.label}", choice.name)
+            else:
+                combo.addItem(f"{choice.name}: not available ({choice.why_not})", choice.name)
+                if isinstance(model, QStandardItemModel):
+                    item = model.item(combo.count() - 1)
+                    item.setEnabled(False)
+                    item.setToolTip(choice.why_not or "")
+        if self._current_choice() is None:
+            mark = ("not a device" if device_problem(self._device) else
+                    "checking…" if self._choices is None else "not on this machine")
+            combo.addItem(f"{bounded(self._device)}: {mark}", self._device)
+        combo.setCurrentIndex(max(0, combo.findData(self._current_data())))
+        self._filling = False
+        self._fill_precisions()
+        self._show_problems()
+
+    def _current_data(self) -> str:
+        """The combo's data for the device chosen ("cuda:0" is listed as "cuda")."""
+        choice = self._current_choice()
+        return choice.name if choice is not None else self._device
+
+    def _device_chosen(self, index: int) -> None:
+        if self._filling or index < 0:
+            return
+        self._device = self.device_combo.itemData(index)
+        self._fill_precisions()
+        self._show_problems()
+        self._plan_soon()
 
     def _fill_precisions(self) -> None:
-        """The precisions the device offers; a saved one it does not offer stays shown (and
-        chosen) with a mark, so that nothing the user chose changes by itself."""
-        offered = precisions_for(self.device_combo.currentText() or "auto")
+        """The precisions that run on the device; a saved one that does not stays shown (and
+        chosen) with a mark, so that nothing the user chose changes by itself. Those that do
+        not run there are named, with why, in the list's tooltip."""
+        choice = self._current_choice()
+        runs = choice.precisions if choice is not None else ()
+        offered = [AUTO, *(p for p in PRECISION_CHOICES if p in runs)]
         self._filling = True
         self.precision_combo.clear()
         for name in offered:
@@ -204,15 +344,15 @@ class SpeechTab(QWidget):
                 "(not for this device)", self._precision)
         self.precision_combo.setCurrentIndex(self.precision_combo.findData(self._precision))
         self._filling = False
+        elsewhere = [why for _name, why in choice.not_here] if choice is not None else []
+        self.precision_combo.setToolTip("\n".join(
+            [self._precision_tip, *(["Not offered here:"] + elsewhere if elsewhere else [])]))
 
     def _precision_chosen(self, index: int) -> None:
         if self._filling or index < 0:
             return
         self._precision = self.precision_combo.itemData(index)
-        self._plan_soon()
-
-    def _device_changed(self, _text: str) -> None:
-        self._fill_precisions()
+        self._show_problems()
         self._plan_soon()
 
     def _plan_soon(self, *_args: object) -> None:

@@ -62,9 +62,10 @@ def press_ok(dialog: SettingsDialog) -> None:
 
 
 @pytest.mark.parametrize(("backend", "host"), [
-    ("ollama", "not a url at all"), ("ollama", "127.0.0.1:11434"), ("ollama", "ftp://host"),
+    ("ollama", "not a url at all"), ("ollama", "ftp://host"),
     ("ollama", "http://"), ("ollama", "http://host:99999"), ("openai", "with space.org"),
     ("openai", ""),  # an OpenAI-compatible server has no default address
+    ("openai", "127.0.0.1:8080/v1"),  # its client needs the scheme; Ollama's assumes http
 ])
 def test_a_host_that_is_no_url_is_said_at_once_and_ok_keeps_the_dialog(
         qtbot, backend, host) -> None:
@@ -128,3 +129,28 @@ def test_a_connection_result_goes_when_what_it_was_about_changes(qtbot, change) 
     else:
         dialog.backend_combo.setCurrentIndex(dialog.backend_combo.findData("openai"))
     assert dialog.connection_status.text() == ""
+
+
+def test_ollamas_own_host_port_form_is_taken_as_ollama_takes_it(qtbot) -> None:
+    """Issue 28, item 7: `OLLAMA_HOST=localhost:11500` is how Ollama itself is told its
+    address (http assumed); the field takes it, as the speech server's field does, and the
+    real connection test reaches the server at that address."""
+    from app.llm.ollama_standin import OllamaStandIn
+
+    with OllamaStandIn(models=("qwen3:4b",)) as standin:
+        bare = standin.url.removeprefix("http://")
+        assert bare != standin.url and "://" not in bare  # "127.0.0.1:PORT"
+        dialog = SettingsDialog(AppSettings(llm=LlmSettings(backend="ollama", model="")),
+                                stt_models=STT_MODELS, list_voices=lambda *_: [])
+        qtbot.addWidget(dialog)
+        dialog.show()
+        dialog.tabs.setCurrentWidget(dialog.llm_tab)
+        dialog.host_edit.setText(bare)
+        assert not shown(dialog.host_problem), dialog.host_problem.text()
+        assert dialog.test_button.isEnabled()
+        dialog.test_connection()
+        qtbot.waitUntil(lambda: "Connected" in dialog.connection_status.text(),
+                        timeout=WAIT_MS)
+        press_ok(dialog)
+        assert dialog.result() == 1
+        assert dialog.settings().llm.host == bare  # kept as typed, as Ollama reads it

@@ -83,7 +83,7 @@ def test_dialog_shows_the_settings_and_returns_them_unchanged(qtbot) -> None:
     )
     dialog = make_dialog(qtbot, settings, list_devices=lambda: (["USB Mic"], ["Speakers"]))
     assert dialog.model_combo.currentText() == CATALOG["tiny"].display_name
-    assert dialog.device_combo.currentText() == "cpu"
+    assert dialog.device_combo.currentData() == "cpu"
     assert dialog.precision_combo.currentData() == "int8"
     assert dialog.input_combo.currentText() == "USB Mic"
     assert dialog.headset_radio.isChecked()
@@ -100,7 +100,7 @@ def test_dialog_shows_the_settings_and_returns_them_unchanged(qtbot) -> None:
 def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
     dialog = make_dialog(qtbot, list_devices=lambda: (["Mic 1", "Mic 2"], ["Out 1"]))
     select_data(dialog.model_combo, "moshiko")
-    dialog.device_combo.setCurrentText("cuda")
+    select_data(dialog.device_combo, "cuda")
     select_data(dialog.precision_combo, "fp8")  # the list follows the device: cuda has it
     monkeypatch.setattr(safe_file_dialog, "existing_directory", lambda *a, **k: "/models/mine")
     qtbot.mouseClick(dialog.folder_button, Qt.MouseButton.LeftButton)
