@@ -72,3 +72,6 @@ def test_the_engine_converses_and_takes_a_span_block_with_int8_weights(tiny_cs_c
     assert not [e for e in events if isinstance(e, ev.EngineError)], events
     assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 20
     assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)
+    ready = next(e for e in events if isinstance(e, ev.EngineReady))
+    assert ready.dtype == "int8"  # what runs, as the layers say, not the float dtype
+    assert engine.facts().dtype == "int8"
