@@ -35,8 +35,8 @@ from moshi.models import LMGen
 
 from app.asr.events import AsrWord
 from app.asr.stt_catalog import LoadedStt
-from app.engine.torch_codec import torch_codec
 from app.frames import FRAME_S, FRAME_SAMPLES
+from app.mimi_codec import torch_codec
 
 END_OF_PADDING_ID = 0  # Kyutai STT: a word starts after this token
 WORD_START_MARK = "▁"  # SentencePiece's mark of a piece that starts a new word

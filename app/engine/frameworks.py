@@ -1,7 +1,7 @@
 """Which framework runs a loaded checkpoint: its LM runtime and its frame codec.
 
 A checkpoint loaded for MLX (app/engine/mlx/checkpoint.py) runs on the MLX seam
-(mlx/mlx_runtime.py), any other on torch's (torch_runtime.py, torch_codec.py). The frame
+(mlx/mlx_runtime.py), any other on torch's (torch_runtime.py, app/mimi_codec.py). The frame
 loop never asks which: it drives the two objects this returns.
 """
 
@@ -49,8 +49,8 @@ def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: in
         return Framework(MlxRuntime(checkpoint.mlx_lm, choice),
                          MlxCodec(make_frame_codec(checkpoint, options.mimi)),
                          loaded_precision(checkpoint))
-    from app.engine.torch_codec import torch_codec
     from app.engine.torch_runtime import TorchRuntime
+    from app.mimi_codec import torch_codec
 
     return Framework(TorchRuntime(checkpoint.lm, choice),
                      torch_codec(checkpoint.mimi, rows, batched_mimi),

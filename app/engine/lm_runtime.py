@@ -2,7 +2,7 @@
 
 The loop, the column bookkeeping (columns.py) and the span injector are written once; a
 framework implements these two small interfaces, as whisper's decoding runs over its
-`Inference`: torch (torch_runtime.py, torch_codec.py) and MLX (mlx/mlx_runtime.py). Every
+`Inference`: torch (torch_runtime.py, app/mimi_codec.py) and MLX (mlx/mlx_runtime.py). Every
 array crossing the seam is a host numpy array, so the bookkeeping never touches a device.
 
 Adding a framework: implement `LmRuntime` (run columns through the LM; sample a frame) and

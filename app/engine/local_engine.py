@@ -90,7 +90,7 @@ class LocalEngine(ThreadOwner):
         warmup_frames; the MLX engine's Mimi). `gather_ms`: how long a tick waits, once one
         row has a frame, for the other talking rows' frames, so they share the step.
         `batched_mimi` (several rows): Mimi in one batched call per tick (False: one stream
-        per row, bit for bit the one-row engine's PCM; torch_codec.py)."""
+        per row, bit for bit the one-row engine's PCM; app/mimi_codec.py)."""
         if rows < 1:
             raise ValueError("an engine needs at least one row")
         super().__init__("speech-engine")

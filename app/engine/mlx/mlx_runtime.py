@@ -143,7 +143,7 @@ class MlxCodec:
 
     def unstreamed(self) -> AbstractContextManager[None]:
         if isinstance(self._codec, TorchFrameCodec):
-            from app.engine.torch_codec import mimi_states_aside
+            from app.mimi_codec import mimi_states_aside
 
             return mimi_states_aside(self._codec.mimi)
         return nullcontext()

@@ -1,4 +1,5 @@
-"""Mimi on torch for the frame loop, per row of the engine: three ways, one face.
+"""Mimi on torch for a frame loop, per row: three ways, one face (the engine's FrameCodec,
+app/engine/lm_runtime.py; the recogniser streams its own Mimi the same way).
 
 - `StreamCodec` (one row): the checkpoint's Mimi streaming at batch 1, exactly the
   single-conversation engine's encode and decode.
@@ -25,7 +26,6 @@ import numpy as np
 import torch
 from moshi.models import MimiModel
 
-from app.engine.lm_runtime import FrameCodec
 from app.frames import FRAME_SAMPLES
 
 
@@ -158,7 +158,8 @@ class PerRowMimi(_TorchMimi):
         return nullcontext()  # Mimi streams only inside one row's encode or decode
 
 
-def torch_codec(mimi: MimiModel, rows: int, batched: bool = True) -> FrameCodec:
+def torch_codec(mimi: MimiModel, rows: int,
+                batched: bool = True) -> StreamCodec | BatchedMimi | PerRowMimi:
     """The codec for an engine of `rows` rows (`batched` False: one stream per row)."""
     if rows == 1:
         return StreamCodec(mimi)
