@@ -68,8 +68,9 @@ class SttRows:
 
     @contextmanager
     def streaming(self) -> Iterator[None]:
+        # No torch.no_grad() here: a stream may close after a caller's own no_grad ended,
+        # and grad mode would be left off for the thread (the step and codec take it each).
         with ExitStack() as stack:
-            stack.enter_context(torch.no_grad())
             stack.enter_context(self.codec.streaming(self.rows))
             stack.enter_context(self.lm_gen.streaming(self.rows))
             yield

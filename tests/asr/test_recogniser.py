@@ -109,3 +109,17 @@ def test_a_conversation_stopped_before_it_started_frees_its_row(tiny_stt):
         assert second is not None and second.row == 0
     finally:
         recogniser.stop(30)
+
+
+def test_a_stream_closed_after_the_callers_no_grad_leaves_grad_mode_as_it_was(tiny_stt):
+    """A one-row stream started inside a caller's no_grad and closed after it (a `finally`
+    outside the `with`) must not leave the thread's autograd off: training in the same
+    process would then fail on backward."""
+    from app.asr.kyutai_stt import KyutaiStreamingStt
+
+    stream = KyutaiStreamingStt(tiny_stt)
+    with torch.no_grad():
+        stream.start()
+        stream.step(np.zeros(1920, np.float32))
+    stream.close()
+    assert torch.is_grad_enabled()

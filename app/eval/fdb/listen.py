@@ -25,14 +25,14 @@ def words_of(stt: LoadedStt, pcm_24k: np.ndarray, offset_s: float = 0.0) -> list
     pcm = np.pad(pcm, (0, -len(pcm) % FRAME_SAMPLES))
     stream = KyutaiStreamingStt(stt)
     found: list[AsrWord] = []
-    try:
-        with torch.no_grad():
+    with torch.no_grad():
+        try:
             stream.start()
             for i in range(0, len(pcm), FRAME_SAMPLES):
                 found.extend(stream.step(pcm[i : i + FRAME_SAMPLES]).words)
             found.extend(stream.flush())
-    finally:
-        stream.close()
+        finally:
+            stream.close()
     return [Word(w.text, round(w.start_s + offset_s, 4), round(w.end_s + offset_s, 4))
             for w in found]
 
