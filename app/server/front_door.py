@@ -65,7 +65,7 @@ class FrontDoor:
 
     async def start(self) -> str:
         tracing = aiohttp.TraceConfig()
-        tracing.on_request_end.append(_keep_refusal_body)
+        tracing.on_request_end.append(_keep_refusal_body)  # type: ignore[arg-type]  # web_app.py
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=self.config.limits.header_timeout_s),
             trace_configs=[tracing])

@@ -65,18 +65,18 @@ def test_a_busy_engine_behind_the_door_answers_503_retry_after_and_busy(tiny_hos
         door = FrontDoor(upstream_url, ServerConfig(host="127.0.0.1", port=0, token=TOKEN))
         url = await door.start()
         try:
-            async with await EngineClient.connect(url, TOKEN):  # holds the one engine
-                async with aiohttp.ClientSession() as client:
-                    answers = []
-                    for base in (upstream_url, url):  # the server itself, then the door
-                        async with client.get(base + "/api/chat", headers={
-                                "Authorization": f"Bearer {TOKEN}",
-                                "Connection": "Upgrade", "Upgrade": "websocket",
-                                "Sec-WebSocket-Version": "13",
-                                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as answer:
-                            answers.append((answer.status, answer.headers.get("Retry-After"),
-                                            answer.content_type, await answer.json()))
-                    return answers
+            # The first client holds the one engine.
+            async with await EngineClient.connect(url, TOKEN), aiohttp.ClientSession() as client:
+                answers = []
+                for base in (upstream_url, url):  # the server itself, then the door
+                    async with client.get(base + "/api/chat", headers={
+                            "Authorization": f"Bearer {TOKEN}",
+                            "Connection": "Upgrade", "Upgrade": "websocket",
+                            "Sec-WebSocket-Version": "13",
+                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as answer:
+                        answers.append((answer.status, answer.headers.get("Retry-After"),
+                                        answer.content_type, await answer.json()))
+                return answers
         finally:
             await door.stop()
 
