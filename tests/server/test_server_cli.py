@@ -42,6 +42,14 @@ def test_an_open_address_needs_a_token(monkeypatch, capsys):
     assert "idle timeout" in capsys.readouterr().err
 
 
+def test_ret_at_is_refused_for_a_model_that_never_asks(monkeypatch, capsys):
+    monkeypatch.delenv("CONTEXTSPAN_SERVER_TOKEN", raising=False)
+    assert main(["--model", "tiny", "--ret-at", "1.0"]) == 1
+    assert "tiny does not ask with <ret>" in capsys.readouterr().err
+    assert main(["--model", "tiny-cs", "--ret-at", "-1"]) == 1
+    assert "--ret-at takes seconds from 0 on" in capsys.readouterr().err
+
+
 def test_serve_runs_until_sigint_with_the_threads_its_start_line_says(tiny_folder, data_dir):
     env = {**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir), "CONTEXTSPAN_SERVER_TOKEN": TOKEN}
     env.pop("OMP_NUM_THREADS", None)  # the automatic rule decides
