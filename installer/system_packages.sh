@@ -13,6 +13,7 @@ TEST_PACKAGES=(
     libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins  # a virtual sound card
     espeak-ng                                                      # spoken test questions
     shellcheck                                                     # the installers' lint
+    chromium chromium-driver       # a real browser on the reference protocol's page (headless)
 )
 
 case "${1:-app}" in

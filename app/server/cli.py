@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+from app.server.threads import parse_threads  # light: torch only when threads are set
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
     from app.conversation.config import ConversationConfig
@@ -50,6 +51,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                        help="default persona (persona checkpoints; clients may send their own)")
     model.add_argument("--user-name", default=None)
     model.add_argument("--user-city", default=None)
+    model.add_argument("--threads", default="auto", metavar="N",
+                       help="torch's CPU threads for the process (default auto: "
+                            "$OMP_NUM_THREADS if set, else 1 with the model on a GPU, half "
+                            "the usable cores up to 8 on a CPU; app/server/threads.py says "
+                            "why); the start line says the number")
+    model.add_argument("--ret-at", action="append", default=[], type=float,
+                       metavar="SECONDS",
+                       help="force the model's <ret> this long into every conversation "
+                            "(repeatable; models that ask with <ret>, e.g. tiny-cs): a model "
+                            "with random weights never asks on its own")
 
     net = serve.add_argument_group("the network")
     net.add_argument("--host", default="127.0.0.1",
@@ -153,23 +164,29 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError("--chunk-limit must be at least 1")
     if args.slots < 1:
         raise ValueError("--slots must be at least 1")
+    threads = parse_threads(args.threads)
     limits = Limits(idle_timeout_s=args.idle_timeout, max_conversation_s=args.max_conversation,
                     max_message_bytes=args.max_message_bytes, heartbeat_s=args.heartbeat)
     limits.check()
     options = EngineOptions(seed=args.seed, chunk_limit=args.chunk_limit, voice=args.voice,
-                            role=args.role, user_name=args.user_name, user_city=args.user_city)
+                            role=args.role, user_name=args.user_name, user_city=args.user_city,
+                            forced_ret_frames=_forced_ret_frames(args))
     conversation = _conversation_config(args)
     _check_tls(args)  # before the model loads: minutes for a 7B
     if args.cluster:
-        return _run_cluster(args, options, conversation, limits)
+        return _run_cluster(args, options, conversation, limits, threads)
     import asyncio
 
+    from app.engine.device import choose_device
     from app.server.config import ServerConfig
     from app.server.engine_host import EngineHost
+    from app.server.threads import apply_threads
     from app.server.web_app import EngineServer
 
     config = ServerConfig(args.host, args.port, args.token or None, args.ssl_cert, args.ssl_key,
                           limits)
+    # Before the model loads: a batched engine measures its frame budget as it warms up.
+    thread_choice = apply_threads(threads, choose_device(args.device).type)
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
     host = EngineHost.load(args.model, args.device, args.dtype, args.folder, options,
                            conversation, precision=args.precision, slots=args.slots)
@@ -178,8 +195,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     def announce(url: str) -> None:
         print(f"serving {host.model_id} ({host.device}) on {url}: moshi's protocol on "
-              f"/api/chat, the reference's on /ws{slots} (Ctrl+C stops)", file=sys.stderr,
-              flush=True)
+              f"/api/chat, the reference's on /ws{slots}; {thread_choice.describe()} "
+              "(Ctrl+C stops)", file=sys.stderr, flush=True)
 
     try:
         asyncio.run(server.serve_until_signalled(announce))
@@ -188,8 +205,25 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forced_ret_frames(args: argparse.Namespace) -> frozenset[int]:
+    """`--ret-at`: the frames whose text is forced to <ret>, checked against the model."""
+    if not args.ret_at:
+        return frozenset()
+    from app.checkpoints.catalog import get_manifest
+    from app.frames import FRAME_RATE
+
+    if any(not 0 <= seconds < float("inf") for seconds in args.ret_at):
+        raise ValueError("--ret-at takes seconds from 0 on")
+    manifest = get_manifest(args.model)
+    if manifest.retrieval.trigger != "ret_token" or manifest.generator != "forcing":
+        raise ValueError(f"--ret-at: {args.model} does not ask with <ret>, nothing to force "
+                         "(tiny-cs and context-spanning-7b do)")
+    return frozenset(int(seconds * FRAME_RATE) for seconds in args.ret_at)
+
+
 def _run_cluster(args: argparse.Namespace, options: EngineOptions,
-                 conversation: ConversationConfig | None, limits: Limits) -> int:
+                 conversation: ConversationConfig | None, limits: Limits,
+                 threads: int | None) -> int:
     try:
         from app.server.cluster import ClusterSettings, run_cluster
     except ImportError as exc:
@@ -204,7 +238,7 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
         limits=limits, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
         target_conversations=args.target_conversations, host=args.host, port=args.port,
-        slots=args.slots, precision=args.precision,
+        slots=args.slots, precision=args.precision, threads=threads,
         ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     settings.check()
     return run_cluster(settings, args.ray_address)

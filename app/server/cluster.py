@@ -27,6 +27,7 @@ Needs the `cluster` extra (`pip install -e ".[cluster]"`): ray[serve] and starle
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from collections.abc import Mapping
@@ -56,6 +57,7 @@ from app.server.metrics import ServerMetrics
 from app.server.moshi_codec import EVENTS_QUERY, MoshiCodec
 from app.server.reference_codec import ReferenceCodec
 from app.server.slot_metrics import render_host_slots
+from app.server.threads import apply_threads
 from app.server.web_app import RETRY_AFTER_S, health, ssl_context
 from app.server.wire_socket import AsgiSocket
 from app.wire import events as wire
@@ -66,6 +68,7 @@ APP_NAME = "contextspan"
 DEPLOYMENT_NAME = "engine"
 TRY_AGAIN_LATER = 1013
 POLICY_VIOLATION = 1008
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ class ClusterSettings:
     # autoscaler counts free slots: it aims at target_conversations x slots per replica.
     slots: int = 1
     precision: str | None = None  # `--precision` (app/engine/precision.py); None: "auto"
+    # `--threads` for each replica's torch (None: threads.py's rule, where Ray's
+    # OMP_NUM_THREADS, from the replica's CPUs, decides).
+    threads: int | None = None
 
     def server_config(self) -> ServerConfig:
         """What the front door is told: `serve`'s own settings, for the same guards."""
@@ -125,15 +131,18 @@ class EngineReplica:
     """One replica: the checkpoint, loaded once, and its conversations (`slots` at once)."""
 
     def __init__(self, settings: ClusterSettings) -> None:
+        from app.engine.device import choose_device
+
         started = time.monotonic()
         self.settings = settings
+        self.threads = apply_threads(settings.threads, choose_device(settings.device).type)
         self.host = EngineHost.load(settings.model_id, settings.device, settings.dtype,
                                     settings.folder, settings.engine_options,
                                     settings.conversation, slots=settings.slots,
                                     precision=settings.precision)
         self.metrics = ServerMetrics()
-        log.info("replica ready: %s on %s in %.1f s", self.host.model_id, self.host.device,
-                 time.monotonic() - started)
+        log.info("replica ready: %s on %s in %.1f s, %s", self.host.model_id,
+                 self.host.device, time.monotonic() - started, self.threads.describe())
 
     def refused(self, connection: HTTPConnection, token_needed: bool = True
                 ) -> tuple[int, str] | None:
@@ -286,12 +295,25 @@ def deploy(settings: ClusterSettings) -> FrontDoorThread:
     return door
 
 
-def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
-    """Join the Ray cluster at `address` (None: $RAY_ADDRESS, else a local one), deploy, and
-    serve until Ctrl+C."""
+def start_ray(address: str | None = None, **options: object) -> object:
+    """Join the Ray cluster at `address` (None: $RAY_ADDRESS), or start a local one bound to
+    the loopback: a cluster of this one machine has no peer to be reached by, and `serve`
+    listens on the loopback unless told otherwise (the front door is the one public address,
+    whatever --host is). Returns ray.init's context."""
     import ray
 
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        options.setdefault("_node_ip_address", LOOPBACK)
+    return ray.init(address=address, include_dashboard=False, log_to_driver=False, **options)
+
+
+def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
+    """Join the Ray cluster at `address` (None: $RAY_ADDRESS, else a local one on the
+    loopback), deploy, and serve until Ctrl+C."""
+    import ray
+
+    start_ray(address)
     door: FrontDoorThread | None = None
     try:
         door = deploy(settings)

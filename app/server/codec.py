@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from app.server.voice_clone import VoiceRecording
 from app.server.wire_socket import Incoming
 from app.wire import events as wire
 
@@ -28,7 +29,8 @@ class Goodbye:
     reason: str  # for the close frame and the metrics
 
 
-Inbound = Frame | wire.ClientMessage | wire.WireError | Goodbye
+# VoiceRecording: /ws only, the message after a `clone` (voice_clone.py).
+Inbound = Frame | wire.ClientMessage | wire.WireError | Goodbye | VoiceRecording
 
 
 class Codec(Protocol):

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.server.voice_clone import CLONE_MAX_BYTES
+
 DEFAULT_PORT = 8998  # moshi's: `python -m moshi.client` finds us without arguments
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per connection. A message over `max_message_bytes` is refused with an error event;
-    one over `hard_message_bytes` is not even read (the socket closes with 1009)."""
+    """Per connection. A message over `max_message_bytes` is refused with an error event
+    (but a `clone`'s recording, up to 30 s of PCM); one over `hard_message_bytes` is not
+    even read (the socket closes with 1009)."""
 
     idle_timeout_s: float = 60.0  # no message from the client for this long: closed
     max_conversation_s: float = 3600.0  # a connection holds the engine at most this long
@@ -30,7 +33,16 @@ class Limits:
 
     @property
     def hard_message_bytes(self) -> int:
-        return 16 * self.max_message_bytes
+        """Past this a message is not read: 16 times the limit, and at least twice the
+        longest voice recording a `clone` may send (voice_clone.py), so a recording a
+        little too long is told so, not cut off with 1009."""
+        return max(16 * self.max_message_bytes, 2 * CLONE_MAX_BYTES)
+
+    @property
+    def inbox_bytes(self) -> int:
+        """The most bytes of a connection's messages read and not yet processed (a client
+        further ahead waits at its socket): a few of the largest, many frames."""
+        return 2 * self.hard_message_bytes
 
     def check(self) -> None:
         for name in ("idle_timeout_s", "max_conversation_s", "heartbeat_s", "max_send_lag_s",

@@ -21,12 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from aiohttp import WSCloseCode
 
 from app.engine import events as ev
+from app.engine.duplex_engine import EngineOptions
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 from app.server.codec import Codec, Frame, Goodbye
 from app.server.config import Limits
@@ -34,6 +38,13 @@ from app.server.conversation import Conversation
 from app.server.engine_host import ConversationChoice, Lease
 from app.server.event_mapping import WireMapper
 from app.server.metrics import ServerMetrics
+from app.server.voice_clone import (
+    Cloned,
+    VoiceRecording,
+    encode_cloned,
+    prompt_frames,
+    write_recording,
+)
 from app.server.wire_socket import Incoming, WireSocket
 from app.wire import events as wire
 
@@ -85,6 +96,13 @@ class Connection:
         self._pending_voice: str | None = None
         self._engine_stuck = False
         self._warming = True  # no idle clock while the engine warms up
+        self._inbox_bytes = 0  # of the messages read and not yet processed
+        self._inbox_drained = asyncio.Event()
+        self._pending_clone: Cloned | None = None  # said once its conversation is ready
+        self._clone_folder: Path | None = None  # this connection's recordings, as WAV
+        self._clones = 0
+        conversation_config = self.host.conversation
+        self._llm_on_server = conversation_config is not None and conversation_config.has_llm
 
     # ---- the connection's life ----------------------------------------------------------
 
@@ -118,6 +136,8 @@ class Connection:
                     await task
             await self._close_conversation()
             self.lease.release(engine_stopped=not self._engine_stuck)
+            if self._clone_folder is not None:  # read at each start: kept until the end
+                shutil.rmtree(self._clone_folder, ignore_errors=True)
             if reason == "slow client":
                 self.socket.abort()
             else:
@@ -200,7 +220,7 @@ class Connection:
     # ---- engine -> client ---------------------------------------------------------------
 
     async def _forward(self, conversation: Conversation) -> None:
-        mapper = WireMapper()
+        mapper = WireMapper(llm_on_server=self._llm_on_server)
         while True:
             event = await conversation.events.get()
             if isinstance(event, ev.AudioOut):
@@ -228,6 +248,13 @@ class Connection:
         if self._pending_voice is not None:
             self._emit(wire.Voice(self._pending_voice))
             self._pending_voice = None
+        if self._pending_clone is not None:
+            # The conversation about to begin, now in the cloned voice: `cloned`, not a
+            # second `ready` (the reference's page opens its microphone to record a voice
+            # on every `ready` while it clones).
+            self._out.put_nowait(_Out(encode_cloned(self._pending_clone)))
+            self._pending_clone = None
+            return
         ready = wire.Ready(SAMPLE_RATE, FRAME_SAMPLES, self.host.persona_for(self.choice),
                            event.model_id, event.device, self._number, self._frames_at_start,
                            event.chunk_limit, event.context_window, event.span_tokens)
@@ -285,13 +312,25 @@ class Connection:
                 return "client closed"
             self._last_heard = time.monotonic()
             self.metrics.bytes["in"] += message.size
+            # Bounded in bytes as in messages: a voice recording may be 30 s of PCM, and
+            # many such messages must not pile up while a new engine is being built.
+            while self._inbox_bytes and self._inbox_bytes + message.size > self.limits.inbox_bytes:
+                self._inbox_drained.clear()
+                await self._inbox_drained.wait()
+            self._inbox_bytes += message.size
             await self._inbox.put(message)
 
     async def _process(self) -> str:
         await self._open_conversation()
-        limit = self.limits.max_message_bytes
         while True:
             message = await self._inbox.get()
+            self._inbox_bytes -= message.size
+            self._inbox_drained.set()
+            # A clone's recording is the one message past the usual limit (voice_clone.py
+            # checks its length); the hard limit still holds (aiohttp does not read past it).
+            recording = getattr(self.codec, "expects_recording", False)
+            limit = (self.limits.hard_message_bytes if recording
+                     else self.limits.max_message_bytes)
             if message.size > limit:
                 self._refuse(wire.WireError(
                     "message", f"a message of {message.size} bytes is over the limit of "
@@ -308,6 +347,8 @@ class Connection:
                     await self._push(item)
                 elif isinstance(item, wire.WireError):
                     self._refuse(item)
+                elif isinstance(item, VoiceRecording):
+                    await self._clone(item)
                 elif isinstance(item, Goodbye):
                     self.metrics.refused[item.error.stage] += 1
                     self._say_goodbye(item.error.event(), item.code, item.reason)
@@ -343,27 +384,72 @@ class Connection:
         if isinstance(message, wire.ResetRequest):
             self._ask_restart()
             return
-        stage = "voice" if isinstance(message, wire.VoiceRequest) else "persona"
-        if self._talking:
-            self._refuse(wire.WireError(stage, "the conversation has started: send it before "
-                                               "the first frame, or reset first"))
+        if isinstance(message, wire.ContextRequest):
+            self._set_context(message)
             return
-        if isinstance(message, wire.VoiceRequest):
-            if message.name not in self.host.voices:
-                known = ", ".join(self.host.voices) or "none"
-                self._refuse(wire.WireError("voice", f"no voice {message.name!r} on "
-                                                     f"{self.host.model_id} (voices: {known})"))
-                return
-            self.choice = replace(self.choice, voice=message.name)
-            self._pending_voice = message.name
-        else:
-            assert isinstance(message, wire.ContextRequest)
-            if message.persona and not self.host.takes_persona:
-                self._refuse(wire.WireError("persona", f"{self.host.model_id} takes no "
-                                                       "persona; the name and city still "
-                                                       "reach the LLM side"))
-            self.choice = replace(self.choice, persona=message.persona, name=message.name,
-                                  city=message.city)
+        if self._talking:
+            self._refuse(wire.WireError("voice", "the conversation has started: send it before "
+                                                 "the first frame, or reset first"))
+            return
+        assert isinstance(message, wire.VoiceRequest)
+        if message.name not in self.host.voices:
+            known = ", ".join(self.host.voices) or "none"
+            self._refuse(wire.WireError("voice", f"no voice {message.name!r} on "
+                                                 f"{self.host.model_id} (voices: {known})"))
+            return
+        self.choice = replace(self.choice, voice=message.name)
+        self._pending_voice = message.name
+        self._pending_clone = None
+        self._ask_restart()
+
+    def _set_context(self, message: wire.ContextRequest) -> None:
+        """The persona and the user's profile. One that starts the same conversation as the
+        one waiting changes nothing (the reference's page sends its context after every
+        `ready` and on every edit): no restart, no `ready`, no error once talking."""
+        persona = message.persona
+        if persona and not self.host.takes_persona:
+            self._refuse(wire.WireError("persona", f"{self.host.model_id} takes no "
+                                                   "persona; the name and city still "
+                                                   "reach the LLM side"))
+            persona = None  # nothing to start from: it would only look like a change
+        choice = replace(self.choice, persona=persona, name=message.name, city=message.city)
+        if self._starts_as(choice) == self._starts_as(self.choice):
+            self.choice = choice
+            return
+        if self._talking:
+            self._refuse(wire.WireError("persona", "the conversation has started: send it "
+                                                   "before the first frame, or reset first"))
+            return
+        self.choice = choice
+        self._ask_restart()
+
+    def _starts_as(self, choice: ConversationChoice) -> EngineOptions:
+        """What a conversation of `choice` starts from: equal for two choices that start the
+        same one (a persona equal to the default is the default)."""
+        return replace(self.host.options_for(choice), role=self.host.persona_for(choice))
+
+    async def _clone(self, recording: VoiceRecording) -> None:
+        """A voice from the client's recording (voice_clone.py), for the conversation about
+        to begin: it restarts in that voice, and `cloned` says so once it is ready."""
+        if not self.host.takes_persona:
+            self._refuse(wire.WireError(
+                "voice", f"{self.host.model_id} takes no voice: cloning needs a checkpoint "
+                         "whose start carries a voice prompt (PersonaPlex, "
+                         "context-spanning-7b, tiny-persona, tiny-cs)"))
+            return
+        if self._talking:
+            self._refuse(wire.WireError("voice", "the conversation has started: clone before "
+                                                 "the first frame, or reset first"))
+            return
+        if self._clone_folder is None:
+            self._clone_folder = Path(tempfile.mkdtemp(prefix="contextspan-voice-"))
+        self._clones += 1
+        loop = asyncio.get_running_loop()
+        path = await loop.run_in_executor(None, write_recording, recording, self._clone_folder,
+                                          self._clones)
+        self.choice = replace(self.choice, voice=str(path))
+        self._pending_voice = None
+        self._pending_clone = prompt_frames(recording)
         self._ask_restart()
 
     def _inject(self, request: wire.SpanRequest) -> None:

@@ -4,9 +4,9 @@ aiohttp waits for a request's headers as long as the client cares to trickle the
 slowloris holds a socket and a file descriptor each, forever), and accepts any number of
 connections. The guard hooks the aiohttp server's public callbacks: a connection whose first
 request's headers (a WebSocket handshake included) have not all arrived within the deadline
-is closed, and one past the cap is answered 503 and closed at once. An idle kept-alive
-connection is closed by aiohttp's own keep-alive timeout, which the server sets to the same
-deadline.
+is closed, and one past the cap is answered 503 and closed at once (quietly: whoever can
+connect must not be able to fill the log). An idle kept-alive connection is closed by
+aiohttp's own keep-alive timeout, which the server sets to the same deadline.
 """
 
 from __future__ import annotations
@@ -16,11 +16,16 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from app.server.metrics import ServerMetrics
 
-_OVER_CAP = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-             b"Connection: close\r\nContent-Length: 30\r\n\r\ntoo many connections: try again")
+_OVER_CAP_BODY = b"too many connections: try again"
+_REFUSAL_LINGER_S = 1.0  # how long a refused connection may take to read the 503
+_OVER_CAP = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+             b"Connection: close\r\nRetry-After: 1\r\n"
+             b"Content-Length: " + str(len(_OVER_CAP_BODY)).encode() + b"\r\n\r\n"
+             + _OVER_CAP_BODY)
 
 
 class ConnectionGuard:
@@ -62,11 +67,20 @@ class ConnectionGuard:
         server.connection_lost = connection_lost  # type: ignore[method-assign]
         server.request_factory = request_factory
 
-    def _opened(self, handler: object, transport: asyncio.Transport) -> None:
+    def _opened(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         if len(self._open) >= self.max_connections:
             self.metrics.closed["too many connections"] += 1
             transport.write(_OVER_CAP)
-            transport.close()
+            handler.close()  # what the client sends now is read and dropped, not served
+            # The answer is followed by our end of the stream, and the socket itself closes
+            # once the client has closed its end (or after a moment): closing it with the
+            # client's request unread would send a reset that can overtake the 503. Not
+            # closed here either way: aiohttp starts the connection's request task right
+            # after this callback, and a connection already lost by then fails that task's
+            # first line (`assert manager is not None`), a traceback per refused connection.
+            if transport.can_write_eof():  # not over TLS, which has no half-close
+                transport.write_eof()
+            asyncio.get_running_loop().call_later(_REFUSAL_LINGER_S, transport.close)
             return
         self._open.add(handler)
         loop = asyncio.get_running_loop()

@@ -3,8 +3,9 @@
 The same reading as the headless transcript (conversation/headless.py `_record`): the model's <ret>
 is `ret`, the question the LLM was asked is `question`, an answer that came too late is
 `late` (dropped by the orchestrator or by the engine), a <ret> without an answer is
-`no_span`, a span block's frame is `slot`. A landed span is one `span` event carrying its
-positions ("frames", as the reference counts them) and the wall time of its forwards.
+`no_span` (at once where the server has no LLM), a span block's frame is `slot`. A landed
+span is one `span` event carrying its positions ("frames", as the reference counts them)
+and the wall time of its forwards.
 Audio, frame statistics, readiness and the end are the connection's business, not this.
 """
 
@@ -27,8 +28,15 @@ class _SpanSoFar:
     question: str = ""
 
 
+NO_LLM_REASON = "this server has no LLM to ask: the client answers <ret> itself, if it can"
+
+
 class WireMapper:
-    def __init__(self) -> None:
+    def __init__(self, llm_on_server: bool = True) -> None:
+        """`llm_on_server`: False where no LLM side runs here; then every <ret> is answered
+        `no_span` at once (the reference's page waits for an answer to each `ret`), and a
+        client with an LLM of its own (the desktop app) sends its span all the same."""
+        self.llm_on_server = llm_on_server
         self._spans: dict[int, _SpanSoFar] = {}
         self._questions: dict[int, str] = {}  # turn id -> its question
         self._span_questions: dict[int, str] = {}  # span id -> the question it answers
@@ -40,6 +48,8 @@ class WireMapper:
                               ev.SpanRejected, ev.SpanLate)):
             return self._span_event(event)
         if isinstance(event, ev.RetToken):
+            if not self.llm_on_server:
+                return [wire.Ret(event.frame_index), wire.NoSpan("", NO_LLM_REASON)]
             return [wire.Ret(event.frame_index)]
         if isinstance(event, ev.BlockSlot):
             return [wire.Slot(round(event.prefill_ms, 1), round(event.step_ms, 1),

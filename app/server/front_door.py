@@ -7,7 +7,9 @@ a keep-alive and an end-to-end timeout only). So the cluster listens with `serve
 as `serve` does (web_app.authorize: this computer's rule of local_origin.py, the token of
 auth.py), and relays what it lets in to Serve's proxy, which listens on the loopback only.
 A WebSocket is relayed message by message, its close code and reason included (a replica's
-`busy` and 1013 reach the client as they were sent).
+`busy` and 1013 reach the client as they were sent); a handshake refused upstream is
+answered as it was refused, its status, body and Retry-After included (`serve`'s busy
+`/api/chat` is a 503 with a JSON `busy` body).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +31,7 @@ from app.server.web_app import authorize, base_url, listen, refuse_foreign
 _START_TIMEOUT_S = 30.0
 _NORMAL_CLOSE = 1000
 _RELAYED_HEADERS = ("Content-Type", "Retry-After", "WWW-Authenticate")
+_REFUSAL_READ_TIMEOUT_S = 5.0
 
 
 class FrontDoor:
@@ -59,8 +64,11 @@ class FrontDoor:
         return app
 
     async def start(self) -> str:
+        tracing = aiohttp.TraceConfig()
+        tracing.on_request_end.append(_keep_refusal_body)  # type: ignore[arg-type]  # web_app.py
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=self.config.limits.header_timeout_s))
+            total=None, sock_connect=self.config.limits.header_timeout_s),
+            trace_configs=[tracing])
         self._runner, self.guard, self.port = await listen(self.application(), self.config,
                                                            self.metrics)
         return self.url
@@ -88,12 +96,16 @@ class FrontDoor:
         assert self._session is not None
         limits = self.config.limits
         target = self.upstream.replace("http", "ws", 1) + request.path_qs
+        refusal = _Refusal()
+        _REFUSAL.set(refusal)  # filled by _keep_refusal_body if the handshake is refused
         try:
             upstream = await asyncio.wait_for(self._session.ws_connect(
                 target, headers=self._upstream_headers(), autoclose=False, compress=0,
                 max_msg_size=limits.hard_message_bytes), self.answer_timeout_s)
-        except aiohttp.WSServerHandshakeError as exc:  # a replica refused it: say the same
-            return web.Response(status=exc.status, text=exc.message or "refused")
+        except aiohttp.WSServerHandshakeError as exc:  # refused upstream: say the same
+            headers = {name: exc.headers[name] for name in _RELAYED_HEADERS
+                       if exc.headers is not None and name in exc.headers}
+            return web.Response(status=exc.status, body=refusal.body, headers=headers)
         except asyncio.TimeoutError:
             return web.Response(status=504, text="the cluster did not take the conversation "
                                 f"within {self.answer_timeout_s:g} s (every replica busy?)")
@@ -141,6 +153,30 @@ class FrontDoor:
     async def _on_shutdown(self, _app: web.Application) -> None:
         for client in list(self._sockets):
             await client.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"server stopping")
+
+
+@dataclass
+class _Refusal:
+    body: bytes = b""
+
+
+# aiohttp's ws_connect raises on a refused handshake without the answer's body, and the body
+# is what says why (a busy replica's `{"type": "busy", ...}`). The request's end is traced in
+# the relaying task's context, where this holds the box the body goes into.
+_REFUSAL: ContextVar[_Refusal | None] = ContextVar("front_door_refusal", default=None)
+_MOST_REFUSAL_BYTES = 64 * 1024
+
+
+async def _keep_refusal_body(_session: aiohttp.ClientSession, _context: object,
+                             params: aiohttp.TraceRequestEndParams) -> None:
+    """A handshake answered with anything but 101: read its (small) body for the client."""
+    refusal, answer = _REFUSAL.get(), params.response
+    if refusal is None or answer.status == 101:
+        return
+    if (answer.content_length or 0) > _MOST_REFUSAL_BYTES:
+        return
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+        refusal.body = await asyncio.wait_for(answer.read(), _REFUSAL_READ_TIMEOUT_S)
 
 
 async def _relay(client: web.WebSocketResponse,

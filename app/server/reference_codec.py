@@ -1,5 +1,6 @@
 """The Context Spanning reference's `/ws`: one binary message is one 80 ms frame of float32
-PCM (1920 little-endian samples at 24 kHz) both ways; every other message is JSON text."""
+PCM (1920 little-endian samples at 24 kHz) both ways; every other message is JSON text. The
+one binary message after a `clone` is a voice recording, not a frame (voice_clone.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from app.frames import FRAME_SAMPLES
 from app.server.codec import Frame, Inbound
+from app.server.voice_clone import is_clone_request, voice_recording
 from app.server.wire_socket import Incoming
 from app.wire import events as wire
 
@@ -33,6 +35,9 @@ class ReferenceCodec:
 
     def __init__(self) -> None:
         self._frames = 0
+        # A `clone` came: the next binary message is its recording (read past the usual
+        # message limit, and not counted as a frame).
+        self.expects_recording = False
 
     @property
     def frames_received(self) -> int:
@@ -40,11 +45,20 @@ class ReferenceCodec:
 
     def decode(self, message: Incoming) -> list[Inbound]:
         if message.kind == "text":
+            if is_clone_request(message.data):  # nothing to do until its recording comes
+                self.expects_recording = True
+                return []
             try:
                 return [wire.decode_request(message.data)]
             except wire.WireError as exc:
                 return [exc]
         assert isinstance(message.data, bytes)
+        if self.expects_recording:
+            self.expects_recording = False
+            try:
+                return [voice_recording(message.data)]
+            except wire.WireError as exc:
+                return [exc]
         index = self._frames
         self._frames += 1
         try:
@@ -54,6 +68,9 @@ class ReferenceCodec:
 
     def skip(self, message: Incoming) -> int | None:
         if message.kind != "binary":
+            return None
+        if self.expects_recording:  # a recording refused unread: it takes no frame index
+            self.expects_recording = False
             return None
         self._frames += 1
         return self._frames - 1

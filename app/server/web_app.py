@@ -98,11 +98,14 @@ def authorize(request: web.Request, config: ServerConfig, metrics: ServerMetrics
 
 
 def health(host: EngineHost, metrics: ServerMetrics) -> dict:
+    import torch  # loaded with the model already
+
     body = {"status": "error" if host.stuck else "ready", "model": host.model_id,
             "device": host.device, "busy": host.busy, "sample_rate": SAMPLE_RATE,
             "frame_size": FRAME_SAMPLES, "sessions_total": sum(metrics.sessions.values()),
             "frames_total": metrics.frames, "late_frames_total": metrics.late_frames,
-            "slots": host.slots, "free_slots": host.free_slots}
+            "slots": host.slots, "free_slots": host.free_slots,
+            "torch_threads": torch.get_num_threads()}
     if host.stuck:
         body["message"] = host.stuck
     return body

@@ -42,7 +42,7 @@ def cluster_url(tiny_folder):
     import ray
     from ray import serve
 
-    from app.server.cluster import ClusterSettings, deploy
+    from app.server.cluster import ClusterSettings, deploy, start_ray
 
     settings = ClusterSettings(
         model_id="tiny", device="cpu", folder=tiny_folder,
@@ -50,7 +50,7 @@ def cluster_url(tiny_folder):
         limits=Limits(header_timeout_s=HEADER_TIMEOUT_S, max_connections=MAX_CONNECTIONS),
         min_replicas=1, max_replicas=1, gpus_per_replica=0, cpus_per_replica=0.5,
         host="127.0.0.1", port=_free_port())
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(None, num_cpus=2)  # as serve --cluster starts a local one
     door = None
     try:
         door = deploy(settings)

@@ -53,3 +53,34 @@ def test_a_proxy_that_never_answers_is_a_504_not_a_hang() -> None:
     status, text, handshake = asyncio.run(body())
     assert status == 504 and "did not answer within 0.5 s" in text
     assert handshake == 504
+
+
+def test_a_busy_engine_behind_the_door_answers_503_retry_after_and_busy(tiny_host) -> None:
+    """`serve`'s own answer to a moshi client while its engine is held (HTTP 503, Retry-After,
+    a JSON `busy` body) reaches the client through the door as it was sent."""
+    from app.wire.client import EngineClient
+    from tests.server.helpers import TOKEN, run_server
+
+    async def body(server, upstream_url):
+        door = FrontDoor(upstream_url, ServerConfig(host="127.0.0.1", port=0, token=TOKEN))
+        url = await door.start()
+        try:
+            # The first client holds the one engine.
+            async with await EngineClient.connect(url, TOKEN), aiohttp.ClientSession() as client:
+                answers = []
+                for base in (upstream_url, url):  # the server itself, then the door
+                    async with client.get(base + "/api/chat", headers={
+                            "Authorization": f"Bearer {TOKEN}",
+                            "Connection": "Upgrade", "Upgrade": "websocket",
+                            "Sec-WebSocket-Version": "13",
+                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as answer:
+                        answers.append((answer.status, answer.headers.get("Retry-After"),
+                                        answer.content_type, await answer.json()))
+                return answers
+        finally:
+            await door.stop()
+
+    direct, through_door = run_server(tiny_host, body)
+    assert direct[0] == 503 and direct[1] and direct[2] == "application/json"
+    assert direct[3]["type"] == "busy"
+    assert through_door == direct

@@ -4,7 +4,9 @@ way a wrong request is, and the conversation goes on."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 
 import aiohttp
 import sphn
@@ -303,6 +305,40 @@ def test_past_the_cap_a_connection_gets_503_and_the_others_go_on(tiny_host):
                                          header_timeout_s=60.0)
     assert answer.startswith(b"HTTP/1.1 503") and refused == 1
     assert status["status"] == "ready"
+
+
+def test_past_the_cap_an_http_client_reads_the_whole_503_and_nothing_is_logged(tiny_host,
+                                                                              caplog):
+    """The refusal is a well-formed answer (aiohttp, curl and browsers read its body whole,
+    its Content-Length right), and refusing costs no traceback: a client that can connect must
+    not be able to fill the server's log."""
+    problems: list[dict] = []
+
+    async def body(server, url):
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: problems.append(context))
+        held = [await _half_open(url) for _ in range(2)]
+        answers = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):
+                async with session.get(f"{url}/health") as answer:
+                    answers.append((answer.status, answer.headers.get("Retry-After"),
+                                    await answer.text()))
+        for _, writer in held:
+            writer.close()
+        for _ in range(200):  # the refused connections' tasks end, and would complain now
+            if server.guard.open_connections == 0:
+                break
+            await asyncio.sleep(0.05)
+        gc.collect()  # a task that failed and nobody awaited is reported when collected
+        await asyncio.sleep(0.1)
+        return answers
+
+    with caplog.at_level(logging.WARNING):
+        answers = run_server(tiny_host, body, max_connections=2, header_timeout_s=60.0)
+    assert answers == [(503, "1", "too many connections: try again")] * 5
+    assert problems == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 # ---- item 18: a burst of resets costs one new engine --------------------------------------

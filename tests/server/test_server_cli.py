@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from app.server.cli import add_serve_parser, main
+from app.server.threads import choose_threads
 from app.wire.client import AudioFrame, EngineClient
 from tests.server.helpers import TOKEN, collect, health, of, tone
 
@@ -41,8 +42,18 @@ def test_an_open_address_needs_a_token(monkeypatch, capsys):
     assert "idle timeout" in capsys.readouterr().err
 
 
-def test_serve_runs_until_sigint(tiny_folder, data_dir):
+def test_ret_at_is_refused_for_a_model_that_never_asks(monkeypatch, capsys):
+    monkeypatch.delenv("CONTEXTSPAN_SERVER_TOKEN", raising=False)
+    assert main(["--model", "tiny", "--ret-at", "1.0"]) == 1
+    assert "tiny does not ask with <ret>" in capsys.readouterr().err
+    assert main(["--model", "tiny-cs", "--ret-at", "-1"]) == 1
+    assert "--ret-at takes seconds from 0 on" in capsys.readouterr().err
+
+
+def test_serve_runs_until_sigint_with_the_threads_its_start_line_says(tiny_folder, data_dir):
     env = {**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir), "CONTEXTSPAN_SERVER_TOKEN": TOKEN}
+    env.pop("OMP_NUM_THREADS", None)  # the automatic rule decides
+    expected = choose_threads(None, "cpu", env)
     process = subprocess.Popen(
         [sys.executable, "main.py", "serve", "--model", "tiny", "--device", "cpu",
          "--port", "0", "--chunk-limit", "16"],
@@ -56,6 +67,7 @@ def test_serve_runs_until_sigint(tiny_folder, data_dir):
             found = re.search(r"on (http://\S+): moshi", line)
             url = found.group(1) if found else None
         assert url, "the server never said where it listens"
+        assert expected.describe() in line, line
 
         async def talk():
             status = await health(url)
@@ -65,6 +77,7 @@ def test_serve_runs_until_sigint(tiny_folder, data_dir):
 
         status, events = asyncio.run(talk())
         assert status["status"] == "ready" and of(AudioFrame, events)
+        assert status["torch_threads"] == expected.threads
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
     finally:

@@ -34,7 +34,7 @@ def cluster_url(tiny_folder):
     import ray
     from ray import serve
 
-    from app.server.cluster import ClusterSettings, deploy
+    from app.server.cluster import ClusterSettings, deploy, start_ray
 
     settings = ClusterSettings(
         model_id="tiny", device="cpu", folder=tiny_folder,
@@ -42,7 +42,7 @@ def cluster_url(tiny_folder):
         min_replicas=2, max_replicas=2, gpus_per_replica=0, cpus_per_replica=0.5,
         host="127.0.0.1", port=_free_port())
     started = time.monotonic()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(None, num_cpus=2)  # as serve --cluster starts a local one
     up = time.monotonic()
     try:
         deploy(settings)
@@ -88,3 +88,14 @@ def test_two_replicas_two_conversations_and_the_third_is_busy(cluster_url):
     for events in heard:
         assert [a.index for a in of(AudioFrame, events)] == [0, 1, 2]
         assert of(wire.Span, events)[0].source == "notes"
+
+
+def test_a_local_cluster_listens_on_the_loopback_only(cluster_url):
+    """`serve --cluster` without a cluster to join starts Ray on the loopback: its nodes and
+    its control store are not reachable from the network (Ray's default is the machine's
+    address, every port on every interface)."""
+    import ray
+
+    assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+

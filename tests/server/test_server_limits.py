@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 
 import aiohttp
 import numpy as np
@@ -126,7 +127,7 @@ def test_garbage_frames_and_oversized_messages_get_errors_not_a_crash(tiny_host)
 def test_a_message_over_the_hard_cap_closes_with_1009(tiny_host):
     async def body(server, url):
         async with await EngineClient.connect(url, TOKEN) as client:
-            await client.send_raw(b"\x00" * (16 * 64 * 1024 + 1))
+            await client.send_raw(b"\x00" * (Limits().hard_message_bytes + 1))
             events = await collect(client, lambda ev: of(Disconnected, ev))
             freed = await wait_until_free(url)
             return events[-1], freed, server.metrics.closed
@@ -225,3 +226,62 @@ def test_reference_frames_are_checked_before_the_engine_sees_them():
     assert isinstance(clipped, Frame) and clipped.pcm.min() == -1.0
     inf = codec.decode(Incoming("binary", np.full(1920, np.inf, "<f4").tobytes()))[0]
     assert isinstance(inf, wire.WireError) and inf.frame == 2
+
+
+class _FloodingSocket:
+    """A peer with `count` messages of `size` bytes all sent at once; counts what was read."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.waiting = [Incoming("binary", b"\x00" * size) for _ in range(count)]
+        self.read = 0
+        self.closed = asyncio.Event()
+
+    async def receive(self) -> Incoming:
+        if self.read < len(self.waiting):
+            self.read += 1
+            return self.waiting[self.read - 1]
+        await self.closed.wait()
+        return Incoming("closed")
+
+    async def send(self, data) -> None:
+        pass
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed.set()
+
+    def abort(self) -> None:
+        self.closed.set()
+
+
+def test_large_messages_read_ahead_are_bounded_in_bytes_while_an_engine_is_built(tiny_host):
+    """A clone's recording may be 30 s of PCM, so the hard limit is megabytes: a client that
+    sends many such messages while its conversation's engine is being built has only a few
+    of them held in memory (Limits.inbox_bytes); the rest wait at its socket."""
+    limits = Limits()
+    size = limits.hard_message_bytes // 2  # read, then refused as over the message limit
+    gate = threading.Event()
+
+    async def main():
+        socket, lease = _FloodingSocket(40, size), tiny_host.try_lease()
+        build = lease.build
+
+        def slow_build(choice):  # the engine takes its time to load
+            gate.wait(60)
+            return build(choice)
+
+        lease.build = slow_build  # type: ignore[method-assign]
+        connection = Connection(socket, ReferenceCodec(), lease, limits, ServerMetrics())
+        running = asyncio.create_task(connection.run())
+        for _ in range(200):  # loop turns, not time: the reader takes all it may take
+            await asyncio.sleep(0)
+        held = socket.read
+        gate.set()
+        while socket.read < len(socket.waiting):
+            await asyncio.sleep(0.01)
+        socket.closed.set()
+        await asyncio.wait_for(running, 120)
+        return held, connection.metrics.refused["message"]
+
+    held, refused = asyncio.run(main())
+    assert held <= limits.inbox_bytes // size + 1, held
+    assert refused == 40 and not tiny_host.busy

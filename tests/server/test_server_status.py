@@ -3,6 +3,7 @@ route but /health; TLS serves with a given certificate."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 import subprocess
@@ -34,6 +35,11 @@ def test_health_and_metrics_count_sessions_frames_and_spans(tiny_host):
             for i in range(frames):
                 await client.send_frame(tone(i))
             await collect(client, lambda ev: len(of(AudioFrame, ev)) == frames)
+            # A frame's statistics follow its audio: counted moments after it came back.
+            for _ in range(600):
+                if (await health(url))["frames_total"] == frames:
+                    break
+                await asyncio.sleep(0.05)
         await wait_until_free(url)
         after = await health(url)
         async with aiohttp.ClientSession() as session:
