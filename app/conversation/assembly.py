@@ -17,27 +17,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
-from app.checkpoints.loader import (
-    CheckpointMissingError,
-    LoadedCheckpoint,
-    ensure_built,
-    load_checkpoint,
-    parse_dtype,
-)
+from app.checkpoints.missing import CheckpointMissingError
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.precision_choice import PrecisionChoice, choose_precision
-from app.engine.device import choose_device, uses_mlx
-from app.engine.duplex_engine import DuplexEngine, EngineOptions
-from app.engine.torch_precision import load_torch_checkpoint
 from app.llm.backend import LLMBackend
 from app.llm.factory import make_backend
 
 if TYPE_CHECKING:
+    # The speech model's and the recogniser's side (torch, moshi) is imported where a model
+    # is loaded or an engine built, never at import: the thin client's install (a speech
+    # model on a server) has none of it, and assembles its conversations here too.
     import torch
 
     from app.asr.asr_thread import StreamingAsr
     from app.asr.stt_catalog import LoadedStt
+    from app.checkpoints.loader import LoadedCheckpoint
+    from app.engine.duplex_engine import DuplexEngine, EngineOptions
     from app.orchestrator.orchestrator import Orchestrator
     from app.remote.remote_engine import RemoteEngine
     from app.tools.base import ToolRegistry
@@ -58,6 +54,10 @@ def load_speech_model(config: ConversationConfig, *, cache: CheckpointStore | No
                       on_loading: Callable[[str], None] | None = None) -> LoadedCheckpoint:
     """The checkpoint `config` names (built first if it is a tiny one), on its device.
     `on_loading` hears what is loading when it really loads (not when `cache` has it)."""
+    from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
+    from app.engine.device import choose_device, uses_mlx
+    from app.engine.torch_precision import load_torch_checkpoint
+
     manifest = get_manifest(config.model_id)
     folder = Path(config.custom_folder) if config.custom_folder else None
     # "auto" is planned when the model really loads: a cached one is not planned again (the
@@ -96,6 +96,7 @@ def _load_for_mlx(chosen: Callable[[], PrecisionChoice], key: str, manifest: Man
                   on_loading: Callable[[str], None] | None) -> LoadedCheckpoint:
     """The MLX engine's checkpoint: the LM converted to MLX (or read from the converted
     weights' cache), Mimi torch on the CPU."""
+    from app.checkpoints.loader import ensure_built
     from app.engine.mlx.checkpoint import load_mlx_checkpoint
 
     def load() -> LoadedCheckpoint:
@@ -115,6 +116,8 @@ def _load_for_mlx(chosen: Callable[[], PrecisionChoice], key: str, manifest: Man
 def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
     """The engine's options from `config`; `extra`: what only a run chooses (seed,
     chunk_limit, forced_ret_frames)."""
+    from app.engine.duplex_engine import EngineOptions
+
     return EngineOptions(voice=config.voice, role=config.role, user_name=config.user_name,
                          user_city=config.user_city, **extra)
 
@@ -122,6 +125,7 @@ def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
 def build_engine(checkpoint: LoadedCheckpoint, options: EngineOptions) -> DuplexEngine:
     """A fresh engine on a loaded checkpoint (not started: its thread warms it up): the
     MLX engine for a checkpoint loaded for MLX, else the torch one."""
+    from app.engine.duplex_engine import DuplexEngine
     from app.engine.mlx.checkpoint import MlxCheckpoint
 
     if isinstance(checkpoint, MlxCheckpoint):
@@ -143,8 +147,9 @@ def load_stt_model(config: ConversationConfig, device: Device) -> LoadedStt:
 def build_asr(config: ConversationConfig, device: Device, *, stt: LoadedStt | None = None,
               notice: Notice | None = None, **options: Any) -> StreamingAsr | None:
     """The streaming recogniser, or None without one. `stt`: its model, already loaded;
-    `options`: AsrOptions fields to pin (a benchmark's VAD hang)."""
-    if not config.has_stt:
+    `options`: AsrOptions fields to pin (a benchmark's VAD hang). None too when the speech
+    server recognises the words (`stt_model` "server": the remote engine gives them)."""
+    if not config.has_stt or config.stt_on_server:
         return None
     try:
         from app.asr.asr_thread import AsrOptions, StreamingAsr
@@ -200,8 +205,9 @@ def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMB
     from app.orchestrator.span_budget import span_chars
 
     retrieval: Retrieval | None
-    if isinstance(engine, DuplexEngine) or checkpoint is not None:
-        local = cast(DuplexEngine, engine)  # a slot has the same span tokenizer and options
+    remote = _remote_engine(engine)
+    if remote is None or checkpoint is not None:
+        local = cast("DuplexEngine", engine)  # a slot has the same span tokenizer and options
         max_tokens, retrieval = (local.span_tokenizer.max_tokens,
                                  (checkpoint or local.checkpoint).manifest.retrieval)
         # Already measured when the LLM is turned on mid-conversation (EngineReady passed).
@@ -209,8 +215,8 @@ def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMB
         # The engine's own: a server's client may have named someone else at its start.
         user_name, user_city = engine.options.user_name, engine.options.user_city
     else:  # a RemoteEngine: what the app's catalog says about the server's model
-        max_tokens, retrieval = engine.max_span_tokens, engine.retrieval
-        measured = engine.span_tokens  # 0 until the server's ready
+        max_tokens, retrieval = remote.max_span_tokens, remote.retrieval
+        measured = remote.span_tokens  # 0 until the server's ready
         user_name, user_city = config.user_name, config.user_city
     if retrieval is not None and config.ret_deadline_s is not None:
         retrieval = replace(retrieval, deadline_s=config.ret_deadline_s)
@@ -218,6 +224,14 @@ def build_orchestrator(config: ConversationConfig, engine: Engine, backend: LLMB
     return Orchestrator(backend, tools, engine, OrchestratorOptions(
         max_span_chars=span_chars(max_tokens), retrieval=retrieval, span_tokens=measured,
         profile=user_profile(user_name, user_city), replay_llm_latency=replay, **options))
+
+
+def _remote_engine(engine: Engine) -> RemoteEngine | None:
+    """`engine` when it is a server's model. Asked without importing the local engine (torch):
+    the remote one is the lighter of the two, and the thin client has only it."""
+    from app.remote.remote_engine import RemoteEngine
+
+    return engine if isinstance(engine, RemoteEngine) else None
 
 
 def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *,
@@ -256,5 +270,5 @@ def join_stages(engine: Engine, config: ConversationConfig, asr: StreamingAsr | 
     when it levels."""
     leveller = config.level_voice if live else (True if config.level_voice else None)
     # The pipeline drives a RemoteEngine as it does a DuplexEngine (the same calls).
-    return ConversationPipeline(cast(DuplexEngine, engine), asr, orchestrator, leveller,
+    return ConversationPipeline(cast("DuplexEngine", engine), asr, orchestrator, leveller,
                                 replay=replay and orchestrator is not None)

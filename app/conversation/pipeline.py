@@ -25,15 +25,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.audio.levelling_stage import LevellingStage
-from app.engine.duplex_engine import DuplexEngine
 from app.engine.events import AudioOut, EngineStopped
 from app.orchestrator.orchestrator import Orchestrator
+
+if TYPE_CHECKING:  # torch: the thin client drives a RemoteEngine through the same calls
+    from app.engine.duplex_engine import DuplexEngine
 
 log = logging.getLogger(__name__)
 

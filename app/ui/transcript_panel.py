@@ -69,13 +69,12 @@ from app.conversation.transcript.entries import (
     read_split,
 )
 from app.conversation.transcript.export import (
-    KIND_LABELS,
-    describe_landing,
-    describe_source,
+    entry_label,
     format_clock,
     format_conversation_time,
     shown,
     shows_detail,
+    span_meta,
     to_plain_text,
 )
 from app.ui.theme import is_dark
@@ -319,7 +318,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     @staticmethod
     def header_label(entry: TranscriptEntry) -> str:
         """Glyph and label, e.g. `⤵ Injected span`; a growing entry ends with an ellipsis."""
-        label = KIND_LABELS.get(entry.kind, entry.kind)
+        label = entry_label(entry)
         if entry.kind == "notice" and entry.detail:
             label = f"{label} · {entry.detail}"
         suffix = " …" if not entry.final else ""
@@ -344,7 +343,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     def meta_text(entry: TranscriptEntry) -> str:
         if entry.kind != "span":
             return ""
-        return f"from {describe_source(entry.source)} · {describe_landing(entry)}"
+        return span_meta(entry)
 
     def _body_font_for(self, entry: TranscriptEntry) -> QFont:
         font = QFont(self._mono_font if entry.kind == "tool" else self._body_font)

@@ -111,10 +111,25 @@ def describe_source(source: str) -> str:
 
 
 def describe_landing(entry: TranscriptEntry) -> str:
-    """The span's landing point in frames, which is what ties it to what the voice said next."""
-    if entry.landed_frame is None:
-        return "not landed yet"
-    return f"landed before frame {entry.landed_frame}"
+    """The span's landing point in frames, which is what ties it to what the voice said next;
+    "" for one that never landed and never will (its detail says why)."""
+    if entry.landed_frame is not None:
+        return f"landed before frame {entry.landed_frame}"
+    return "" if entry.final else "not landed yet"
+
+
+def entry_label(entry: TranscriptEntry) -> str:
+    """The entry's kind in words; a span is an "Injected span" only once it landed."""
+    if entry.kind == "span" and entry.landed_frame is None:
+        return "Span"
+    return KIND_LABELS.get(entry.kind, entry.kind)
+
+
+def span_meta(entry: TranscriptEntry) -> str:
+    """Where a span came from and where it landed: `from LLM · landed before frame 40`."""
+    landing = describe_landing(entry)
+    source = f"from {describe_source(entry.source)}"
+    return f"{source} · {landing}" if landing else source
 
 
 def shown(entry: TranscriptEntry) -> TranscriptEntry:
@@ -130,9 +145,9 @@ def shown(entry: TranscriptEntry) -> TranscriptEntry:
 
 def entry_heading(entry: TranscriptEntry) -> str:
     """The label line of an entry without timestamps, shared by every text form."""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = entry_label(entry)
     if entry.kind == "span":
-        return f"{label} from {describe_source(entry.source)}, {describe_landing(entry)}"
+        return f"{label} {span_meta(entry).replace(' · ', ', ')}"
     if entry.kind == "notice" and entry.detail:
         return f"{label} ({entry.detail})"
     return label
@@ -168,10 +183,9 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
     entry = shown(entry)
     stamps = format_timestamps(entry)
     partial = " _(partial)_" if not entry.final else ""
-    label = KIND_LABELS.get(entry.kind, entry.kind)
+    label = entry_label(entry)
     if entry.kind == "span":
-        head = (f"> **{label}** from {describe_source(entry.source)}"
-                f" · {describe_landing(entry)} · {stamps}{partial}")
+        head = f"> **{label}** {span_meta(entry)} · {stamps}{partial}"
         if entry.detail:
             head += f"\n> _{entry.detail}_"
         return f"{head}\n>\n{_blockquote(entry.text)}"
