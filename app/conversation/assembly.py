@@ -11,6 +11,7 @@ since a headless run asked for exactly that and should not quietly do less.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -232,6 +233,27 @@ def _remote_engine(engine: Engine) -> RemoteEngine | None:
     from app.remote.remote_engine import RemoteEngine
 
     return engine if isinstance(engine, RemoteEngine) else None
+
+
+def connect_remote(config: ConversationConfig, connect_timeout_s: float,
+                   cancel: threading.Event | None = None, *,
+                   for_file: bool = False) -> RemoteEngine | None:
+    """The speech model of `config.server`, connected (its `ready` heard), with what the
+    conversation starts with: the voice, persona and the user's profile, and whether the
+    server recognises the user's words. None: `cancel` was set meanwhile. `for_file`: a
+    file's frames (never dropped; a lost connection ends the run). Raises
+    RemoteEngineError with the reason the server cannot be used."""
+    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteOptions
+
+    server = config.server
+    if server is None:
+        raise ValueError("the conversation's speech model is not on a server")
+    engine = RemoteEngine(RemoteOptions(
+        url=server.url, token=server.token, connect_timeout_s=connect_timeout_s,
+        voice=config.voice, role=config.role, user_name=config.user_name,
+        user_city=config.user_city, asr_on_server=config.stt_on_server,
+        max_lag_s=None if for_file else MAX_LAG_S, reconnect=not for_file))
+    return engine if engine.connect(cancel=cancel) else None
 
 
 def build_pipeline(engine: Engine, config: ConversationConfig, device: Device, *,

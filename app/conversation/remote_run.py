@@ -55,7 +55,7 @@ def run_remote(config: ConversationConfig, pcm: np.ndarray, output_path: Path,
                backend: LLMBackend | None = None) -> RunSummary:
     """`pcm` (24 kHz mono) through the speech model of `config.server`. Raises
     HeadlessRunError (RemoteEngineError when the server cannot be used at all)."""
-    from app.remote.remote_engine import connect_remote
+    from app.conversation.assembly import connect_remote
 
     config, device = _recogniser(config)
     if backend is None and config.has_llm:

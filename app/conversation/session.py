@@ -449,7 +449,7 @@ class ConversationSession:
     def _connect_remote(self, config: ConversationConfig) -> RemoteEngine | None:
         """The speech model on a server: connected and its `ready` heard, or None when the
         conversation was stopped meanwhile. Raises RemoteEngineError with the reason."""
-        from app.remote.remote_engine import connect_remote
+        from app.conversation.assembly import connect_remote
 
         assert config.server is not None
         self._listener.on_state("loading", f"Connecting to the speech server at "

@@ -53,7 +53,6 @@ from app.wire.client import (
 
 if TYPE_CHECKING:  # the catalog is imported when a conversation starts
     from app.checkpoints.catalog import Retrieval
-    from app.conversation.config import ConversationConfig
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +94,6 @@ class RemoteOptions:
 
 class RemoteEngineError(RuntimeError):
     """The server cannot be used: unreachable, a bad token, busy, or it failed."""
-
-
-def connect_remote(config: ConversationConfig, connect_timeout_s: float,
-                   cancel: threading.Event | None = None, *,
-                   for_file: bool = False) -> RemoteEngine | None:
-    """The speech model of `config.server`, connected (its `ready` heard), with what the
-    conversation starts with: the voice, persona and the user's profile, and whether the
-    server recognises the user's words. None: `cancel` was set meanwhile. `for_file`: a
-    file's frames (never dropped; a lost connection ends the run). Raises
-    RemoteEngineError with the reason the server cannot be used."""
-    server = config.server
-    if server is None:
-        raise ValueError("the conversation's speech model is not on a server")
-    engine = RemoteEngine(RemoteOptions(
-        url=server.url, token=server.token, connect_timeout_s=connect_timeout_s,
-        voice=config.voice, role=config.role, user_name=config.user_name,
-        user_city=config.user_city, asr_on_server=config.stt_on_server,
-        max_lag_s=None if for_file else MAX_LAG_S, reconnect=not for_file))
-    return engine if engine.connect(cancel=cancel) else None
 
 
 def describe(exc: BaseException, url: str) -> str:

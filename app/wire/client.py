@@ -155,7 +155,7 @@ class EngineClient:
             ws = await asyncio.wait_for(session.ws_connect(
                 ws_url(url), headers=headers, ssl=ssl if ssl is not None else True,
                 compress=0, max_msg_size=0, heartbeat=heartbeat, autoping=False), timeout)
-            first = await asyncio.wait_for(ws.receive(), timeout)
+            first = await asyncio.wait_for(cls._first_message(ws), timeout)
         except aiohttp.WSServerHandshakeError as exc:
             await cls._cleanup(session, owns)
             if exc.status == 401:
@@ -182,6 +182,17 @@ class EngineClient:
             raise ConnectError(f"{event.stage}: {event.message}")
         raise ConnectError(f"the server answered {first.type.name} instead of ready "
                            f"(close code {ws.close_code})")
+
+    @staticmethod
+    async def _first_message(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
+        """The server's first message, its heartbeat's pings answered meanwhile (the engine
+        may take seconds to warm up before `ready`)."""
+        while True:
+            message = await ws.receive()
+            if message.type == aiohttp.WSMsgType.PING:
+                await ws.pong(message.data)
+            elif message.type != aiohttp.WSMsgType.PONG:
+                return message
 
     @staticmethod
     async def _cleanup(session: aiohttp.ClientSession, owns: bool) -> None:

@@ -112,10 +112,12 @@ def describe_source(source: str) -> str:
 
 def describe_landing(entry: TranscriptEntry) -> str:
     """The span's landing point in frames, which is what ties it to what the voice said next;
-    "" for one that never landed and never will (its detail says why)."""
+    "" for one that never landed and never will, whose detail says why."""
     if entry.landed_frame is not None:
         return f"landed before frame {entry.landed_frame}"
-    return "" if entry.final else "not landed yet"
+    if not entry.final:
+        return "not landed yet"
+    return "" if entry.detail else "never landed"
 
 
 def entry_label(entry: TranscriptEntry) -> str:
