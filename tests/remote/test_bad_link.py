@@ -257,3 +257,53 @@ def test_a_bad_link_holds_the_conversation_says_it_is_slow_and_bounds_the_delay(
     assert speaker.most_queued <= speaker.buffer.capacity
     assert speaker.frames_played > 0
     assert relay.stalled_chunks > 0
+
+
+def figures(url: str, token: str, seconds: float) -> dict:
+    """The bad link's figures over `seconds` of a conversation with `serve` at `url` (its
+    port relayed as above): what the status bar showed last and what each bound held."""
+    from urllib.parse import urlsplit
+
+    relay = DelayingRelay(urlsplit(url).port or 8998).start()
+    speaker, recorder = PacedSpeaker(), Recorder()
+    settings = AppSettings(
+        engine=EngineSettings(mode="server", server_url=f"http://127.0.0.1:{relay.port}",
+                              server_token=token, connect_timeout_s=60.0),
+        llm=LlmSettings(backend="none", stt_model="none"))
+    session = ConversationSession(settings, recorder, lambda _settings: speaker,
+                                  CheckpointCache(), status_interval_s=0.1)
+    session.start()
+    wait_until(lambda: recorder.states and recorder.states[-1][0] in ("running", "error"),
+               180.0)
+    session.inject_text(NOTES, "notes")
+    time.sleep(seconds)
+    remote = session._remote
+    assert remote is not None
+    most_in_flight = remote.most_in_flight
+    session.stop(30.0)
+    relay.stop()
+    last = recorder.statuses[-1]
+    entries = list(recorder.entries.values())
+    return {
+        "seconds": seconds, "stall_windows": len(relay.stall_windows_hit),
+        "chunks_held_by_stalls": relay.stalled_chunks,
+        "status_bar": network_words(last)[0], "late_frames": last.late_frames,
+        "frame_rtt_ms": last.frame_rtt_ms, "network_rtt_ms": last.network_rtt_ms,
+        "server_ms": last.server_ms, "frames_not_sent": last.dropped_frames,
+        "most_frames_in_flight": most_in_flight,
+        "most_queued_for_playback_ms": round(speaker.most_queued / 24.0, 1),
+        "playback_capacity_ms": round(speaker.buffer.capacity / 24.0, 1),
+        "playback_overruns": speaker.buffer.overruns,
+        "playback_underruns": speaker.buffer.underruns,
+        "span_landed": any(e.kind == "span" and e.landed_frame is not None for e in entries),
+        "slow_link_notices": sum(e.kind == "notice" and "slow" in e.text for e in entries),
+        "paused_or_lost": any(s in ("paused", "error") for s, _ in recorder.states),
+    }
+
+
+if __name__ == "__main__":  # python -m tests.remote.test_bad_link URL TOKEN [SECONDS]
+    import json
+    import sys
+
+    print(json.dumps(figures(sys.argv[1], sys.argv[2],
+                             float(sys.argv[3]) if len(sys.argv) > 3 else 30.0), indent=1))

@@ -1,12 +1,14 @@
 """The desktop app as the thin client runs it, for tests/remote/test_thin_client.py: run in a
 process where the engine's packages do not import (engine_blocker.py).
 
-    python -m tests.remote.thin_client_app SERVER_URL TOKEN OLLAMA_URL QUESTION_WAV OUT.json
+    python -m tests.remote.thin_client_app SERVER_URL TOKEN OLLAMA_URL QUESTION_WAV OUT.json \
+        [HOLD_S]
 
 The real window, controller and session, offscreen: Settings is opened on every tab, then a
 conversation with the speech model and its recognition on the server, the question played
 from a file at a microphone's pace, the LLM on the Ollama stand-in. It ends once the answer
-to the words the server heard has landed (or after a deadline), stops, and writes what the
+to the words the server heard has landed (or after a deadline), goes on for HOLD_S more
+seconds (0 by default: the memory of a longer conversation), stops, and writes what the
 window showed, the peak memory and the modules loaded to OUT.json.
 """
 
@@ -22,7 +24,8 @@ from pathlib import Path
 DEADLINE_S = 240.0
 
 
-def main(url: str, token: str, ollama: str, question: Path, out: Path) -> int:
+def main(url: str, token: str, ollama: str, question: Path, out: Path,
+         hold_s: float = 0.0) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
@@ -81,6 +84,7 @@ def main(url: str, token: str, ollama: str, question: Path, out: Path) -> int:
                    for e in window.transcript.entries())
 
     spin(DEADLINE_S, answered)
+    spin(hold_s)
     spin(3.0, lambda: "late" in window.status_line.frame.text()
          and "network –" not in window.status_line.frame.text())
     result["status_network"] = window.status_line.frame.text()
@@ -101,4 +105,5 @@ def main(url: str, token: str, ollama: str, question: Path, out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5])))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
+                  float(sys.argv[6]) if len(sys.argv) > 6 else 0.0))
