@@ -727,7 +727,8 @@ class ConversationSession:
                              bytes_sent=stats.bytes_sent, bytes_received=stats.bytes_received)
         if stats.late_frames < self._late_said_at:
             return
-        self._late_said_at = stats.late_frames * SLOW_LINK_STEP
+        while self._late_said_at <= stats.late_frames:
+            self._late_said_at *= SLOW_LINK_STEP
         self._notice(slow_link_notice(stats), "warning")
 
     def _play(self, audio: ev.AudioOut) -> None:

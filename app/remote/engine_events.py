@@ -32,6 +32,9 @@ from app.frames import FRAME_RATE, FRAME_S
 from app.wire import events as wire
 
 END_OF_TURN_BY_SERVER = "server"  # AsrFinal.detected_by for the speech server's recogniser
+# Frames of a conversation with the server's recognition chosen and not one `user_text`
+# from it: then a notice says the server may run without recognition (30 s).
+QUIET_RECOGNITION_FRAMES = 375
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class EngineEventMapper:
         # Each utterance the server is recognising (its first frame): the words so far, and
         # when the last of them ended (seconds on the app's clock).
         self._utterances: dict[int, tuple[list[str], float]] = {}
+        self._heard_user = False  # a `user_text` came in this conversation
+        self._quiet_said = False
         self._lock = threading.Lock()
         self._sent: dict[int, SentSpan] = {}  # the app's span id -> what was sent
         self._by_server: dict[int, int] = {}  # the server's span id -> the app's
@@ -78,6 +83,7 @@ class EngineEventMapper:
             self._by_server.clear()
         self._unheard.clear()  # a span of the last conversation is not heard in this one
         self._utterances.clear()  # nor are its words still in progress
+        self._heard_user = False
         if self._ledger.total:
             self._earlier_positions += (self._ledger.total
                                         + max(ready.context_window, self.context_window))
@@ -120,6 +126,21 @@ class EngineEventMapper:
             span_positions_in_window=ledger.span_positions_in_window(),
             wrapped=bool(window) and used > window)
         return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
+
+    def quiet_recognition(self) -> list[object]:
+        """Once, when the server's recognition was chosen and QUIET_RECOGNITION_FRAMES of a
+        conversation brought not a word from it: the server may run without it (the wire
+        does not say whether a server recognises)."""
+        if (not self.asr or self._heard_user or self._quiet_said
+                or self.frames - self._base < QUIET_RECOGNITION_FRAMES):
+            return []
+        self._quiet_said = True
+        seconds = QUIET_RECOGNITION_FRAMES * FRAME_S
+        return [AsrError(f"No words have come from the speech server's recognition in "
+                         f"{seconds:g} s. If you have spoken, the server may run without "
+                         "speech recognition: start it with `python main.py serve --asr "
+                         "MODEL`, or let this computer recognise (Settings → Speech model → "
+                         "Speech engine, the full install).", fatal=False)]
 
     def first_audio(self, audio: ev.AudioOut) -> list[ev.FirstAudioAfterSpan]:
         """After `audio` is out: the spans it is the first frame after, as a local engine
@@ -172,6 +193,7 @@ class EngineEventMapper:
 
     def _user_text(self, event: wire.UserText) -> list[object]:
         """The server's recognition as a local recogniser's events, on the app's clock."""
+        self._heard_user = True
         utt, end = _count(event.utt), event.t
         if utt is None or not isinstance(end, (int, float)) or not isinstance(event.text, str):
             return []  # not what a server sends: nothing the orchestrator could place

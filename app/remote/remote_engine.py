@@ -602,4 +602,6 @@ class RemoteEngine:
         self._put(audio)
         for heard in self._mapper.first_audio(audio):
             self._put(heard)
+        for quiet in self._mapper.quiet_recognition():
+            self._put(quiet)
         self._put(stats)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from app.asr.events import AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.conversation.pipeline import ConversationPipeline
 from app.engine import events as ev
 from app.llm.factory import make_backend
@@ -19,7 +19,11 @@ from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.orchestrator import events as oe
 from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
 from app.orchestrator.retrieval import UtteranceTracker
-from app.remote.engine_events import END_OF_TURN_BY_SERVER, EngineEventMapper
+from app.remote.engine_events import (
+    END_OF_TURN_BY_SERVER,
+    QUIET_RECOGNITION_FRAMES,
+    EngineEventMapper,
+)
 from app.tools.base import ToolRegistry
 from app.wire import events as wire
 
@@ -78,6 +82,25 @@ def test_after_a_reconnect_the_servers_times_move_onto_the_apps_clock() -> None:
     assert isinstance(final, AsrFinal) and (final.start_s, final.end_s) == (4.0, 4.5)
     # The utterance cut by the drop is not continued by the new conversation's words.
     assert [w.text for w in events if isinstance(w, AsrWord)] == ["hello"]
+
+
+def test_a_server_that_sends_no_words_is_said_once_to_perhaps_run_without_recognition(
+        ) -> None:
+    mapper = EngineEventMapper(asr=True)
+    mapper.new_conversation(wire.Ready(context_window=100))
+    said = []
+    for _ in range(QUIET_RECOGNITION_FRAMES * 2):
+        mapper.audio(SILENCE)
+        said += mapper.quiet_recognition()
+    assert len(said) == 1 and isinstance(said[0], AsrError) and not said[0].fatal
+    assert "serve --asr" in said[0].message
+    # One word from the server: nothing to say.
+    heard = EngineEventMapper(asr=True)
+    heard.new_conversation(wire.Ready(context_window=100))
+    heard.map(wire.UserText(utt=1, t=0.3, text="hi"))
+    for _ in range(QUIET_RECOGNITION_FRAMES * 2):
+        heard.audio(SILENCE)
+        assert heard.quiet_recognition() == []
 
 
 def test_without_the_servers_recognition_its_words_are_not_the_users() -> None:
