@@ -192,9 +192,10 @@ class RemoteEngine:
     # ---- any thread ---------------------------------------------------------------------
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one frame for the server, waiting at most `timeout` for room (0: never
-        waits, the microphone's). False while disconnected (the frame is not sent: the
-        server's conversation is gone anyway) or when the outbox stayed full (counted)."""
+        """Queue one frame for the server, waiting at most `timeout` seconds for room (0 or
+        None: never waits, the microphone's). False while disconnected (the frame is not
+        sent: the server's conversation is gone anyway) or when the outbox stayed full
+        (counted)."""
         if not self._connected.is_set() or self._input_done:
             return False
         frame = np.asarray(pcm, dtype=np.float32)

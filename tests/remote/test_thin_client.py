@@ -141,6 +141,9 @@ def test_the_app_on_a_server_with_its_recognition_from_a_client(
     assert "needs the full install" in shown["install_note"]
     assert "pip install -e" in shown["install_note"] and "[engine]" in shown["install_note"]
     assert shown["asr_checkbox_saved"] is True
+    state, banner = shown["local_start"]
+    assert state == "error" and "could not start" in banner
+    assert "needs the full install" in banner and "[engine]" in banner
     entries = shown["entries"]
     heard = [e for e in entries if e["kind"] == "user" and e["final"] and e["text"].strip()]
     assert heard, entries  # the server's words, as the user's turn

@@ -19,6 +19,7 @@ import os
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 DEADLINE_S = 240.0
@@ -69,6 +70,17 @@ def main(url: str, token: str, ollama: str, question: Path, out: Path,
                               if not dialog.engine_box.install_note.isHidden() else "")
     result["asr_checkbox_saved"] = dialog.settings().engine.asr_on_server
     dialog.reject()
+
+    # Start with "This computer" chosen: the window says what it needs.
+    here = ConversationController(lambda _settings: None)
+    local = MainWindow(here, replace(settings, engine=replace(settings.engine, mode="local")))
+    local.show()
+    local.start_action.trigger()
+    spin(60.0, lambda: here.state == "error")
+    result["local_start"] = (here.state, local.banner.text())
+    assert here.shutdown(30.0)
+    local.features.keeper.shutdown()
+    local.close()
 
     pcm, _ = sphn.read(str(question), sample_rate=24000)
     microphone = FileAudioSource(pcm[0])
