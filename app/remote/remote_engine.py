@@ -10,7 +10,7 @@ tools, its folders) serves whichever engine, and the server needs no LLM side of
 
 The audio goes as Opus where the server offers it (app/wire/opus.py), else as PCM.
 
-The network runs on its own thread with its own asyncio loop (app/server/client.py's
+The network runs on its own thread with its own asyncio loop (app/wire/client.py's
 EngineClient); nothing here waits on the network from another thread, except `connect`,
 which the session's thread calls once, bounded by a timeout. A dropped connection is not
 the end: the engine says so (ConnectionLost), tries again with a growing pause, and says
