@@ -7,7 +7,9 @@
 # RUNNER  a command that runs each pip command (install.sh's `run`, which only prints it
 #         with --dry-run); "" runs them directly
 # TARGET  the folder pip installs editable (the checkout, or an installed copy)
-# MODE    app, or dev (the test tools too)
+# MODE    app (the `engine` extra: the speech model on this computer), dev (the test tools
+#         too), or client (the thin client: no torch, moshi or bitsandbytes; the speech
+#         model on a server; about 0.6 GB instead of 8)
 #
 # - Apple silicon (Darwin arm64): the `mlx` extra and moshi_mlx, the speech model's path
 #   there (app/engine/mlx). torch comes from PyPI, whose macOS wheels are the CPU+MPS build:
@@ -22,9 +24,12 @@
 # tests/engine/mlx/test_mlx_mimi.py runs that Mimi against torch's with our versions.
 MOSHI_MLX="moshi_mlx==0.3.0"
 
-# "mlx" where this machine gets the MLX path in MODE ($1), else "torch".
+# "mlx" where this machine gets the MLX path in MODE ($1), "none" for the thin client,
+# else "torch".
 python_packages_engine() {
-    if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
+    if [ "$1" = client ]; then
+        echo none
+    elif [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
         echo mlx
     elif [ "$(uname -s)" = Linux ] && [ "$1" = dev ]; then
         echo mlx
@@ -36,8 +41,13 @@ python_packages_engine() {
 install_python_packages() {
     local runner="$1" python="$2" target="$3" mode="$4"
     local extras=""
-    [ "$mode" = dev ] && extras="dev"
-    if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
+    case "$mode" in
+        dev) extras="dev" ;;  # the dev extra holds the engine's
+        app) extras="engine" ;;
+        client) ;;
+        *) echo "unknown install mode $mode (app, dev or client)" >&2; return 2 ;;
+    esac
+    if [ "$mode" != client ] && [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
         extras="${extras:+$extras,}mlx"
     fi
     local spec="$target"

@@ -12,20 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sentencepiece
-import torch
-from moshi.models import LMModel, MimiModel, loaders
-
-from app.checkpoints.loader import (
-    CheckpointMissingError,
-    file_names,
-    info_from_local_files,
-    runtime_dtype,
-)
 from app.checkpoints.manifest_folder import CatalogError, load_manifest_folder
+from app.checkpoints.missing import CheckpointMissingError
 from app.paths import CATALOG_DIR, checkpoints_dir
+
+if TYPE_CHECKING:  # the catalog is read without them (Settings lists it in the thin client)
+    import sentencepiece
+    import torch
+    from moshi.models import LMModel, MimiModel, loaders
 
 STT_CATALOG_DIR = CATALOG_DIR / "stt"
 
@@ -142,6 +138,8 @@ def _how_to_get(manifest: SttManifest) -> str:
 
 def stt_checkpoint_info(manifest: SttManifest, folder: Path) -> loaders.CheckpointInfo:
     """Resolve the STT's files in `folder` into moshi's CheckpointInfo, offline."""
+    from app.checkpoints.loader import file_names, info_from_local_files
+
     config_path = folder / manifest.files.get("config", "config.json")
     if not config_path.is_file():
         raise CheckpointMissingError(
@@ -178,6 +176,10 @@ def load_stt(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
 ) -> LoadedStt:
+    import torch
+
+    from app.checkpoints.loader import runtime_dtype
+
     folder = Path(folder) if folder is not None else manifest.default_folder()
     info = stt_checkpoint_info(manifest, folder)
     if info.model_type != "stt" or (info.lm_config or {}).get("dep_q", 8) != 0:

@@ -7,7 +7,8 @@ the no-microphone source at a microphone's pace, and one text read in as a span.
 It prints the median of what the status bar showed (each figure is itself the median of
 the last 2 s of frames), its range, the late frames, the frames that came back and those
 not sent, and the plain HTTP round trip of Settings → "Test connection" for comparison.
-A round trip includes the server's step of the frame, not only the network.
+A frame's round trip includes the server's time for the frame (queued and stepped); the
+status bar shows it in its parts: the network's own round trip (pings) and the rest.
 """
 
 from __future__ import annotations
@@ -65,15 +66,20 @@ def run(url: str, token: str | None, seconds: float) -> int:
     session.inject_text("Canberra is the capital of Australia.", "rtt bench")
     time.sleep(seconds)
     session.stop()
-    shown = [s.network_rtt_ms for s in listener.statuses if s.network_rtt_ms is not None]
+    shown = [s.frame_rtt_ms for s in listener.statuses if s.frame_rtt_ms is not None]
     if not shown:
         print("error: no round trip was shown", file=sys.stderr)
         return 1
     last = listener.statuses[-1]
-    print(f"status bar over {seconds:g} s: network RTT median {statistics.median(shown):.1f} ms "
-          f"(min {min(shown):.1f}, max {max(shown):.1f}, {len(shown)} updates); "
+    network = [s.network_rtt_ms for s in listener.statuses if s.network_rtt_ms is not None]
+    server = [s.server_ms for s in listener.statuses if s.server_ms is not None]
+    print(f"status bar over {seconds:g} s: an audio frame's round trip median "
+          f"{statistics.median(shown):.1f} ms (min {min(shown):.1f}, max {max(shown):.1f}, "
+          f"{len(shown)} updates), of it the network's own median "
+          f"{statistics.median(network) if network else float('nan'):.1f} ms and the "
+          f"server's {statistics.median(server) if server else float('nan'):.1f} ms; "
           f"{last.late_frames} late frames; {last.dropped_frames} frames not sent; "
-          f"{listener.spans} span(s) landed")
+          f"{listener.spans} span(s) landed; audio {last.audio_codec or '?'}")
     return 0
 
 

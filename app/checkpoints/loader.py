@@ -19,15 +19,12 @@ from moshi.models import LMModel, MimiModel, loaders
 from app.checkpoints.architectures import lm_architecture, mimi_architecture
 from app.checkpoints.builders import BUILDERS
 from app.checkpoints.catalog import Manifest
+from app.checkpoints.missing import CheckpointMissingError
 from app.checkpoints.release_weights import load_lm_weights
 from app.checkpoints.tiny_builder import RANDOM_WEIGHTS_MARKER
 from app.moshi_internals import moshi_7b_config
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class CheckpointMissingError(FileNotFoundError):
-    """The checkpoint's files are not on disk; the message says how to get them."""
 
 
 @dataclass

@@ -28,6 +28,7 @@ from app.engine.precision import (  # light: no torch
     PRECISION_CHOICES,
     PRECISION_HELP,
 )
+from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
@@ -119,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="process an audio file through the engine, headless")
     _add_model_args(run, mlx=True)
+    run.add_argument("--server", default=None, metavar="URL",
+                     help="the speech model of a `serve` at URL instead of this computer's "
+                          "(no torch needed here); --asr server: its speech recognition too")
+    run.add_argument("--server-token", default=None, metavar="TOKEN",
+                     help="the server's token (default $CONTEXTSPAN_SERVER_TOKEN, which "
+                          "keeps it out of `ps`)")
     run.add_argument("--input", type=Path, required=True, help="audio file (any rate, channels)")
     run.add_argument("--output", type=Path, required=True, help="reply audio, 24 kHz WAV")
     run.add_argument("--transcript", type=Path, required=True, help="JSONL transcript")
@@ -150,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "Apple Silicon, torch on other CPUs, where it is the faster)")
     llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
     llm.add_argument("--asr", default=None, metavar="STT_MODEL",
-                     help="recognise the input's speech with this STT (e.g. tiny-stt)")
+                     help="recognise the input's speech with this STT (e.g. tiny-stt), or "
+                          "'server': the speech server's (with --server)")
     llm.add_argument("--vad", action="store_true",
                      help="end turns by voice activity even if the STT has its own signal")
     llm.add_argument("--llm", choices=["ollama", "openai"], default=None,
@@ -301,16 +309,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from app.conversation.config import ConversationConfig
+    from app.conversation.config import SERVER_STT, ConversationConfig, SpeechServer
     from app.conversation.headless import Injection, run_headless
 
+    if args.asr == SERVER_STT and not args.server:
+        raise ValueError("--asr server is the speech server's recognition: give --server URL")
+    server = None
+    if args.server:
+        token = args.server_token or os.environ.get("CONTEXTSPAN_SERVER_TOKEN") or None
+        server = SpeechServer(args.server, token)
     if len(args.inject) != len(args.at):
         raise ValueError("each --inject needs exactly one --at (and the other way round)")
     if args.chunk_limit is not None and args.chunk_limit < 1:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
     conversation = None
-    if args.asr or args.llm or args.realtime or args.level_voice:
+    if args.asr or args.llm or args.realtime or args.level_voice or server:
         tools: tuple[str, ...] | None = None
         if args.tools is not None:
             tools = () if args.tools == "none" else tuple(
@@ -319,7 +333,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
             backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
             timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
-            realtime=args.realtime, level_voice=args.level_voice,
+            realtime=args.realtime, level_voice=args.level_voice, server=server,
         )
     summary = run_headless(
         args.model, args.input, args.output, args.transcript, injections,
@@ -710,6 +724,9 @@ def _guarded(action: Callable[[], int], what: str, log_file: Path) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         log.exception("%s failed", what)
+        if is_engine_module_missing(exc):  # the thin client's install: say what to do
+            print(f"error: {needs_full_install(f'`python main.py {what}`')}", file=sys.stderr)
+            return EXIT_FAILURE
         print(f"error: {_one_line(exc)} (details: {log_file})", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -11,35 +11,33 @@ since a headless run asked for exactly that and should not quietly do less.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
-from app.checkpoints.loader import (
-    CheckpointMissingError,
-    LoadedCheckpoint,
-    ensure_built,
-    load_checkpoint,
-    parse_dtype,
-)
+from app.checkpoints.missing import CheckpointMissingError
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.precision_choice import PrecisionChoice, choose_precision
-from app.engine.device import choose_device, uses_mlx
 from app.engine.speech_engine import EngineOptions, SpeechEngine
-from app.engine.torch_precision import load_torch_checkpoint
 from app.llm.backend import LLMBackend
 from app.llm.factory import make_backend
 
 if TYPE_CHECKING:
+    # The speech model's and the recogniser's side (torch, moshi) is imported where a model
+    # is loaded or an engine built, never at import: the thin client's install (a speech
+    # model on a server) has none of it, and assembles its conversations here too.
     import torch
 
     from app.asr.asr_thread import StreamingAsr
     from app.asr.stt_catalog import LoadedStt
+    from app.checkpoints.loader import LoadedCheckpoint
     from app.engine.row_conversation import RowConversation
     from app.orchestrator.orchestrator import Orchestrator
+    from app.remote.remote_engine import RemoteEngine
     from app.tools.base import ToolRegistry
 
 Notice = Callable[[str, str], None]  # (message, severity: "info", "warning" or "error")
@@ -56,6 +54,10 @@ def load_speech_model(config: ConversationConfig, *, cache: CheckpointStore | No
                       on_loading: Callable[[str], None] | None = None) -> LoadedCheckpoint:
     """The checkpoint `config` names (built first if it is a tiny one), on its device.
     `on_loading` hears what is loading when it really loads (not when `cache` has it)."""
+    from app.checkpoints.loader import ensure_built, load_checkpoint, parse_dtype
+    from app.engine.device import choose_device, uses_mlx
+    from app.engine.torch_precision import load_torch_checkpoint
+
     manifest = get_manifest(config.model_id)
     folder = Path(config.custom_folder) if config.custom_folder else None
     # "auto" is planned when the model really loads: a cached one is not planned again (the
@@ -94,6 +96,7 @@ def _load_for_mlx(chosen: Callable[[], PrecisionChoice], key: str, manifest: Man
                   on_loading: Callable[[str], None] | None) -> LoadedCheckpoint:
     """The MLX engine's checkpoint: the LM converted to MLX (or read from the converted
     weights' cache), Mimi torch on the CPU."""
+    from app.checkpoints.loader import ensure_built
     from app.engine.mlx.checkpoint import load_mlx_checkpoint
 
     def load() -> LoadedCheckpoint:
@@ -137,8 +140,9 @@ def load_stt_model(config: ConversationConfig, device: Device) -> LoadedStt:
 def build_asr(config: ConversationConfig, device: Device, *, stt: LoadedStt | None = None,
               notice: Notice | None = None, **options: Any) -> StreamingAsr | None:
     """The streaming recogniser, or None without one. `stt`: its model, already loaded;
-    `options`: AsrOptions fields to pin (a benchmark's VAD hang)."""
-    if not config.has_stt:
+    `options`: AsrOptions fields to pin (a benchmark's VAD hang). None too when the speech
+    server recognises the words (`stt_model` "server": the remote engine gives them)."""
+    if not config.has_stt or config.stt_on_server:
         return None
     try:
         from app.asr.asr_thread import AsrOptions, StreamingAsr
@@ -202,6 +206,27 @@ def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend
         max_span_chars=span_chars(facts.max_span_tokens), retrieval=retrieval,
         span_tokens=engine.span_tokens, profile=user_profile(facts.user_name, facts.user_city),
         replay_llm_latency=replay, **options))
+
+
+def connect_remote(config: ConversationConfig, connect_timeout_s: float,
+                   cancel: threading.Event | None = None, *,
+                   for_file: bool = False) -> RemoteEngine | None:
+    """The speech model of `config.server`, connected (its `ready` heard), with what the
+    conversation starts with: the voice, persona and the user's profile, and whether the
+    server recognises the user's words. None: `cancel` was set meanwhile. `for_file`: a
+    file's frames (never dropped; a lost connection ends the run). Raises
+    RemoteEngineError with the reason the server cannot be used."""
+    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteOptions
+
+    server = config.server
+    if server is None:
+        raise ValueError("the conversation's speech model is not on a server")
+    engine = RemoteEngine(RemoteOptions(
+        url=server.url, token=server.token, connect_timeout_s=connect_timeout_s,
+        voice=config.voice, role=config.role, user_name=config.user_name,
+        user_city=config.user_city, asr_on_server=config.stt_on_server,
+        max_lag_s=None if for_file else MAX_LAG_S, reconnect=not for_file))
+    return engine if engine.connect(cancel=cancel) else None
 
 
 def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,

@@ -14,6 +14,17 @@ from dataclasses import dataclass
 from app.settings.schema import AppSettings
 
 NONE = "none"  # `backend` and `stt_model`: no LLM side, no speech recognition
+# `stt_model`: the speech server's recogniser (`serve --asr`) transcribes the conversation
+# and its words reach the LLM side here as a local recogniser's do (app/remote).
+SERVER_STT = "server"
+
+
+@dataclass(frozen=True)
+class SpeechServer:
+    """A speech model on another machine (`python main.py serve`): its address and token."""
+
+    url: str
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,9 @@ class ConversationConfig:
     timeout_s: float = 30.0  # the LLM's longest silence
     tools: tuple[str, ...] | None = None  # None: every configured tool; (): none
     search_folders: tuple[str, ...] = ()  # the only folders local_search may read
-    stt_model: str = NONE  # models/stt id; "none": no speech recognition
+    # models/stt id; "none": no speech recognition; "server": the speech server's (with
+    # `server` only)
+    stt_model: str = NONE
     end_of_turn: str = "auto"  # "auto": the STT's own signal where it has one; "vad": always
     # The <ret> deadline in seconds (None: the checkpoint's, 2.5 s); the reference's QA
     # benchmark allows 10 s.
@@ -50,13 +63,20 @@ class ConversationConfig:
     # Headless runs: feed the input at 80 ms a frame, like a microphone (else as fast as it
     # goes, the LLM's latency replayed in frames). A live conversation is real time anyway.
     realtime: bool = False
+    # The speech model on a server (Settings → Speech engine, `run --server`); None: this
+    # computer's.
+    server: SpeechServer | None = None
 
     @classmethod
     def from_settings(cls, settings: AppSettings) -> ConversationConfig:
         """The desktop conversation the saved settings describe. Speech recognition feeds
         the LLM side only: without an LLM backend there is none (turning the LLM on brings
         it at the next start, see `restart_needed`)."""
-        speech, llm = settings.speech, settings.llm
+        speech, llm, engine = settings.speech, settings.llm, settings.engine
+        on_server = engine.mode == "server"
+        stt_model = llm.stt_model if llm.backend != NONE else NONE
+        if on_server and engine.asr_on_server and stt_model != NONE:
+            stt_model = SERVER_STT
         return cls(
             model_id=speech.model_id, custom_folder=speech.custom_folder, device=speech.device,
             precision=speech.precision, voice=speech.voice, role=speech.role,
@@ -64,8 +84,10 @@ class ConversationConfig:
             backend=llm.backend, host=llm.host, model=llm.model, timeout_s=llm.timeout_s,
             tools=tuple(llm.tools) if llm.tools_enabled else (),
             search_folders=tuple(llm.search_folders),
-            stt_model=llm.stt_model if llm.backend != NONE else NONE,
-            end_of_turn=llm.end_of_turn, level_voice=settings.audio.level_voice)
+            stt_model=stt_model, end_of_turn=llm.end_of_turn,
+            level_voice=settings.audio.level_voice,
+            server=SpeechServer(engine.server_url.strip(), engine.server_token.strip() or None)
+            if on_server else None)
 
     @property
     def has_llm(self) -> bool:
@@ -74,6 +96,11 @@ class ConversationConfig:
     @property
     def has_stt(self) -> bool:
         return bool(self.stt_model) and self.stt_model != NONE
+
+    @property
+    def stt_on_server(self) -> bool:
+        """The speech server recognises the user's words (no recogniser here)."""
+        return self.stt_model == SERVER_STT
 
     @property
     def force_vad(self) -> bool:

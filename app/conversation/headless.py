@@ -20,13 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import numpy as np
 
 from app.audio_file import partial_path, prove_writable, read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
-from app.checkpoints.loader import LoadedCheckpoint
 from app.conversation.assembly import (
     build_backend,
     build_engine,
@@ -37,16 +36,17 @@ from app.conversation.assembly import (
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline, PipelineStalled
 from app.engine import events as ev
-from app.engine.device import uses_mlx
-from app.engine.row_conversation import RowConversation
-from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
+from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch: `run --server` runs in the thin client's install, without it
     from app.asr.stt_catalog import LoadedStt
+    from app.checkpoints.loader import LoadedCheckpoint
+    from app.engine.row_conversation import RowConversation
+    from app.engine.speech_engine import EngineOptions
 
 PACE_FAST = "as fast as it goes"
 PACE_REALTIME = "real time"
@@ -176,9 +176,10 @@ def _record(event: object, frame: int) -> dict | None:
 
 
 def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict],
-                      engine: RowConversation, stopped: ev.EngineStopped | None,
+                      spans_pending: Callable[[], bool], stopped: ev.EngineStopped | None,
                       failure: list[str], done: int, frames: int,
-                      finish: Callable[[], None] | None = None) -> None:
+                      finish: Callable[[], None] | None = None,
+                      last_lines: Callable[[], list[dict]] | None = None) -> None:
     """The transcript's last lines, then its final name.
 
     Spans the input ended in the middle of are recorded with the chunks that did land
@@ -189,7 +190,7 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
         for record in spans.values():
             if record["chunks"]:
                 _write(out, record | {"complete": False})
-        if stopped is not None and engine.injector.has_pending():
+        if stopped is not None and spans_pending():
             _write(out, {"type": "notice", "message": "the input ended before every queued "
                          "span was injected"})
         if not failure and stopped is not None and done != frames:
@@ -201,6 +202,8 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
                 finish()
             except Exception as exc:  # a full disk at the very end is still the run's failure
                 failure.append(str(exc) or type(exc).__name__)
+        for record in last_lines() if last_lines is not None else []:
+            _write(out, record)
         if failure:
             _write(out, {"type": "error", "message": failure[0], "frames": done})
         else:
@@ -263,6 +266,19 @@ def run_headless(
                      custom_folder=str(folder) if folder else None, device=device or "auto",
                      dtype=dtype or "auto", voice=voice, role=role, user_name=user_name,
                      user_city=user_city, precision=precision or "auto")
+    if config.server is not None:  # the speech model on a server: this machine needs no torch
+        from app.conversation.remote_run import run_remote
+
+        if ret_at or chunk_limit is not None or seed is not None or folder is not None:
+            raise HeadlessRunError("--ret-at, --chunk-limit, --seed and --folder choose the "
+                                   "speech model's run: with --server the server's applies")
+        return run_remote(config, pcm, output_path, transcript_path, injections,
+                          timeout_s=timeout_s, input_name=str(input_path))
+    if not engine_installed():
+        raise HeadlessRunError(needs_full_install("The speech model on this computer")
+                               + "; or run it on a server: run --server URL")
+    from app.engine.device import uses_mlx
+
     if mimi != "auto" and not uses_mlx(config.device):
         raise HeadlessRunError(f"--mimi {mimi} chooses the MLX engine's Mimi (--device mlx); "
                                "the torch engine runs torch's")
@@ -323,7 +339,7 @@ def run_conversation(
     start = time.perf_counter()
     pipeline.start()
     feeder.start()
-    follower = _Follower(engine, pipeline, frames, header)
+    follower = _Follower(engine.injector.has_pending, pipeline, frames, header)
 
     def write_reply() -> None:
         try:
@@ -338,6 +354,17 @@ def run_conversation(
         raise HeadlessRunError(follower.failure[0])
     return RunSummary(frames, len(pcm) / SAMPLE_RATE, elapsed, follower.landed,
                       "".join(follower.text_parts))
+
+
+class FrameFeeder(Protocol):
+    """What the follower asks of a feeder thread (a file into a local engine, or to a
+    server: remote_run.py)."""
+
+    failure: list[str]
+    stopping: threading.Event
+
+    def is_alive(self) -> bool: ...
+    def stop(self, timeout: float) -> None: ...
 
 
 class _Feeder:
@@ -397,9 +424,13 @@ class _Feeder:
 class _Follower:
     """The pipeline's events into the transcript and the reply audio."""
 
-    def __init__(self, engine: RowConversation, pipeline: ConversationPipeline, frames: int,
-                 header: dict) -> None:
-        self.engine = engine
+    def __init__(self, spans_pending: Callable[[], bool], pipeline: ConversationPipeline,
+                 frames: int, header: dict,
+                 last_lines: Callable[[], list[dict]] | None = None) -> None:
+        """`spans_pending`: whether spans still wait to land (said at the end);
+        `last_lines`: records written just before the last line."""
+        self.spans_pending = spans_pending
+        self.last_lines = last_lines
         self.pipeline = pipeline
         self.frames = frames
         self.header = header
@@ -412,7 +443,7 @@ class _Follower:
         self.last_frame = -1
         self.stopped: ev.EngineStopped | None = None
 
-    def follow(self, transcript_path: Path, feeder: _Feeder, timeout_s: float,
+    def follow(self, transcript_path: Path, feeder: FrameFeeder, timeout_s: float,
                finish: Callable[[], None] | None = None) -> None:
         """Until the engine stops (or the feeder fails, or `timeout_s`), then `finish` (the
         reply audio). The transcript is written beside its final name and renamed at the
@@ -441,8 +472,9 @@ class _Follower:
             self.pipeline.stop(10.0)
             feeder.stop(10.0)
             self.failure.extend(feeder.failure)
-            _close_transcript(out, partial, transcript_path, self.spans, self.engine,
-                              self.stopped, self.failure, self.done, self.frames, finish)
+            _close_transcript(out, partial, transcript_path, self.spans, self.spans_pending,
+                              self.stopped, self.failure, self.done, self.frames, finish,
+                              self.last_lines)
 
     def _on_event(self, event: object, out: TextIO) -> None:
         if isinstance(event, ev.EngineReady):

@@ -19,18 +19,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.checkpoints.loader import CheckpointMissingError, LoadedCheckpoint
+from app.checkpoints.missing import CheckpointMissingError
 from app.conversation.assembly import (
     build_backend,
-    build_engine,
     build_orchestrator,
     build_pipeline,
     build_tools,
-    engine_options,
-    load_speech_model,
 )
 from app.conversation.audio_source import (
     AudioSource,
@@ -39,7 +36,7 @@ from app.conversation.audio_source import (
     ReportsErrors,
     SwitchesEchoMode,
 )
-from app.conversation.config import ConversationConfig
+from app.conversation.config import NONE, ConversationConfig
 from app.conversation.llm_probe import LlmProbed, probe_in_background
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
@@ -52,21 +49,31 @@ from app.conversation.transcript.builder import TranscriptBuilder, llm_label
 from app.conversation.transcript.entries import TranscriptEntry
 from app.cuts import Cut, cut_if_longer
 from app.engine import events as ev
-from app.engine.device import choose_device
 from app.engine.speech_engine import SpeechEngine
+from app.install_kind import engine_installed, needs_full_install
 from app.orchestrator import events as oe
 from app.remote import events as remote
+from app.remote.events import NetworkStats
+from app.remote.link_words import slow_link_notice
 from app.settings.schema import AppSettings, LlmSettings
 
-if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model
+if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model; the
+    # local engine (torch) only for this computer's: the thin client has no torch at all
     import numpy as np
 
+    from app.checkpoints.loader import LoadedCheckpoint
+    from app.conversation.assembly import Device
+    from app.engine.row_conversation import RowConversation
     from app.remote.remote_engine import RemoteEngine
 
 log = logging.getLogger(__name__)
 
 MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut (its entry says so)
 SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
+# A server's model: late frames that bring the notice that the link is slow, and how many
+# times more bring the next one.
+SLOW_LINK_LATE_FRAMES = 5
+SLOW_LINK_STEP = 10
 
 
 @dataclass(frozen=True)
@@ -87,12 +94,19 @@ class SessionStatus:
     asr_dropped_frames: int = 0  # frames the speech recognizer never heard (it fell behind)
     underruns: int = 0
     overruns: int = 0
-    # A speech model on a server (Settings → Speech engine): its address, and the audio's
-    # round trip (median of the last 2 s) and frames that came back too late to play.
+    # A speech model on a server (Settings → Speech engine): its address; an audio frame's
+    # round trip (median of the last 2 s) in its parts, the network's own round trip and
+    # what the frame spends at the server; frames that came back too late to play; the
+    # audio's codec and the bytes each way.
     server: str = ""
     connected: bool = True
+    frame_rtt_ms: float | None = None
     network_rtt_ms: float | None = None
+    server_ms: float | None = None
     late_frames: int = 0
+    audio_codec: str = ""
+    bytes_sent: int = 0
+    bytes_received: int = 0
 
 
 class SessionListener(Protocol):
@@ -137,6 +151,7 @@ _RESTART_FIELDS = (
     ("engine", "mode", "where the speech model runs"),
     ("engine", "server_url", "the speech server"),
     ("engine", "server_token", "the speech server's token"),
+    ("engine", "asr_on_server", "where speech recognition runs"),
 )
 _LIVE_LLM_FIELDS = ("backend", "host", "model", "timeout_s", "tools_enabled", "tools",
                     "search_folders")
@@ -181,6 +196,8 @@ class ConversationSession:
         self._pipeline: ConversationPipeline | None = None
         # The engine once it is up; a RemoteEngine (app/remote) for a server's model.
         self._engine: SpeechEngine | None = None
+        self._remote: RemoteEngine | None = None  # the engine, when it is a server's
+        self._late_said_at = SLOW_LINK_LATE_FRAMES  # late frames that bring the next notice
         self._remote_down = False  # the server's connection dropped: paused until it is back
         self._audio: AudioSource | None = None
         # Where the model's voice goes: the audio in use once it started (None while the
@@ -326,8 +343,41 @@ class ConversationSession:
         self._listener.on_entry(self._builder.notice(message, severity))
 
     def _load(self, config: ConversationConfig) -> LoadedCheckpoint:
+        from app.conversation.assembly import load_speech_model
+
         return load_speech_model(config, cache=self._cache,
                                  on_loading=lambda what: self._listener.on_state("loading", what))
+
+    def _local_engine(self, config: ConversationConfig) -> tuple[RowConversation, Device] | None:
+        """The speech model on this computer, loaded (None: stopped meanwhile). torch is
+        imported here and only here: the thin client's install has none, and says so."""
+        if not engine_installed():
+            raise RuntimeError(needs_full_install("The speech model on this computer") + (
+                "; or run it on a server: Settings → Speech model → Speech engine"))
+        from app.conversation.assembly import build_engine, engine_options
+
+        checkpoint = self._load(config)
+        if self._stop.is_set():
+            return None
+        self._listener.on_state("loading", "Warming up the speech model…")
+        return build_engine(checkpoint, engine_options(config)), checkpoint.device
+
+    def _recogniser_device(self, config: ConversationConfig) -> tuple[ConversationConfig,
+                                                                      Device]:
+        """With the speech model on a server: where a recogniser on this computer runs
+        (none: "cpu", unused). One asked for in an install without the engine is a notice,
+        and the conversation goes on without it."""
+        if not config.has_stt or config.stt_on_server:
+            return config, "cpu"
+        if not engine_installed():
+            self._notice(needs_full_install("Speech recognition on this computer") + (
+                ". Until then typed questions still reach the LLM; or let the server "
+                "recognise your words: Settings → Speech model → Speech engine → "
+                "\"Speech recognition on the server\"."), "warning")
+            return replace(config, stt_model=NONE), "cpu"
+        from app.engine.device import choose_device
+
+        return config, choose_device(config.device)
 
     def _run(self) -> None:
         # The final state is announced only after every stage has shut down, so that a
@@ -336,19 +386,18 @@ class ConversationSession:
         try:
             config = ConversationConfig.from_settings(self.settings)
             engine: SpeechEngine
-            if self.settings.engine.mode == "server":
-                remote = self._connect_remote()
+            device: Device
+            if config.server is not None:
+                remote = self._connect_remote(config)
                 if remote is None:  # stopped while connecting
                     return
-                engine = remote
-                device = choose_device(config.device)  # for the recogniser
+                engine = self._remote = remote
+                config, device = self._recogniser_device(config)
             else:
-                checkpoint = self._load(config)
-                if self._stop.is_set():
+                local = self._local_engine(config)
+                if local is None:
                     return
-                self._listener.on_state("loading", "Warming up the speech model…")
-                engine = build_engine(checkpoint, engine_options(config))
-                device = checkpoint.device
+                engine, device = local
             # What cannot be had (the recogniser, the tools) is a notice, not a failure.
             pipeline = build_pipeline(engine, config, device, notice=self._notice, live=True,
                                       host_flag=SETTINGS_HOST)
@@ -398,24 +447,21 @@ class ConversationSession:
             self._notice("What you typed above was not sent: the conversation did not start "
                          "or had stopped. Start again to ask it.", "warning")
 
-    def _connect_remote(self) -> RemoteEngine | None:
+    def _connect_remote(self, config: ConversationConfig) -> RemoteEngine | None:
         """The speech model on a server: connected and its `ready` heard, or None when the
         conversation was stopped meanwhile. Raises RemoteEngineError with the reason."""
-        from app.remote.remote_engine import RemoteEngine, RemoteOptions
+        from app.conversation.assembly import connect_remote
 
-        engine_settings, speech = self.settings.engine, self.settings.speech
-        url = engine_settings.server_url.strip()
-        self._listener.on_state("loading", f"Connecting to the speech server at {url}…")
-        engine = RemoteEngine(RemoteOptions(
-            url=url, token=engine_settings.server_token.strip() or None,
-            connect_timeout_s=engine_settings.connect_timeout_s, voice=speech.voice,
-            role=speech.role, user_name=speech.user_name, user_city=speech.user_city))
-        return engine if engine.connect(cancel=self._stop) else None
+        assert config.server is not None
+        self._listener.on_state("loading", f"Connecting to the speech server at "
+                                           f"{config.server.url}…")
+        return connect_remote(config, self.settings.engine.connect_timeout_s,
+                              cancel=self._stop)
 
     def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
         facts = engine.facts()
-        remote = self.settings.engine.mode == "server"
+        remote = self._remote is not None
         return SessionStatus(model=facts.display_name, device=facts.device,
                              dtype=facts.dtype, context_window=facts.context_window,
                              llm_state=llm_state,
@@ -640,12 +686,8 @@ class ConversationSession:
                 self._resume.clear()
                 if self._audio_missing:
                     self._reopen_audio(pipeline)
-                engine = self._engine
-                if self._remote_down and engine is not None:
-                    from app.remote.remote_engine import RemoteEngine
-
-                    if isinstance(engine, RemoteEngine):
-                        engine.reconnect_now()
+                if self._remote_down and self._remote is not None:
+                    self._remote.reconnect_now()
             audio = self._audio
             event = self._next(pipeline, 0.05)
             if event is not None:
@@ -666,13 +708,23 @@ class ConversationSession:
                                      asr_dropped_frames=self._asr_dropped(),
                                      underruns=counters.get("underruns", 0),
                                      overruns=counters.get("overruns", 0))
-                network = getattr(self._engine, "network_stats", None)
-                if network is not None:  # a server's model
-                    stats = network()
-                    self._status = _with(self._status, connected=stats.connected,
-                                         network_rtt_ms=stats.rtt_ms,
-                                         late_frames=stats.late_frames)
+                if self._remote is not None:  # a server's model
+                    self._network_status(self._remote.network_stats())
                 self._listener.on_status(self._status)
+
+    def _network_status(self, stats: NetworkStats) -> None:
+        """The link's figures into the status; a notice when frames start coming back too
+        late to play (at 5 late frames, then 50, 500: the status bar counts the rest)."""
+        self._status = _with(self._status, connected=stats.connected,
+                             frame_rtt_ms=stats.frame_rtt_ms,
+                             network_rtt_ms=stats.network_rtt_ms, server_ms=stats.server_ms,
+                             late_frames=stats.late_frames, audio_codec=stats.audio_codec,
+                             bytes_sent=stats.bytes_sent, bytes_received=stats.bytes_received)
+        if stats.late_frames < self._late_said_at:
+            return
+        while self._late_said_at <= stats.late_frames:
+            self._late_said_at *= SLOW_LINK_STEP
+        self._notice(slow_link_notice(stats), "warning")
 
     def _play(self, audio: ev.AudioOut) -> None:
         """The model's voice, called on the pipeline's router thread as soon as the frame is
@@ -743,10 +795,8 @@ class ConversationSession:
             self._audio.stop()
         if self._pipeline is not None:
             self._pipeline.stop()
-        self._engine = None
+        self._engine = self._remote = None
 
 
 def _with(status: SessionStatus, **changes: Any) -> SessionStatus:
-    from dataclasses import replace
-
     return replace(status, **changes)

@@ -9,6 +9,12 @@ Two things differ from a local engine and are translated here:
 - Span ids: the orchestrator needs its span's id when it injects, before the server has
   seen the span. The app gives its own id, sends it as the span's `id`, and the server's
   `span_queued` echoes it beside the server's id.
+
+With the server's recognition (`asr`), its `user_text` events are the recogniser's own
+events (app/asr/events.py), on the app's clock, so the orchestrator's questions, turn ends
+and <ret> windows see what a local recogniser would give them: each partial grows the
+utterance by the words the recogniser just heard (a local one says each as an AsrWord,
+ending when the partial does), and the final ends the turn ("detected by the server").
 """
 
 from __future__ import annotations
@@ -18,10 +24,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.cuts import Cut
 from app.engine import events as ev
 from app.engine.context_ledger import ContextLedger
+from app.frames import FRAME_RATE, FRAME_S
 from app.wire import events as wire
+
+END_OF_TURN_BY_SERVER = "server"  # AsrFinal.detected_by for the speech server's recogniser
+# Frames of a conversation with the server's recognition chosen and not one `user_text`
+# from it: then a notice says the server may run without recognition (30 s).
+QUIET_RECOGNITION_FRAMES = 375
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,14 @@ class EngineEventMapper:
     Called from the network thread only, except `sent`, which the orchestrator's thread
     calls when it injects (hence the lock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, asr: bool = False) -> None:
+        """`asr`: the server recognises the user's words (its `user_text` is mapped)."""
+        self.asr = asr
+        # Each utterance the server is recognising (its first frame): the words so far, and
+        # when the last of them ended (seconds on the app's clock).
+        self._utterances: dict[int, tuple[list[str], float]] = {}
+        self._heard_user = False  # a `user_text` came in this conversation
+        self._quiet_said = False
         self._lock = threading.Lock()
         self._sent: dict[int, SentSpan] = {}  # the app's span id -> what was sent
         self._by_server: dict[int, int] = {}  # the server's span id -> the app's
@@ -62,12 +82,18 @@ class EngineEventMapper:
         with self._lock:
             self._by_server.clear()
         self._unheard.clear()  # a span of the last conversation is not heard in this one
+        self._utterances.clear()  # nor are its words still in progress
+        self._heard_user = False
         if self._ledger.total:
             self._earlier_positions += (self._ledger.total
                                         + max(ready.context_window, self.context_window))
         self.context_window = ready.context_window
         self._base = self.frames
         self._ledger = ContextLedger(ready.context_window)
+
+    def has_unlanded(self) -> bool:
+        with self._lock:
+            return bool(self._sent)
 
     def unlanded(self) -> list[tuple[int, SentSpan]]:
         """Spans sent that have not landed (nor been refused): lost with the connection."""
@@ -100,6 +126,21 @@ class EngineEventMapper:
             span_positions_in_window=ledger.span_positions_in_window(),
             wrapped=bool(window) and used > window)
         return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
+
+    def quiet_recognition(self) -> list[object]:
+        """Once, when the server's recognition was chosen and QUIET_RECOGNITION_FRAMES of a
+        conversation brought not a word from it: the server may run without it (the wire
+        does not say whether a server recognises)."""
+        if (not self.asr or self._heard_user or self._quiet_said
+                or self.frames - self._base < QUIET_RECOGNITION_FRAMES):
+            return []
+        self._quiet_said = True
+        seconds = QUIET_RECOGNITION_FRAMES * FRAME_S
+        return [AsrError(f"No words have come from the speech server's recognition in "
+                         f"{seconds:g} s. If you have spoken, the server may run without "
+                         "speech recognition: start it with `python main.py serve --asr "
+                         "MODEL`, or let this computer recognise (Settings → Speech model → "
+                         "Speech engine, the full install).", fatal=False)]
 
     def first_audio(self, audio: ev.AudioOut) -> list[ev.FirstAudioAfterSpan]:
         """After `audio` is out: the spans it is the first frame after, as a local engine
@@ -135,14 +176,44 @@ class EngineEventMapper:
                 return []
             return [ev.BlockSlot(span_id, max(0, self.frames - 1), 0, event.prefill_ms,
                                  event.step_ms, event.total_ms, event.over_budget)]
+        if isinstance(event, wire.UserText) and self.asr:
+            return self._user_text(event)
         if isinstance(event, wire.Error):
             if event.stage == "frame":  # a refused frame: counted by the engine, not shown
                 return []
+            if event.stage == "asr" and self.asr:
+                return [AsrError(f"the speech server's recognition: {event.message}",
+                                 fatal=False)]
             return [ev.EngineError(f"The speech server says ({event.stage}): {event.message}",
                                    fatal=False)]
-        # user_text, question, no_span and an orchestrator's `late` come from an LLM side on
-        # the server; this app runs its own (see remote_engine.py), so there is none to show.
+        # question, no_span and an orchestrator's `late` come from an LLM side on the
+        # server; this app runs its own (see remote_engine.py), so there is none to show.
+        # user_text too, unless the server's recognition is the one this app uses.
         return []
+
+    def _user_text(self, event: wire.UserText) -> list[object]:
+        """The server's recognition as a local recogniser's events, on the app's clock."""
+        self._heard_user = True
+        utt, end = _count(event.utt), event.t
+        if utt is None or not isinstance(end, (int, float)) or not isinstance(event.text, str):
+            return []  # not what a server sends: nothing the orchestrator could place
+        base = self._base * FRAME_S
+        start_s, end_s = base + utt / FRAME_RATE, base + float(end)
+        heard, heard_until = self._utterances.get(utt, ([], start_s))
+        words = event.text.split()
+        same = 0
+        while same < min(len(heard), len(words)) and heard[same] == words[same]:
+            same += 1
+        # The words this message adds were heard since the last one ended.
+        out: list[object] = [AsrWord(word, min(heard_until, end_s), end_s)
+                             for word in words[same:]]
+        if event.final:
+            self._utterances.pop(utt, None)
+            out.append(AsrFinal(event.text, start_s, end_s, END_OF_TURN_BY_SERVER, end_s))
+        else:
+            self._utterances[utt] = (words, end_s)
+            out.append(AsrPartial(event.text, start_s, end_s))
+        return out
 
     def _queued(self, event: wire.SpanQueued) -> list[object]:
         try:

@@ -35,8 +35,22 @@ class Reconnected:
 
 @dataclass(frozen=True)
 class NetworkStats:
-    """Round trips of audio frames (sent frame -> the frame that answers it)."""
+    """The link to the speech server, in its parts: an audio frame's round trip (sent ->
+    the frame that answers it) is the network's round trip plus the frame's time at the
+    server (queued, then stepped)."""
 
     connected: bool
-    rtt_ms: float | None  # median over the last few seconds (None: no frame came back yet)
+    # An audio frame's round trip, median over the last 2 s (None: no frame came back yet).
+    frame_rtt_ms: float | None
     late_frames: int  # frames whose round trip overran the playback buffer's margin
+    network_rtt_ms: float | None = None  # the connection's own round trip (pings), median
+    audio_codec: str = "pcm"  # "opus" or "pcm", as the server agreed
+    bytes_sent: int = 0  # audio and messages, every connection of this conversation
+    bytes_received: int = 0
+
+    @property
+    def server_ms(self) -> float | None:
+        """What a frame spends at the server: its round trip less the network's."""
+        if self.frame_rtt_ms is None or self.network_rtt_ms is None:
+            return None
+        return max(0.0, self.frame_rtt_ms - self.network_rtt_ms)

@@ -1,12 +1,16 @@
 """A speech engine on another machine: a `SpeechEngine` (app/engine/speech_engine.py) for
 the session and the pipeline, as the local engine's conversations are.
 
-Only the speech model runs on the server. Speech recognition, the orchestrator and the LLM
-stay in the app, as with a local engine, and the LLM's spans go over the wire (the server's
-`span` message). That way one laptop setting (its Ollama, its tools, its folders) serves
-whichever engine, and the server needs no LLM side of its own.
+Only the speech model runs on the server, and with `asr_on_server` its speech recognition
+(`serve --asr`): the server's `user_text` events become the recogniser's own events here
+(engine_events.py), so the orchestrator hears them as a local recogniser's. The
+orchestrator and the LLM stay in the app, as with a local engine, and the LLM's spans go
+over the wire (the server's `span` message). That way one laptop setting (its Ollama, its
+tools, its folders) serves whichever engine, and the server needs no LLM side of its own.
 
-The network runs on its own thread with its own asyncio loop (app/server/client.py's
+The audio goes as Opus where the server offers it (app/wire/opus.py), else as PCM.
+
+The network runs on its own thread with its own asyncio loop (app/wire/client.py's
 EngineClient); nothing here waits on the network from another thread, except `connect`,
 which the session's thread calls once, bounded by a timeout. A dropped connection is not
 the end: the engine says so (ConnectionLost), tries again with a growing pause, and says
@@ -37,6 +41,7 @@ from app.engine import events as ev
 from app.engine.speech_engine import ConversationStats, EngineFacts
 from app.remote.engine_events import EngineEventMapper, SentSpan
 from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
+from app.remote.link_words import describe_busy, describe_disconnect
 from app.wire import events as wire
 from app.wire.client import (
     AudioFrame,
@@ -64,6 +69,8 @@ RTT_WINDOW = 25  # frames in the round-trip median (2 s)
 # margin (2 frames, app/audio/jitter_buffer.py) arrives after its turn to be played.
 LATE_MARGIN_MS = 160.0
 DEFAULT_SPAN_TOKENS = 512  # a model the app's catalog does not know: the catalog's default
+# After the last frame of a file, how long its answers may take to come back.
+DRAIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,15 @@ class RemoteOptions:
     role: str | None = None
     user_name: str | None = None
     user_city: str | None = None
+    asr_on_server: bool = False  # the server's `user_text` is the user's words here
+    audio: str = wire.OPUS  # asked of the server; PCM where it does not offer Opus
+    # A microphone's frames: dropped (counted) once the oldest unanswered one waited this
+    # long, so the delay never grows without end. None: a file's, never dropped (the
+    # feeder waits for room instead, `wait_for_room`).
+    max_lag_s: float | None = MAX_LAG_S
+    # A dropped connection: try again (a live conversation), or end with an error (a file,
+    # whose conversation the server lost with it).
+    reconnect: bool = True
 
 
 class RemoteEngineError(RuntimeError):
@@ -88,7 +104,7 @@ def describe(exc: BaseException, url: str) -> str:
         return (f"the speech server at {host} refused the token (401): check the token in "
                 "Settings → Speech model")
     if isinstance(exc, ServerBusy):
-        return f"the speech server at {host} is busy with another conversation ({exc})"
+        return describe_busy(host, exc.busy)
     if isinstance(exc, (ConnectError, OSError, asyncio.TimeoutError)):
         return f"cannot reach the speech server at {host}: {exc or type(exc).__name__}"
     return f"the speech server at {host} failed: {type(exc).__name__}: {exc}"
@@ -108,7 +124,7 @@ class RemoteEngine:
         # The catalog's Retrieval for the model (None: end of turn).
         self.retrieval: Retrieval | None = None
         self.display_name = ""
-        self._mapper = EngineEventMapper()
+        self._mapper = EngineEventMapper(asr=options.asr_on_server)
         self._ids = itertools.count(1)
         self._frames: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=OUTBOX_FRAMES)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -126,11 +142,20 @@ class RemoteEngine:
         self._stop = threading.Event()
         self._retry_now = threading.Event()
         self._input_done = False
+        self._end_reason = "stopped"  # "error": the connection was lost for good (a file)
         self._rtts: deque[float] = deque(maxlen=RTT_WINDOW)
         self._fastest_rtt: float | None = None
         self.late_frames = 0
         # When each frame sent on this connection that no audio answered yet was sent.
         self._in_flight: deque[float] = deque()
+        self.most_in_flight = 0  # the most frames ever sent and not answered at once
+        self._answered = threading.Condition()  # an answer came: room for a file's frame
+        self._answered_async: asyncio.Event | None = None  # the same, for the drain
+        self._network_rtt_ms: float | None = None  # the connection's own (pings), median
+        self.audio_codec = wire.PCM  # the audio's codec on the current connection
+        self.bytes_sent = 0  # on every connection, the audio and the messages
+        self.bytes_received = 0
+        self._client_bytes = (0, 0)  # the current connection's, already counted above
 
     # ---- the session's thread ---------------------------------------------------------
 
@@ -168,17 +193,43 @@ class RemoteEngine:
     # ---- any thread ---------------------------------------------------------------------
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one frame for the server; never waits. False while disconnected (the frame
-        is not sent: the server's conversation is gone anyway) or when the outbox is full."""
+        """Queue one frame for the server, waiting at most `timeout` seconds for room (0 or
+        None: never waits, the microphone's). False while disconnected (the frame is not
+        sent: the server's conversation is gone anyway) or when the outbox stayed full
+        (counted)."""
         if not self._connected.is_set() or self._input_done:
             return False
+        frame = np.asarray(pcm, dtype=np.float32)
         try:
-            self._frames.put_nowait(np.asarray(pcm, dtype=np.float32))
+            if timeout:
+                self._frames.put(frame, timeout=timeout)
+            else:
+                self._frames.put_nowait(frame)
         except queue.Full:
             self.dropped_frames += 1
             return False
         self._poke()
         return True
+
+    def frames_unanswered(self) -> int:
+        """Frames given and not answered yet: those in the outbox and those in flight."""
+        return self._frames.qsize() + len(self._in_flight)
+
+    def wait_for_room(self, most: int, timeout: float) -> bool:
+        """Block until at most `most` frames are unanswered (a file's pace: the server's and
+        the link's, never ahead of them). False on timeout, a stop or a lost connection."""
+        deadline = time.monotonic() + timeout
+        with self._answered:
+            while self.frames_unanswered() > most:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set() or not self._connected.is_set():
+                    return False
+                self._answered.wait(min(left, 0.5))
+        return True
+
+    def spans_pending(self) -> bool:
+        """Spans sent that have not landed nor been refused."""
+        return self._mapper.has_unlanded()
 
     def inject(self, text: str, source: str, at_frame: int = 0,
                origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
@@ -213,8 +264,16 @@ class RemoteEngine:
 
     def network_stats(self) -> NetworkStats:
         rtts = list(self._rtts)
-        return NetworkStats(self._connected.is_set(),
-                            statistics.median(rtts) if rtts else None, self.late_frames)
+        frame_rtt = statistics.median(rtts) if rtts else None
+        network = self._network_rtt_ms
+        client = self._client
+        sent, received = self.bytes_sent, self.bytes_received
+        if client is not None:  # the current connection's, not yet added
+            sent += client.bytes_sent - self._client_bytes[0]
+            received += client.bytes_received - self._client_bytes[1]
+        return NetworkStats(self._connected.is_set(), frame_rtt, self.late_frames,
+                            network_rtt_ms=network, audio_codec=self.audio_codec,
+                            bytes_sent=sent, bytes_received=received)
 
     @property
     def connected(self) -> bool:
@@ -283,6 +342,7 @@ class RemoteEngine:
         reason = "stopped"
         try:
             asyncio.run(self._main())
+            reason = self._end_reason
         except Exception as exc:  # a bug here must still end the conversation cleanly
             log.exception("the remote engine failed")
             reason = "error"
@@ -300,6 +360,7 @@ class RemoteEngine:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._answered_async = asyncio.Event()
         # One HTTP session for every connection, closed here: a connection attempt given up
         # midway (Stop) would otherwise leave the one it made open.
         self._http = aiohttp.ClientSession()
@@ -341,13 +402,22 @@ class RemoteEngine:
                 self._put(Reconnected(self.model_id, self.device))
             why = await self._converse(client)
             self._connected.clear()
+            self._count_bytes(client)
             self._client = None
             await client.close()
             self._drain_frames()
+            with self._answered:  # a file's feeder waiting for room learns of the end
+                self._answered.notify_all()
             if self._stop.is_set() or why == "end of input":
                 return
-            for event in self._lose_spans("the connection to the speech server dropped"):
+            for event in self._lose_spans(f"the connection to the speech server was lost: "
+                                          f"{why}"):
                 self._put(event)
+            if not self.options.reconnect:
+                self._put(ev.EngineError(f"The connection to the speech server was lost "
+                                         f"({why}).", fatal=True))
+                self._end_reason = "error"
+                return
             self._put(ConnectionLost(why, RETRY_DELAYS_S[0]))
             attempt = 0
             await self._pause(RETRY_DELAYS_S[0])
@@ -374,7 +444,8 @@ class RemoteEngine:
         """Connect, then send what the conversation starts with (each restarts it)."""
         o = self.options
         client = await EngineClient.connect(o.url, o.token or None, timeout=o.connect_timeout_s,
-                                            session=self._http)
+                                            session=self._http, audio=o.audio)
+        self._client_bytes = (client.bytes_sent, client.bytes_received)
         try:
             if o.voice:
                 await client.send_voice(o.voice)
@@ -398,7 +469,7 @@ class RemoteEngine:
             if isinstance(event, wire.Ready):
                 return
             if isinstance(event, Disconnected):
-                raise ConnectError(f"the server closed the connection ({event.reason})")
+                raise ConnectError(describe_disconnect(event.code, event.reason))
             for mapped in self._mapper.map(event):
                 self._put(mapped)
 
@@ -459,6 +530,7 @@ class RemoteEngine:
 
     async def _send_frames(self, client: EngineClient) -> str:
         assert self._wake is not None
+        max_lag = self.options.max_lag_s
         while True:
             try:
                 pcm = self._frames.get_nowait()
@@ -470,13 +542,31 @@ class RemoteEngine:
                     return "stopped"
                 continue
             if pcm is None:
+                await self._drain_answers()
                 return "end of input"
             now = time.monotonic()
-            if self._in_flight and now - self._in_flight[0] > MAX_LAG_S:
+            if max_lag is not None and self._in_flight and now - self._in_flight[0] > max_lag:
                 self.dropped_frames += 1
                 continue
-            await client.send_frame(pcm)
+            await client.send_frame_encoded(pcm)
             self._in_flight.append(now)
+            self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+            self.audio_codec = client.audio_codec
+
+    async def _drain_answers(self) -> None:
+        """The input ended: wait (bounded) for the answers to the frames in flight, so the
+        last of a file's reply is not cut off when the connection closes."""
+        assert self._answered_async is not None
+        deadline = time.monotonic() + DRAIN_S
+        while self._in_flight and not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("%d frames were still unanswered %g s after the input ended",
+                            len(self._in_flight), DRAIN_S)
+                return
+            self._answered_async.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._answered_async.wait(), min(left, 0.5))
 
     async def _receive(self, client: EngineClient) -> str:
         last_heard = time.monotonic()
@@ -491,8 +581,9 @@ class RemoteEngine:
                 continue
             last_heard = time.monotonic()
             if isinstance(event, Disconnected):
-                code = f" (close code {event.code})" if event.code else ""
-                return f"the server closed the connection{code}: {event.reason}"
+                return describe_disconnect(event.code, event.reason)
+            if client.network_rtts_ms:
+                self._network_rtt_ms = statistics.median(client.network_rtts_ms)
             if isinstance(event, AudioFrame):
                 self._on_audio(event)
             elif isinstance(event, wire.Ready):  # the server restarted the conversation
@@ -505,9 +596,20 @@ class RemoteEngine:
                 for mapped in self._mapper.map(event):
                     self._put(mapped)
 
+    def _count_bytes(self, client: EngineClient) -> None:
+        """Add what `client` sent and received since it was last counted."""
+        sent, received = self._client_bytes
+        self.bytes_sent += client.bytes_sent - sent
+        self.bytes_received += client.bytes_received - received
+        self._client_bytes = (client.bytes_sent, client.bytes_received)
+
     def _on_audio(self, frame: AudioFrame) -> None:
         if self._in_flight:
             self._in_flight.popleft()
+        with self._answered:
+            self._answered.notify_all()
+        if self._answered_async is not None:
+            self._answered_async.set()
         if frame.rtt_ms is not None:
             self._rtts.append(frame.rtt_ms)
             fastest = self._fastest_rtt
@@ -518,4 +620,6 @@ class RemoteEngine:
         self._put(audio)
         for heard in self._mapper.first_audio(audio):
             self._put(heard)
+        for quiet in self._mapper.quiet_recognition():
+            self._put(quiet)
         self._put(stats)

@@ -3,10 +3,15 @@ costs on the wire, and how many conversations this machine holds at once.
 
 1. Round trip per frame, one frame in flight at the microphone's pace (80 ms): through a
    local engine (push a frame, get its reply from the event queue), then through a server on
-   127.0.0.1 (`/ws`, float32 PCM; `/api/chat`, Opus). The network path adds the difference.
-2. Bandwidth per conversation both ways, from the bytes on the wire: Opus on /api/chat, PCM
-   on /ws.
-3. Conversations at once: k servers in their own processes (as `serve --cluster` replicas
+   127.0.0.1 (`/ws` with float32 PCM, `/ws` with Opus as the app's client asks for it,
+   `/api/chat` with Opus). The network path adds the difference.
+2. Bandwidth per conversation both ways, from the payload bytes on the wire (audio and JSON
+   messages; WebSocket and TCP/IP headers not counted): Opus on /api/chat and /ws, PCM on
+   /ws.
+3. What Opus adds to the delay: its own (the decoded audio lags what was encoded; found by
+   cross-correlation, both ways of a round trip), and the CPU time to encode and decode a
+   frame.
+4. Conversations at once: k servers in their own processes (as `serve --cluster` replicas
    are, one torch thread each), k clients talking at once at the microphone's pace; a
    frame is late when its engine time exceeds 80 ms (the servers' /metrics). The largest k
    with no late frame is the answer.
@@ -76,17 +81,45 @@ def local_round_trips(host: EngineHost, frames: int) -> list[float]:
         engine.stop()
 
 
-async def _reference_round_trips(url: str, frames: int) -> tuple[list[float], int, int]:
+async def _reference_round_trips(url: str, frames: int, audio: str = "pcm"
+                                 ) -> tuple[list[float], int, int]:
+    """`/ws` as the app's client speaks it; `audio` "opus": as it asks for it (its first
+    frame goes as PCM, until the server's answer)."""
     from app.wire.client import AudioFrame, EngineClient
 
-    async with await EngineClient.connect(url, TOKEN) as client:
+    async with await EngineClient.connect(url, TOKEN, audio=audio) as client:
         start = time.perf_counter()
         for i in range(frames):
-            await client.send_frame(_frame(i))
+            await client.send_frame_encoded(_frame(i))
             while not isinstance(await client.receive(timeout=60), AudioFrame):
                 pass
             await asyncio.sleep(_pace(start, i))
+        if audio != "pcm" and client.audio_codec != audio:
+            raise RuntimeError(f"the server did not take {audio}: {client.audio_refused}")
         return list(client.round_trips_ms), client.bytes_sent, client.bytes_received
+
+
+def opus_delay(frames: int = 50) -> dict:
+    """Opus's own delay (samples and ms, one way) and the CPU per frame to encode and to
+    decode, over a voiced, wavering tone."""
+    from app.wire.opus import OpusFrameReader, OpusFrameWriter
+
+    t = np.arange(frames * FRAME_SAMPLES) / SAMPLE_RATE
+    sent = (0.3 * np.sin(2 * np.pi * (180 + 40 * np.sin(2 * np.pi * 3 * t)) * t)).astype(
+        np.float32)
+    writer, reader = OpusFrameWriter(), OpusFrameReader()
+    encode_ms, decode_ms, heard = [], [], []
+    for i in range(frames):
+        started = time.perf_counter()
+        pages = writer.pages(sent[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES])
+        encoded = time.perf_counter()
+        heard += reader.frames(pages)
+        encode_ms.append((encoded - started) * 1000.0)
+        decode_ms.append((time.perf_counter() - encoded) * 1000.0)
+    got = np.concatenate(heard)
+    lag = max(range(FRAME_SAMPLES), key=lambda d: float(np.dot(sent[:len(sent) - d], got[d:])))
+    return {"samples": lag, "ms_one_way": round(lag / SAMPLE_RATE * 1000.0, 2),
+            "encode_ms": _stats(encode_ms), "decode_ms": _stats(decode_ms)}
 
 
 async def _moshi_round_trips(url: str, frames: int) -> tuple[list[float], int, int]:
@@ -158,8 +191,11 @@ async def network_round_trips(host: EngineHost, frames: int) -> dict:
         reference = await _reference_round_trips(url, frames)
         while host.busy:  # the first conversation's engine is still stopping
             await asyncio.sleep(0.02)
+        opus = await _reference_round_trips(url, frames, "opus")
+        while host.busy:
+            await asyncio.sleep(0.02)
         moshi = await _moshi_round_trips(url, frames)
-        return {"reference": reference, "moshi": moshi}
+        return {"reference": reference, "opus": opus, "moshi": moshi}
     finally:
         await server.stop()
 
@@ -263,7 +299,8 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
     local: list[float] = []
     reference_rtts: list[float] = []
     moshi_rtts: list[float] = []
-    ws_sent = ws_received = opus_sent = opus_received = 0
+    ws_opus_rtts: list[float] = []
+    ws_sent = ws_received = opus_sent = opus_received = ws_opus_sent = ws_opus_received = 0
     for _ in range(ROUNDS):
         local += local_round_trips(host, per_round)
         network = asyncio.run(network_round_trips(host, per_round))
@@ -271,6 +308,9 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
         ws_sent += network["reference"][1]
         ws_received += network["reference"][2]
         moshi_rtts += network["moshi"][0]
+        ws_opus_rtts += network["opus"][0]
+        ws_opus_sent += network["opus"][1]
+        ws_opus_received += network["opus"][2]
         opus_sent += network["moshi"][1]
         opus_received += network["moshi"][2]
     seconds = frames * FRAME_S
@@ -288,13 +328,22 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
         "cpu_count": os.cpu_count(), "torch_threads": threads,
         "load_average": os.getloadavg()[0],
         "round_trip_ms": {"local_engine": local_stats, "ws_pcm": _stats(reference_rtts),
-                          "api_chat_opus": _stats(moshi_rtts)},
+                          "ws_opus": _stats(ws_opus_rtts), "api_chat_opus": _stats(moshi_rtts)},
         "added_by_network_ms": {"ws_pcm": added(reference_rtts),
+                                "ws_opus": added(ws_opus_rtts),
                                 "api_chat_opus": added(moshi_rtts)},
+        "opus_delay": opus_delay(),
         "websocket_echo_ms": _stats(asyncio.run(transport_round_trips(frames))),
         "bytes_per_second": {
             "api_chat_opus": {"up": round(opus_sent / seconds), "down": round(opus_received
                                                                                / seconds)},
+            "ws_opus": {"up": round(ws_opus_sent / seconds),
+                        "down": round(ws_opus_received / seconds)},
+            # The same less each connection's first frame, which goes as PCM until the
+            # server's answer (one frame a conversation: what a long one pays).
+            "ws_opus_after_first_frame": {
+                "up": round((ws_opus_sent - ROUNDS * FRAME_SAMPLES * 4) / seconds),
+                "down": round(ws_opus_received / seconds)},
             "ws_pcm": {"up": round(ws_sent / seconds), "down": round(ws_received / seconds)}},
         "conversations_at_once": rows,
         "conversations_without_late_frames": held,
@@ -315,8 +364,12 @@ def format_server_bench(result: dict) -> str:
     lines.append(f"  websocket echo alone (no engine)  median {echo['median']:8.2f} ms   "
                  f"p95 {echo['p95']:8.2f} ms")
     for path, rate in result["bytes_per_second"].items():
-        lines.append(f"  {path:14} up {rate['up'] / 1000:7.1f} kB/s   down "
-                     f"{rate['down'] / 1000:7.1f} kB/s")
+        lines.append(f"  {path:14} up {rate['up'] * 8 / 1000:7.1f} kbit/s   down "
+                     f"{rate['down'] * 8 / 1000:7.1f} kbit/s (payloads: audio and messages)")
+    delay = result["opus_delay"]
+    lines.append(f"  Opus's own delay {delay['ms_one_way']:.1f} ms each way "
+                 f"({delay['samples']} samples); encode median {delay['encode_ms']['median']} "
+                 f"ms, decode median {delay['decode_ms']['median']} ms a frame")
     for row in result["conversations_at_once"]:
         lines.append(f"  {row['conversations']} at once: {row['late_frames']} late of "
                      f"{row['frames']} frames, round trip median {row['rtt_ms']['median']} ms "

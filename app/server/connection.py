@@ -30,7 +30,7 @@ from pathlib import Path
 from aiohttp import WSCloseCode
 
 from app.engine import events as ev
-from app.engine.duplex_engine import EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 from app.server.codec import Codec, Frame, Goodbye
 from app.server.config import Limits

@@ -1,16 +1,25 @@
 """The Context Spanning reference's `/ws`: one binary message is one 80 ms frame of float32
 PCM (1920 little-endian samples at 24 kHz) both ways; every other message is JSON text. The
-one binary message after a `clone` is a voice recording, not a frame (voice_clone.py)."""
+one binary message after a `clone` is a voice recording, not a frame (voice_clone.py).
+
+A client may ask for Opus instead (`{"type": "audio_codec", "codec": "opus"}`, ours, see
+app/wire/events.py): from then on a binary message that begins with an Ogg page is one
+frame's Opus pages, any other is still a PCM frame (what it sent before the answer reached
+it), and the server's audio goes out as Opus, the first preceded by the answer
+`{"type": "audio_codec", "codec": "opus"}`. Nothing changes for a client that never asks.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+from aiohttp import WSCloseCode
 
 from app.frames import FRAME_SAMPLES
-from app.server.codec import Frame, Inbound
+from app.server.codec import Frame, Goodbye, Inbound
 from app.server.voice_clone import is_clone_request, voice_recording
 from app.server.wire_socket import Incoming
 from app.wire import events as wire
+from app.wire.opus import OpusError, OpusFrameReader, OpusFrameWriter, OpusStuck, is_ogg
 
 FRAME_BYTES = FRAME_SAMPLES * 4
 
@@ -38,10 +47,18 @@ class ReferenceCodec:
         # A `clone` came: the next binary message is its recording (read past the usual
         # message limit, and not counted as a frame).
         self.expects_recording = False
+        # Opus, once the client asked: its reader and writer, and whether the answer went.
+        self._opus_in: OpusFrameReader | None = None
+        self._opus_out: OpusFrameWriter | None = None
+        self._opus_said = False
 
     @property
     def frames_received(self) -> int:
         return self._frames
+
+    @property
+    def audio_codec(self) -> str:
+        return wire.OPUS if self._opus_out is not None else wire.PCM
 
     def decode(self, message: Incoming) -> list[Inbound]:
         if message.kind == "text":
@@ -49,6 +66,10 @@ class ReferenceCodec:
                 self.expects_recording = True
                 return []
             try:
+                asked = wire.decode_audio_codec_request(message.data)
+                if asked is not None:
+                    self._choose(asked.codec)
+                    return []
                 return [wire.decode_request(message.data)]
             except wire.WireError as exc:
                 return [exc]
@@ -59,12 +80,38 @@ class ReferenceCodec:
                 return [voice_recording(message.data)]
             except wire.WireError as exc:
                 return [exc]
+        if self._opus_in is not None and is_ogg(message.data):
+            return self._opus(message.data)
         index = self._frames
         self._frames += 1
         try:
             return [pcm_frame(message.data, index)]
         except wire.WireError as exc:
             return [wire.WireError(exc.stage, str(exc), index)]
+
+    def _choose(self, codec: str) -> None:
+        if codec == wire.OPUS and self._opus_in is None:
+            self._opus_in, self._opus_out = OpusFrameReader(), OpusFrameWriter()
+        elif codec == wire.PCM and self._opus_in is not None:
+            raise wire.WireError("message", "the audio is Opus on this connection: it stays "
+                                            "so (connect again for PCM)")
+
+    def _opus(self, pages: bytes) -> list[Inbound]:
+        assert self._opus_in is not None
+        try:
+            frames = self._opus_in.frames(pages)
+        except OpusStuck as exc:
+            return [Goodbye(wire.WireError("frame", f"{exc}, so the connection closes",
+                                           self._frames),
+                            WSCloseCode.MESSAGE_TOO_BIG, "undecodable audio")]
+        except OpusError as exc:  # one message is one frame: the frame is refused
+            self._frames += 1
+            return [wire.WireError("frame", str(exc), self._frames - 1)]
+        out: list[Inbound] = []
+        for pcm in frames:
+            out.append(Frame(pcm, self._frames))
+            self._frames += 1
+        return out
 
     def skip(self, message: Incoming) -> int | None:
         if message.kind != "binary":
@@ -79,7 +126,14 @@ class ReferenceCodec:
         return [wire.encode_event(event)]
 
     def audio(self, pcm: np.ndarray) -> list[bytes | str]:
-        return [np.asarray(pcm, dtype="<f4").tobytes()]
+        if self._opus_out is None:
+            return [np.asarray(pcm, dtype="<f4").tobytes()]
+        out: list[bytes | str] = []
+        if not self._opus_said:  # just before the first audio in Opus, so the client
+            self._opus_said = True  # knows from which binary message on it is Opus
+            out.append(wire.encode_event(wire.AudioCodec(wire.OPUS)))
+        out.append(self._opus_out.pages(pcm))
+        return out
 
     def event(self, event: wire.ServerEvent) -> list[bytes | str]:
         return [wire.encode_event(event)]

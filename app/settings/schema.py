@@ -66,13 +66,17 @@ class LlmSettings:
 @dataclass(frozen=True)
 class EngineSettings:
     """Where the speech model runs. "server": `python main.py serve` on another machine;
-    speech recognition and the LLM side stay on this one (app/remote/remote_engine.py)."""
+    the LLM side stays on this one (app/remote/remote_engine.py), speech recognition too
+    unless `asr_on_server`."""
 
     mode: EngineMode = "local"
     server_url: str = "http://127.0.0.1:8998"
     server_token: str = ""  # the server's shared secret; "": it has none
     # seconds for each connection attempt (the server warms its engine up before `ready`)
     connect_timeout_s: float = field(default=30.0, metadata={"range": (1.0, 300.0)})
+    # The server's recogniser (`serve --asr`) hears the user, not one on this computer: the
+    # thin client's install has none, and a laptop CPU cannot run the STT in real time.
+    asr_on_server: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Slot
 
 from app.conversation.transcript.entries import TranscriptEntry
+from app.install_kind import engine_installed
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +199,13 @@ class DesktopApp(QObject):
         """True when the chosen speech model can be loaded (on disk, built on demand, or
         just got by the dialog); False after showing why not. `notice`: shown in the
         dialog, when there is one."""
+        if self.window.settings.engine.mode == "server":
+            return True  # the server's model talks; nothing of it is needed here
+        if not engine_installed():
+            return True  # the thin client: the session says it needs the full install
         from app.checkpoints.catalog import get_manifest
         from app.checkpoints.loader import CheckpointMissingError, checkpoint_info
 
-        if self.window.settings.engine.mode == "server":
-            return True  # the server's model talks; nothing of it is needed here
         speech = self.window.settings.speech
         try:
             manifest = get_manifest(speech.model_id)
@@ -244,9 +247,13 @@ class DesktopApp(QObject):
         from app.checkpoints.catalog import CatalogError
         from app.checkpoints.loader import CheckpointMissingError
 
-        llm = self.window.settings.llm
+        llm, engine = self.window.settings.llm, self.window.settings.engine
         if llm.backend == "none" or llm.stt_model == "none":
             return
+        if engine.mode == "server" and engine.asr_on_server:
+            return  # the server recognises the words: nothing of it is needed here
+        if not engine_installed():
+            return  # the thin client: the session says recognition needs the full install
         try:
             manifest = get_stt_manifest(llm.stt_model)
         except CatalogError:

@@ -54,6 +54,9 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.controller = controller
         self._settings = settings
+        # Whether the conversation being started or run got as far as running: an error
+        # before that is one that could not start, not one that stopped.
+        self._conversation_ran = False
         self.setWindowTitle("ContextSpan")
         fit_to_screen(self, DEFAULT_SIZE)  # a remembered geometry replaces it (features)
         self.setAcceptDrops(True)
@@ -173,8 +176,13 @@ class MainWindow(QMainWindow):
                                   else "&Start")
         self.start_action.setEnabled(state != "stopping")
         self.stop_action.setVisible(state == "paused")
+        if state in ("running", "paused"):
+            self._conversation_ran = True
         if state == "error":
-            self.show_error(f"The conversation stopped: {detail}")
+            what = "stopped" if self._conversation_ran else "could not start"
+            self.show_error(f"The conversation {what}: {detail}")
+        if state in ("error", "stopped", "model_missing"):
+            self._conversation_ran = False  # the next Start begins anew
         elif state in ("loading", "running"):
             self.banner.hide()
 

@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.engine.memory_plan import MemoryReport
+from app.install_kind import engine_installed, needs_full_install
 from app.settings.schema import AppSettings
 from app.text_bounds import bounded
 from app.ui.background_jobs import BackgroundJobs
@@ -28,10 +29,31 @@ WORKING = "Working out what fits in this machine's memory…"
 _SHOWN = 1200  # characters of a plan or an error shown
 
 
+class NothingToPlan(Exception):
+    """No plan can be made here, and why in words (the thin client's install runs no model)."""
+
+
 def survey_settings(settings: AppSettings, timeout_s: float) -> MemoryReport:
+    if not engine_installed():
+        raise NothingToPlan(_thin_client_plan(settings))
     from app.engine.memory_survey import survey_for_settings
 
     return survey_for_settings(settings, timeout_s=timeout_s)
+
+
+def _thin_client_plan(settings: AppSettings) -> str:
+    engine = settings.engine
+    if engine.mode != "server":
+        return needs_full_install("The speech model on this computer") + (
+            "; or choose a server below.")
+    recognition = settings.llm.backend != "none" and settings.llm.stt_model != "none"
+    if recognition and not engine.asr_on_server:
+        return ("The speech model runs on the server. Speech recognition on this computer "
+                "needs the full install (torch and moshi): choose \"Speech recognition on "
+                "the server\" below, or " + needs_full_install("it").split("; ", 1)[1])
+    return ("This install (the thin client) loads no model: the speech model"
+            + (" and speech recognition run" if recognition else " runs")
+            + " on the server, the LLM in its own server.")
 
 
 class MemoryPlanView(QWidget):
@@ -72,6 +94,10 @@ class MemoryPlanView(QWidget):
         self.label.setText(bounded(text, _SHOWN))
 
     def _planned(self, result: object) -> None:
+        if isinstance(result, NothingToPlan):
+            self.report = None
+            self._show(str(result), None)
+            return
         if isinstance(result, Exception):
             self.report = None
             self._show(f"The memory plan could not be made: {result}", None)

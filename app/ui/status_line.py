@@ -180,6 +180,29 @@ def _described(field: ElidedLabel) -> str:
     return f"{text} — {tip}"
 
 
+def network_words(status: SessionStatus) -> tuple[str, str]:
+    """A server's model: the status bar's words for the link, and their tooltip. An audio
+    frame's round trip is two parts, said apart: the network's own round trip, and what the
+    frame spends at the server (queued there, then stepped)."""
+    if not status.connected:
+        return ("server: disconnected", "The connection to the speech server is down; the "
+                "conversation reconnects on its own (Resume tries at once).")
+
+    def ms(value: float | None) -> str:
+        return "–" if value is None else f"{value:.0f} ms"
+
+    codec = {"opus": "Opus", "pcm": "uncompressed PCM"}.get(status.audio_codec, "")
+    audio = f" The audio goes as {codec}." if codec else ""
+    text = (f"network {ms(status.network_rtt_ms)} · server {ms(status.server_ms)} · "
+            f"{status.late_frames} late")
+    tip = (f"network: the connection's own round trip to the speech server (a ping); "
+           f"server: what an audio frame spends at the server, waiting and being stepped "
+           f"(its round trip, {ms(status.frame_rtt_ms)}, less the network's); late: audio "
+           f"frames that came back too late to be played on time, "
+           f"{status.late_frames} so far.{audio}")
+    return text, tip
+
+
 class StatusLine(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -202,6 +225,7 @@ class StatusLine(QStatusBar):
         self._llm_name = ""  # the LLM the settings name ("qwen3:4b on Ollama"); "": none
         self._llm_where = ""  # … and its address
         self._state_detail = ""  # the session's words for its state ("Listening")
+        self.last_late_frames = 0  # a server's model: late frames shown last time
         self._warn_frame = False
         self._warn_llm = False
         self._warn_asr = False
@@ -277,20 +301,19 @@ class StatusLine(QStatusBar):
         self._colour_warnings()
 
     def _show_network(self, status: SessionStatus) -> None:
-        """Round trip of the audio to the server and back, and frames too late to play."""
-        self._warn_frame = not status.connected
-        if not status.connected:
-            self.frame.setText("server: disconnected")
-        else:
-            rtt = "–" if status.network_rtt_ms is None else f"{status.network_rtt_ms:.0f} ms"
-            self.frame.setText(f"network {rtt} · {status.late_frames} late")
-        self.frame.setToolTip(
-            "Round trip of an audio frame to the speech server and back (median of the last "
-            "2 s), and how many frames came back too late to be played on time.")
+        """The link to the server in its parts (network_words), red while frames come back
+        too late to play."""
+        late_before = self.last_late_frames
+        self.last_late_frames = status.late_frames
+        self._warn_frame = not status.connected or status.late_frames > late_before
+        text, tip = network_words(status)
+        self.frame.setText(text)
+        self.frame.setToolTip(tip)
 
     def clear_figures(self) -> None:
         """The conversation stopped: nothing measured any more is shown as if it were."""
         self.last_status = None
+        self.last_late_frames = 0
         for label in (self.model, self.frame, self.context, self.audio, self.asr):
             label.setText("")
         self.asr.setToolTip("")

@@ -69,13 +69,12 @@ from app.conversation.transcript.entries import (
     read_split,
 )
 from app.conversation.transcript.export import (
-    describe_landing,
-    describe_source,
     explain_timestamps,
     format_timestamps,
     kind_label,
     shown,
     shows_detail,
+    span_meta,
     to_plain_text,
 )
 from app.ui.theme import is_dark
@@ -346,8 +345,7 @@ class TranscriptDelegate(QStyledItemDelegate):
     def meta_text(entry: TranscriptEntry) -> str:
         if entry.kind != "span":
             return ""
-        landing = describe_landing(entry)
-        return f"from {describe_source(entry.source)}" + (f" · {landing}" if landing else "")
+        return span_meta(entry)
 
     def _body_font_for(self, entry: TranscriptEntry) -> QFont:
         font = QFont(self._mono_font if entry.kind == "tool" else self._body_font)

@@ -13,6 +13,15 @@ frame back answers the n-th frame sent that the server took (a refused frame is 
 its `error` event; a `ready` after a reset says from which frame the new conversation
 counts). Reconnecting is the caller's choice: a dropped connection is a `Disconnected`
 event, never an exception out of `receive`.
+
+`connect(..., audio="opus")` asks the server for Opus (app/wire/opus.py): frames go as PCM
+until the server's `audio_codec` answer arrives, then as Opus both ways (~33 kbit/s instead
+of 768). A server that does not know the request answers it with an error, which is kept
+in `audio_refused`, and the audio stays PCM.
+
+Besides the audio's own round trip (which holds the server's time for the frame), the
+client pings the server every second: `network_rtts_ms` is the connection's round trip
+alone, what the network costs.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import contextlib
 import ssl as ssl_module
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,11 +40,17 @@ import numpy as np
 
 from app.frames import FRAME_SAMPLES
 from app.wire import events as wire
+from app.wire.opus import OpusError, OpusFrameReader, OpusFrameWriter
 
 CONNECT_TIMEOUT_S = 30.0  # the first conversation's engine warms up before `ready`
 # A ping after this long without a message from the server, a pong due within half of it:
 # a server whose machine or network vanished is a `Disconnected` within 3 s, not a hang.
 HEARTBEAT_S = 2.0
+PING_EVERY_S = 1.0  # the network's own round trip, measured this often
+PINGS_KEPT = 5  # the network round trips the median is taken over
+# After asking for Opus: the longest the frames after the first wait for the server's answer
+# (it comes with the answer to the first frame, a round trip later).
+CODEC_ANSWER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,16 @@ class ServerBusy(ConnectError):
         self.busy = busy
 
 
+def _retry_after(headers: object) -> float | None:
+    """A 503's Retry-After in seconds (None: not said, or a date)."""
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 < seconds < 86400 else None
+
+
 def ws_url(url: str) -> str:
     """`http(s)://host:port[/ws]` or `ws(s)://...` -> the `/ws` WebSocket URL."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
@@ -94,31 +119,49 @@ class EngineClient:
         self._closing = False
         self._ended = False
         self.round_trips_ms: list[float] = []
-        self.bytes_sent = 0
+        self.bytes_sent = 0  # payloads: the audio's and the messages'
         self.bytes_received = 0
+        self.audio_bytes_sent = 0  # the audio's alone
+        self.audio_bytes_received = 0
+        # The audio's codec each way: PCM until the server answered an Opus request.
+        self.audio_asked = wire.PCM
+        self.audio_codec = wire.PCM
+        self.audio_refused: str | None = None  # the server's error for the request
+        self._opus_in: OpusFrameReader | None = None
+        self._opus_out: OpusFrameWriter | None = None
+        self.broken_audio = 0  # server messages whose audio did not decode (silence played)
+        self._codec_settled = asyncio.Event()  # the answer, a refusal, or the first audio
+        self.network_rtts_ms: deque[float] = deque(maxlen=PINGS_KEPT)
+        self._pings: dict[bytes, float] = {}  # payload -> when it was sent
         self._reader = asyncio.create_task(self._read(), name="engine-client-reader")
+        self._pinger = asyncio.create_task(self._ping(), name="engine-client-pinger")
 
     @classmethod
     async def connect(cls, url: str, token: str | None = None, *,
                       ssl: ssl_module.SSLContext | bool | None = None,
                       timeout: float = CONNECT_TIMEOUT_S,
                       session: aiohttp.ClientSession | None = None,
-                      heartbeat: float | None = HEARTBEAT_S) -> EngineClient:
-        """Connect and wait for `ready`. Raises Unauthorized, ServerBusy or ConnectError."""
+                      heartbeat: float | None = HEARTBEAT_S,
+                      audio: str = wire.PCM) -> EngineClient:
+        """Connect and wait for `ready`. Raises Unauthorized, ServerBusy or ConnectError.
+        `audio` "opus": ask for Opus (see the module's docstring)."""
+        if audio not in wire.AUDIO_CODECS:
+            raise ValueError(f"audio is {' or '.join(wire.AUDIO_CODECS)}, not {audio!r}")
         owns = session is None
         session = session or aiohttp.ClientSession()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
+            # Pings answered here (autoping off): their pongs time the network.
             ws = await asyncio.wait_for(session.ws_connect(
                 ws_url(url), headers=headers, ssl=ssl if ssl is not None else True,
-                compress=0, max_msg_size=0, heartbeat=heartbeat), timeout)
-            first = await asyncio.wait_for(ws.receive(), timeout)
+                compress=0, max_msg_size=0, heartbeat=heartbeat, autoping=False), timeout)
+            first = await asyncio.wait_for(cls._first_message(ws), timeout)
         except aiohttp.WSServerHandshakeError as exc:
             await cls._cleanup(session, owns)
             if exc.status == 401:
                 raise Unauthorized("the server wants a token (or another one)") from None
             if exc.status == 503:
-                raise ServerBusy(wire.Busy(exc.message or "the server is busy")) from None
+                raise ServerBusy(wire.Busy("", _retry_after(exc.headers))) from None
             raise ConnectError(f"the server refused the connection: HTTP {exc.status}") from None
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             await cls._cleanup(session, owns)
@@ -126,7 +169,11 @@ class EngineClient:
         event = (wire.decode_event(first.data) if first.type == aiohttp.WSMsgType.TEXT
                  else None)
         if isinstance(event, wire.Ready):
-            return cls(session, ws, event, owns)
+            client = cls(session, ws, event, owns)
+            if audio == wire.OPUS:
+                client.audio_asked = wire.OPUS
+                await client._send_json(wire.AudioCodecRequest(wire.OPUS))
+            return client
         await ws.close()
         await cls._cleanup(session, owns)
         if isinstance(event, wire.Busy):
@@ -135,6 +182,17 @@ class EngineClient:
             raise ConnectError(f"{event.stage}: {event.message}")
         raise ConnectError(f"the server answered {first.type.name} instead of ready "
                            f"(close code {ws.close_code})")
+
+    @staticmethod
+    async def _first_message(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
+        """The server's first message, its heartbeat's pings answered meanwhile (the engine
+        may take seconds to warm up before `ready`)."""
+        while True:
+            message = await ws.receive()
+            if message.type == aiohttp.WSMsgType.PING:
+                await ws.pong(message.data)
+            elif message.type != aiohttp.WSMsgType.PONG:
+                return message
 
     @staticmethod
     async def _cleanup(session: aiohttp.ClientSession, owns: bool) -> None:
@@ -160,6 +218,18 @@ class EngineClient:
             raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
         return await self.send_raw(pcm.astype("<f4").tobytes())
 
+    async def send_frame_encoded(self, pcm: np.ndarray) -> int:
+        """One frame in the audio codec agreed on: Opus once the server answered, else
+        float32 PCM. Returns its index. After asking for Opus, the first frame goes as PCM
+        and the next wait (at most CODEC_ANSWER_S) until the server's first audio says
+        which it is: its answer comes just before that audio, a refusal before it."""
+        if self.audio_asked == wire.OPUS and self._frames_sent >= 1:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._codec_settled.wait(), CODEC_ANSWER_S)
+        if self._opus_out is None:
+            return await self.send_frame(pcm)
+        return await self.send_raw(self._opus_out.pages(pcm))
+
     async def send_raw(self, data: bytes) -> int:
         """A binary message as it is (the server takes each as a frame, or refuses it)."""
         index = self._frames_sent
@@ -167,9 +237,10 @@ class EngineClient:
         self._sent[index] = time.perf_counter()
         await self._ws.send_bytes(data)
         self.bytes_sent += len(data)
+        self.audio_bytes_sent += len(data)
         return index
 
-    async def _send_json(self, message: wire.ClientMessage) -> None:
+    async def _send_json(self, message: wire.ClientMessage | wire.AudioCodecRequest) -> None:
         text = wire.encode_request(message)
         await self._ws.send_str(text)
         self.bytes_sent += len(text.encode())
@@ -215,13 +286,27 @@ class EngineClient:
     async def _read(self) -> None:
         reason = "closed"
         try:
-            async for message in self._ws:
+            while True:
+                message = await self._ws.receive()
+                if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                    aiohttp.WSMsgType.CLOSED):
+                    if message.type == aiohttp.WSMsgType.CLOSE and message.extra:
+                        reason = str(message.extra)  # the server's reason, e.g. "idle"
+                    break
                 if message.type == aiohttp.WSMsgType.BINARY:
                     self.bytes_received += len(message.data)
-                    self._events.put_nowait(self._audio(message.data))
+                    self.audio_bytes_received += len(message.data)
+                    for frame in self._audio(message.data):
+                        self._events.put_nowait(frame)
                 elif message.type == aiohttp.WSMsgType.TEXT:
                     self.bytes_received += len(message.data.encode())
-                    self._events.put_nowait(self._event(message.data))
+                    event = self._event(message.data)
+                    if event is not None:
+                        self._events.put_nowait(event)
+                elif message.type == aiohttp.WSMsgType.PING:
+                    await self._ws.pong(message.data)
+                elif message.type == aiohttp.WSMsgType.PONG:
+                    self._ponged(message.data)
                 elif message.type == aiohttp.WSMsgType.ERROR:
                     reason = f"error: {self._ws.exception()}"
                     break
@@ -229,11 +314,23 @@ class EngineClient:
             reason = f"{type(exc).__name__}: {exc}"
         finally:
             self._ended = True
+            self._codec_settled.set()  # nothing more will come: no frame waits for it
             self._events.put_nowait(Disconnected(self._ws.close_code, reason, self._closing))
 
-    def _audio(self, data: bytes) -> AudioFrame:
+    def _audio(self, data: bytes) -> list[AudioFrame]:
+        """The frames one binary message holds: one PCM frame, or one frame's Opus pages
+        (one that does not decode is a frame of silence: it still answers a frame sent)."""
+        self._codec_settled.set()  # an answer for Opus would have come before this audio
+        if self._opus_in is None:
+            return [self._answer(np.frombuffer(data, dtype="<f4").astype(np.float32))]
+        try:
+            return [self._answer(pcm) for pcm in self._opus_in.frames(data)]
+        except OpusError:
+            self.broken_audio += 1
+            return [self._answer(np.zeros(FRAME_SAMPLES, dtype=np.float32))]
+
+    def _answer(self, pcm: np.ndarray) -> AudioFrame:
         now = time.perf_counter()
-        pcm = np.frombuffer(data, dtype="<f4").astype(np.float32)
         if not self._sent:
             return AudioFrame(pcm, None, None)
         index, sent_at = self._sent.popitem(last=False)
@@ -241,11 +338,24 @@ class EngineClient:
         self.round_trips_ms.append(rtt)
         return AudioFrame(pcm, index, rtt)
 
-    def _event(self, text: str) -> wire.ServerEvent | wire.UnknownEvent:
+    def _event(self, text: str) -> wire.ServerEvent | wire.UnknownEvent | None:
+        """The event, or None for what this client handles itself (the codec's answer)."""
         try:
             event = wire.decode_event(text)
         except ValueError:
             return wire.UnknownEvent("", {"text": text})
+        if isinstance(event, wire.AudioCodec):
+            if event.codec == wire.OPUS and self.audio_asked == wire.OPUS:
+                self._opus_in, self._opus_out = OpusFrameReader(), OpusFrameWriter()
+                self.audio_codec = wire.OPUS
+            self._codec_settled.set()
+            return None
+        if (isinstance(event, wire.Error) and event.stage == "message"
+                and self.audio_asked != wire.PCM and self.audio_codec == wire.PCM
+                and self.audio_refused is None and wire.AudioCodecRequest.TYPE in event.message):
+            self.audio_refused = event.message  # an older server: the audio stays PCM
+            self._codec_settled.set()
+            return None
         if isinstance(event, wire.Ready):
             self.ready = event
             for index in [i for i in self._sent if i < event.frames_received]:
@@ -254,8 +364,30 @@ class EngineClient:
             self._sent.pop(event.frame, None)  # refused: no audio will answer it
         return event
 
+    # ---- the network's own round trip ----------------------------------------------------
+
+    async def _ping(self) -> None:
+        number = 0
+        while not self._ws.closed:
+            payload = number.to_bytes(8, "big")
+            number += 1
+            self._pings = {p: t for p, t in self._pings.items()
+                           if time.perf_counter() - t < 30.0}  # pongs lost: forgotten
+            self._pings[payload] = time.perf_counter()
+            with contextlib.suppress(Exception):  # a broken socket: the reader says so
+                await self._ws.ping(payload)
+            await asyncio.sleep(PING_EVERY_S)
+
+    def _ponged(self, payload: bytes) -> None:
+        sent = self._pings.pop(bytes(payload), None)
+        if sent is not None:
+            self.network_rtts_ms.append((time.perf_counter() - sent) * 1000.0)
+
     async def close(self) -> None:
         self._closing = True
+        self._pinger.cancel()
+        with contextlib.suppress(BaseException):
+            await self._pinger
         with contextlib.suppress(Exception):
             await self._ws.close()
         with contextlib.suppress(BaseException):

@@ -5,6 +5,13 @@ Server to client: the Context Spanning reference's events (`ready`, `busy`, `tex
 the span's own life for spans a client sends (`span_queued`, `span_accepted`,
 `span_rejected`). Client to server: `context`, `voice`, `reset` and `span`.
 
+Audio on `/ws` is the reference's float32 PCM unless the client asks for Opus with
+`{"type": "audio_codec", "codec": "opus"}` (ours, after `ready`): the server then takes
+Ogg/Opus pages as well as PCM frames from it, and answers `{"type": "audio_codec",
+"codec": "opus"}` just before its first audio in Opus. A client that never asks (the
+reference's page) never sees a change; one whose server does not know the message gets an
+`error` for it and goes on in PCM.
+
 On `/ws` each is one text message; on `/api/chat` one binary message of kind 0x10 followed
 by the same JSON, for clients that asked for it (moshi_codec.py). Unknown fields are
 ignored both ways, so either side can grow a field without breaking the other.
@@ -19,6 +26,9 @@ from typing import Any, ClassVar
 
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 
+PCM = "pcm"  # the reference's float32 frames
+OPUS = "opus"  # Ogg/Opus pages, one frame's per message (app/wire/opus.py)
+AUDIO_CODECS = (PCM, OPUS)
 MAX_SPAN_CHARS = 16_000  # far above any span's token budget; the engine truncates anyway
 MAX_SOURCE_CHARS = 64
 MAX_PERSONA_CHARS = 2_000
@@ -181,6 +191,15 @@ class Voice:
 
 
 @dataclass(frozen=True)
+class AudioCodec:
+    """The server's audio comes in `codec` from the next binary message on (the answer to
+    AudioCodecRequest)."""
+
+    TYPE: ClassVar[str] = "audio_codec"
+    codec: str = PCM
+
+
+@dataclass(frozen=True)
 class Error:
     """stage: frame, message, span, persona, voice, engine, asr, retrieval, idle, limit,
     network or shutdown."""
@@ -193,11 +212,11 @@ class Error:
 
 ServerEvent = (
     Ready | Busy | Text | UserText | Ret | Question | SpanQueued | SpanAccepted | Span
-    | SpanRejected | NoSpan | Late | Slot | Voice | Error
+    | SpanRejected | NoSpan | Late | Slot | Voice | AudioCodec | Error
 )
 _SERVER_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     Ready, Busy, Text, UserText, Ret, Question, SpanQueued, SpanAccepted, Span, SpanRejected,
-    NoSpan, Late, Slot, Voice, Error)}
+    NoSpan, Late, Slot, Voice, AudioCodec, Error)}
 
 
 @dataclass(frozen=True)
@@ -263,7 +282,16 @@ class ResetRequest:
 ClientMessage = SpanRequest | ContextRequest | VoiceRequest | ResetRequest
 
 
-def encode_request(message: ClientMessage) -> str:
+@dataclass(frozen=True)
+class AudioCodecRequest:
+    """The client's audio choice for `/ws`. The server's codec answers it and never hands it
+    to the conversation, so it is not a ClientMessage."""
+
+    TYPE: ClassVar[str] = "audio_codec"
+    codec: str = OPUS
+
+
+def encode_request(message: ClientMessage | AudioCodecRequest) -> str:
     body = {k: v for k, v in asdict(message).items() if v is not None}
     return json.dumps({"type": message.TYPE, **body}, ensure_ascii=False)
 
@@ -323,3 +351,19 @@ def decode_request(text: str | bytes) -> ClientMessage:
     if kind == "reset":
         return ResetRequest()
     raise WireError("message", f"unknown message type {str(kind)[:40]!r}")
+
+
+def decode_audio_codec_request(text: str | bytes) -> AudioCodecRequest | None:
+    """The client's audio choice, if this message is one (None: another message, or not
+    JSON: decode_request says what is wrong with it). WireError for a codec not offered."""
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or obj.get("type") != AudioCodecRequest.TYPE:
+        return None
+    codec = obj.get("codec")
+    if codec not in AUDIO_CODECS:
+        raise WireError("message", f"unknown audio codec {str(codec)[:40]!r}: "
+                                   f"{' or '.join(AUDIO_CODECS)}")
+    return AudioCodecRequest(codec)

@@ -2,11 +2,15 @@
 # Install ContextSpan for the current user on Linux: a virtual environment, a launcher in
 # ~/.local/bin, a desktop entry and an icon. Idempotent: run it again to update.
 #
-#   installer/linux/install.sh [--prefix DIR] [--bin-dir DIR] [--torch pypi|cpu]
+#   installer/linux/install.sh [--prefix DIR] [--bin-dir DIR] [--torch pypi|cpu | --client]
 #                              [--python PYTHON] [--system-deps] [--dry-run]
 #   installer/linux/install.sh --uninstall [--purge] [--prefix DIR] [--bin-dir DIR]
 #
 # --prefix DIR   where the venv and a copy of the app go (default ~/.local/share/contextspan)
+# --client       the thin client: no speech engine here (no torch, moshi or bitsandbytes,
+#                about 0.6 GB instead of 8); the speech model and its recognition run on a
+#                server (`python main.py serve` there, Settings → Speech engine → Server
+#                here). Running this installer again without --client adds the engine.
 # --torch pypi   torch from PyPI: the CUDA 12 build, which also runs on the CPU (default;
 #                about 4.4 GB to download, the right choice with an NVIDIA GPU)
 # --torch cpu    torch's CPU-only build from https://download.pytorch.org/whl/cpu (about
@@ -26,6 +30,8 @@ PREFIX="$DATA_HOME/contextspan"
 BIN_DIR="$HOME/.local/bin"
 PYTHON="${PYTHON:-python3}"
 TORCH="pypi"
+TORCH_ASKED=0
+CLIENT=0
 DRY_RUN=0
 UNINSTALL=0
 PURGE=0
@@ -35,13 +41,14 @@ CPU_INDEX="https://download.pytorch.org/whl/cpu"
 APT_PACKAGES="libportaudio2 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 \
 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1"
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) PREFIX="$2"; shift 2 ;;
         --bin-dir) BIN_DIR="$2"; shift 2 ;;
-        --torch) TORCH="$2"; shift 2 ;;
+        --torch) TORCH="$2"; TORCH_ASKED=1; shift 2 ;;
+        --client) CLIENT=1; shift ;;
         --python) PYTHON="$2"; shift 2 ;;
         --system-deps) SYSTEM_DEPS=1; shift ;;
         --dry-run) DRY_RUN=1; shift ;;
@@ -52,6 +59,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$TORCH" in pypi|cpu) ;; *) echo "error: --torch is pypi or cpu" >&2; exit 2 ;; esac
+if [ "$CLIENT" = 1 ] && [ "$TORCH_ASKED" = 1 ]; then
+    echo "error: --client installs no torch: leave out --torch" >&2
+    exit 2
+fi
 
 VENV="$PREFIX/venv"
 SRC="$PREFIX/app"
@@ -105,7 +116,9 @@ GPU="none"
 if command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ]; then
     GPU="nvidia"
 fi
-if [ "$GPU" = nvidia ]; then
+if [ "$CLIENT" = 1 ]; then
+    step "The thin client: no speech engine here (no torch); the speech model runs on a server"
+elif [ "$GPU" = nvidia ]; then
     step "NVIDIA GPU found: torch from PyPI (CUDA 12 build)"
     [ "$TORCH" = cpu ] && echo "note: --torch cpu was asked for: the GPU will not be used."
 elif [ "$TORCH" = pypi ]; then
@@ -120,15 +133,23 @@ make_venv "$PYTHON" "$VENV"
 
 # pip runs again only when the dependencies or the torch choice changed.
 STAMP="$PREFIX/.install-stamp"
-WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-$TORCH"
+KIND="$TORCH"
+[ "$CLIENT" = 1 ] && KIND="client"
+WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-$KIND"
 if [ "$DRY_RUN" = 1 ] || [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    step "Installing ContextSpan and its dependencies (a few GB on the first install)"
     run "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    if [ "$TORCH" = cpu ]; then
-        run "$VENV/bin/python" -m pip install --quiet "torch>=2.2,<2.10" --index-url "$CPU_INDEX"
-    fi
     # Editable, from the copy: the app finds its model catalog (models/) next to app/.
-    run "$VENV/bin/python" -m pip install --quiet -e "$SRC"
+    if [ "$CLIENT" = 1 ]; then
+        step "Installing the ContextSpan client (about 0.6 GB on the first install)"
+        run "$VENV/bin/python" -m pip install --quiet -e "$SRC"
+    else
+        step "Installing ContextSpan and its dependencies (a few GB on the first install)"
+        if [ "$TORCH" = cpu ]; then
+            run "$VENV/bin/python" -m pip install --quiet "torch>=2.2,<2.10" \
+                --index-url "$CPU_INDEX"
+        fi
+        run "$VENV/bin/python" -m pip install --quiet -e "${SRC}[engine]"
+    fi
     if [ "$DRY_RUN" = 1 ]; then echo "+ write $STAMP"; else echo "$WANT" >"$STAMP"; fi
 else
     step "Dependencies are up to date"
@@ -161,3 +182,7 @@ case ":$PATH:" in
 esac
 
 echo "ContextSpan is installed: run 'contextspan', or find it in your applications menu."
+if [ "$CLIENT" = 1 ]; then
+    echo "This is the thin client: in Settings → Speech model → Speech engine choose Server," \
+        "its address and token, and \"Speech recognition on the server\"."
+fi

@@ -4,7 +4,7 @@
 # Idempotent: run it again to update.
 #
 #   installer/macos/install.sh [--prefix DIR] [--bin-dir DIR] [--apps-dir DIR]
-#                              [--python PYTHON] [--dry-run]
+#                              [--python PYTHON] [--client] [--dry-run]
 #   installer/macos/install.sh --uninstall [--purge] [--prefix DIR] [--bin-dir DIR]
 #                              [--apps-dir DIR]
 #
@@ -12,6 +12,8 @@
 # --bin-dir DIR   the launcher's folder (default ~/.local/bin)
 # --apps-dir DIR  where ContextSpan.app goes (default ~/Applications)
 # --python PY     the Python 3.10+ to build the venv from (default python3)
+# --client        the thin client: no speech engine here (no torch, moshi, MLX); the speech
+#                 model and its recognition run on a server (`python main.py serve`)
 # --dry-run       print the steps, change nothing (runs on any system)
 # --uninstall     remove the venv, the launcher and the app; --purge also removes downloaded
 #                 checkpoints, settings and caches
@@ -33,10 +35,11 @@ BIN_DIR="$HOME/.local/bin"
 APPS_DIR="$HOME/Applications"
 PYTHON="${PYTHON:-python3}"
 DRY_RUN=0
+MODE=app
 UNINSTALL=0
 PURGE=0
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
         --bin-dir) BIN_DIR="$2"; shift 2 ;;
         --apps-dir) APPS_DIR="$2"; shift 2 ;;
         --python) PYTHON="$2"; shift 2 ;;
+        --client) MODE=client; shift ;;
         --dry-run) DRY_RUN=1; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         --purge) PURGE=1; shift ;;
@@ -88,7 +92,11 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
     exit 1
 fi
 
-if [ "$(python_packages_engine app)" = mlx ]; then
+ENGINE="$(python_packages_engine "$MODE")"
+if [ "$ENGINE" = none ]; then
+    step "The thin client: no speech engine here (no torch, MLX); the speech model runs on" \
+        "a server"
+elif [ "$ENGINE" = mlx ]; then
     step "Apple silicon: the speech model on MLX (mlx, moshi_mlx), torch's macOS wheel" \
         "(CPU+MPS) for the rest"
 else
@@ -102,9 +110,10 @@ make_venv "$PYTHON" "$VENV"
 # pip runs again only when the dependencies (or which of them this machine gets) changed.
 STAMP="$PREFIX/.install-stamp"
 WANT="$(file_sha256 "$ROOT/pyproject.toml")$(file_sha256 "$ROOT/installer/python_packages.sh")"
+[ "$MODE" = client ] && WANT="$WANT-client"
 if [ "$DRY_RUN" = 1 ] || [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     step "Installing ContextSpan and its dependencies (about 1 GB on the first install)"
-    install_python_packages run "$VENV/bin/python" "$SRC" app
+    install_python_packages run "$VENV/bin/python" "$SRC" "$MODE"
     if [ "$DRY_RUN" = 1 ]; then echo "+ write $STAMP"; else echo "$WANT" >"$STAMP"; fi
 else
     step "Dependencies are up to date"

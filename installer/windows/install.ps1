@@ -5,10 +5,12 @@
 
 .DESCRIPTION
     powershell -ExecutionPolicy Bypass -File installer\windows\install.ps1 [-Prefix DIR]
-        [-Torch pypi|cuda] [-Python py] [-DryRun] [-Uninstall] [-Purge]
+        [-Torch pypi|cuda | -Client] [-Python py] [-DryRun] [-Uninstall] [-Purge]
 
     -Torch pypi  torch from PyPI: on Windows that is the CPU-only build (default)
     -Torch cuda  torch's CUDA 12.8 build from https://download.pytorch.org/whl/cu128 (NVIDIA GPU)
+    -Client      the thin client: no speech engine here (no torch, moshi or bitsandbytes); the
+                 speech model and its recognition run on a server (python main.py serve)
     UNTESTED on Windows: written on Linux, where PowerShell itself is not available.
 #>
 [CmdletBinding()]
@@ -16,6 +18,7 @@ param(
     [string]$Prefix = (Join-Path $env:LOCALAPPDATA "ContextSpan-install"),
     [ValidateSet("pypi", "cuda")][string]$Torch = "",
     [string]$Python = "py",
+    [switch]$Client,
     [switch]$DryRun,
     [switch]$Uninstall,
     [switch]$Purge
@@ -67,12 +70,21 @@ if ($LASTEXITCODE -ne 0) {
     throw "ContextSpan needs Python 3.10 or newer (https://www.python.org/downloads/); pass -Python C:\path\to\python.exe"
 }
 
-if (-not $Torch) {
-    $Torch = "pypi"
-    if (Get-Command nvidia-smi -ErrorAction SilentlyContinue) { $Torch = "cuda" }
+if ($Client -and $Torch) { throw "-Client installs no torch: leave out -Torch" }
+# What is installed, for the stamp: the torch choice, or "client" ($Torch keeps its
+# ValidateSet, so it never holds "client").
+$Kind = "client"
+if ($Client) {
+    Step "The thin client: no speech engine here (no torch); the speech model runs on a server"
+} else {
+    if (-not $Torch) {
+        $Torch = "pypi"
+        if (Get-Command nvidia-smi -ErrorAction SilentlyContinue) { $Torch = "cuda" }
+    }
+    $Kind = $Torch
+    if ($Torch -eq "cuda") { Step "NVIDIA GPU: torch's CUDA build from $CudaIndex (about 2.5 GB)" }
+    else { Step "torch from PyPI: the CPU-only build on Windows" }
 }
-if ($Torch -eq "cuda") { Step "NVIDIA GPU: torch's CUDA build from $CudaIndex (about 2.5 GB)" }
-else { Step "torch from PyPI: the CPU-only build on Windows" }
 
 Step "Copying the app to $Src"
 if (-not $DryRun) { New-Item -ItemType Directory -Force -Path $Prefix | Out-Null }
@@ -87,7 +99,7 @@ Step "Making the virtual environment $Venv"
 $VenvPython = Join-Path $Venv "Scripts\python.exe"
 if (-not (Test-Path $VenvPython)) { Invoke-Step $Python ($PyArgs + @("-m", "venv", $Venv)) }
 
-$Want = "$((Get-FileHash (Join-Path $Root "pyproject.toml")).Hash)-$Torch"
+$Want = "$((Get-FileHash (Join-Path $Root "pyproject.toml")).Hash)-$Kind"
 if ($DryRun -or -not (Test-Path $Stamp) -or (Get-Content $Stamp) -ne $Want) {
     Step "Installing ContextSpan and its dependencies (a few GB on the first install)"
     Invoke-Step $VenvPython @("-m", "pip", "install", "--quiet", "--upgrade", "pip")
@@ -95,7 +107,9 @@ if ($DryRun -or -not (Test-Path $Stamp) -or (Get-Content $Stamp) -ne $Want) {
         Invoke-Step $VenvPython @("-m", "pip", "install", "--quiet", "torch>=2.2,<2.10", "--index-url", $CudaIndex)
     }
     # Editable, from the copy: the app finds its model catalog (models\) next to app\.
-    Invoke-Step $VenvPython @("-m", "pip", "install", "--quiet", "-e", $Src)
+    # The engine extra (torch, moshi) unless this is the thin client.
+    $Target = if ($Client) { $Src } else { "$Src[engine]" }
+    Invoke-Step $VenvPython @("-m", "pip", "install", "--quiet", "-e", $Target)
     if (-not $DryRun) { Set-Content -Path $Stamp -Value $Want }
 } else {
     Step "Dependencies are up to date"

@@ -35,10 +35,10 @@ def records(path: Path) -> list[dict]:
 
 def test_bad_output_paths_fail_before_the_model_loads(tiny_folder, two_seconds, tmp_path,
                                                       monkeypatch):
-    import app.conversation.assembly as assembly
+    import app.checkpoints.loader as loader  # assembly imports it where a model loads
 
     loads = []
-    monkeypatch.setattr(assembly, "load_checkpoint", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(loader, "load_checkpoint", lambda *a, **k: loads.append(a))
     folder = tmp_path / "a-folder"
     folder.mkdir()
     cases = [
@@ -57,10 +57,10 @@ def test_a_folder_that_takes_no_file_fails_before_the_model_loads(tiny_folder, t
     """`/proc` exists and passes the permission check (as root too) but takes no file; a full
     disk takes the file but not its data. Both are found by making the temporary files."""
     import app.audio_file as audio_file
-    import app.conversation.assembly as assembly
+    import app.checkpoints.loader as loader  # assembly imports it where a model loads
 
     loads = []
-    monkeypatch.setattr(assembly, "load_checkpoint", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(loader, "load_checkpoint", lambda *a, **k: loads.append(a))
     transcript = tmp_path / "t.jsonl"
     with pytest.raises(HeadlessRunError, match="cannot write /proc/r.wav"):
         run_headless("tiny", two_seconds, Path("/proc/r.wav"), transcript, [])

@@ -55,7 +55,7 @@ def test_install_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"+ {sys.executable} -m venv {prefix}/venv" in out
-    assert f"+ {prefix}/venv/bin/python -m pip install --quiet -e {prefix}/app" in out
+    assert f"+ {prefix}/venv/bin/python -m pip install --quiet -e {prefix}/app[engine]\n" in out
     assert "download.pytorch.org" not in out  # PyPI's torch unless --torch cpu
     assert f"+ write {tmp_path}/bin/contextspan" in out
     assert f"+ write {tmp_path}/share/applications/contextspan.desktop" in out
@@ -232,7 +232,7 @@ def test_mac_install_on_apple_silicon_installs_the_mlx_path_and_no_cuda_wheel(tm
     pips = pip_lines(result.stdout)
     venv_python = f"{prefix}/venv/bin/python"
     assert pips == [f"+ {venv_python} -m pip install --quiet --upgrade pip",
-                    f"+ {venv_python} -m pip install --quiet -e {prefix}/app[mlx]",
+                    f"+ {venv_python} -m pip install --quiet -e {prefix}/app[engine,mlx]",
                     f"+ {venv_python} -m pip install --quiet --no-deps moshi_mlx==0.3.0"]
     # torch is PyPI's macOS wheel (CPU+MPS): no other index, no CUDA package named.
     assert not any(word in result.stdout.lower()
@@ -247,7 +247,7 @@ def test_mac_install_on_an_intel_mac_installs_no_mlx(tmp_path: Path):
                   "--python", sys.executable], env=faked_uname_env(tmp_path, "Darwin", "x86_64"))
     assert result.returncode == 0, result.stderr
     pips = pip_lines(result.stdout)
-    assert pips[-1].endswith(f"-e {tmp_path}/p/app") and len(pips) == 2
+    assert pips[-1].endswith(f"-e {tmp_path}/p/app[engine]") and len(pips) == 2
     assert "moshi_mlx" not in result.stdout and "Intel Mac" in result.stdout
 
 
@@ -277,15 +277,15 @@ def _bootstrap_installs(tmp_path: Path, system: str, machine: str, mode: str) ->
 def test_the_setup_installs_moshi_mlx_without_its_pins_where_mlx_runs(tmp_path: Path):
     # run-app.sh on a Mac with Apple silicon: the mlx extra and moshi_mlx.
     assert _bootstrap_installs(tmp_path, "Darwin", "arm64", "app")[1:] == [
-        f"-m pip install --quiet -e {ROOT}[mlx]",
+        f"-m pip install --quiet -e {ROOT}[engine,mlx]",
         "-m pip install --quiet --no-deps moshi_mlx==0.3.0"]
     # run-tests.sh on Linux (CI): the dev extra, which holds mlx[cpu], and moshi_mlx.
     assert _bootstrap_installs(tmp_path, "Linux", "x86_64", "dev")[1:] == [
         f"-m pip install --quiet -e {ROOT}[dev]",
         "-m pip install --quiet --no-deps moshi_mlx==0.3.0"]
-    # run-app.sh on Linux: the app alone.
+    # run-app.sh on Linux: the app and its engine.
     assert _bootstrap_installs(tmp_path, "Linux", "x86_64", "app")[1:] == [
-        f"-m pip install --quiet -e {ROOT}"]
+        f"-m pip install --quiet -e {ROOT}[engine]"]
 
 
 def test_the_dev_extra_brings_mlx_cpu_on_linux():

@@ -14,7 +14,7 @@ import pytest
 
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
-from app.engine.duplex_engine import EngineOptions
+from app.engine.speech_engine import EngineOptions
 from app.server.engine_host import EngineHost
 from app.server.event_mapping import NO_LLM_REASON
 from app.wire import events as wire

@@ -40,7 +40,7 @@ def sample_entries() -> list[TranscriptEntry]:
         ),
         TranscriptEntry(
             6, "span", "My notes", T0 + 6, None, source="dropped file: notes.txt",
-            landed_frame=None,
+            landed_frame=None, final=False,  # still queued: it may land
         ),
         TranscriptEntry(7, "assistant", "Sunny, about fourteen", T0 + 7, 6.96, final=False),
         TranscriptEntry(8, "user", "Ünïcödé and *stars* and `ticks`", T0 + 9, 3725.05),

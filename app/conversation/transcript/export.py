@@ -148,18 +148,30 @@ def _never_landed(entry: TranscriptEntry) -> str | None:
 
 
 def kind_label(entry: TranscriptEntry) -> str:
-    """"You", "Injected span" …; a span that never landed says what became of it."""
-    return _never_landed(entry) or KIND_LABELS.get(entry.kind, entry.kind)
+    """"You", "Injected span" …; a span is an "Injected span" only once it landed, and one
+    that never landed says what became of it."""
+    if entry.kind == "span" and entry.landed_frame is None:
+        return _never_landed(entry) or "Span"
+    return KIND_LABELS.get(entry.kind, entry.kind)
 
 
 def describe_landing(entry: TranscriptEntry) -> str:
     """The span's landing point in frames, which is what ties it to what the voice said next;
-    "" for one that will never land (its label and detail say why)."""
+    "" for one that will never land or never did, whose label and detail say why."""
+    if entry.landed_frame is not None:
+        return f"landed before frame {entry.landed_frame}"
     if _never_landed(entry) is not None:
         return ""
-    if entry.landed_frame is None:
+    if not entry.final:
         return "not landed yet"
-    return f"landed before frame {entry.landed_frame}"
+    return "" if entry.detail else "never landed"
+
+
+def span_meta(entry: TranscriptEntry) -> str:
+    """Where a span came from and where it landed: `from LLM · landed before frame 40`."""
+    landing = describe_landing(entry)
+    source = f"from {describe_source(entry.source)}"
+    return f"{source} · {landing}" if landing else source
 
 
 def shown(entry: TranscriptEntry) -> TranscriptEntry:
@@ -177,9 +189,7 @@ def entry_heading(entry: TranscriptEntry) -> str:
     """The label line of an entry without timestamps, shared by every text form."""
     label = kind_label(entry)
     if entry.kind == "span":
-        landing = describe_landing(entry)
-        return f"{label} from {describe_source(entry.source)}" + (f", {landing}" if landing
-                                                                    else "")
+        return f"{label} {span_meta(entry).replace(' · ', ', ')}"
     if entry.kind == "notice" and entry.detail:
         return f"{label} ({entry.detail})"
     return label
@@ -217,9 +227,7 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
     partial = " _(partial)_" if not entry.final else ""
     label = kind_label(entry)
     if entry.kind == "span":
-        landing = describe_landing(entry)
-        head = (f"> **{label}** from {describe_source(entry.source)}"
-                f"{f' · {landing}' if landing else ''} · {stamps}{partial}")
+        head = f"> **{label}** {span_meta(entry)} · {stamps}{partial}"
         if entry.detail:
             head += f"\n> _{entry.detail}_"
         split = read_split(entry)

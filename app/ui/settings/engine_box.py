@@ -1,5 +1,7 @@
 """Settings → Speech model → "Speech engine": this computer, or a server (URL and token),
-with a "Test connection" that shows the round trip.
+with a "Test connection" that shows the round trip, and whether the server's speech
+recognition hears the user (`serve --asr`) instead of a recogniser on this computer.
+In the thin client's install (no torch) "This computer" says that it needs the full install.
 
 The test runs on the Qt thread pool (app/remote/probe.py: a few HTTP requests, bounded by
 timeouts) and its answer comes back by a queued signal; an answer about a URL or token the
@@ -15,6 +17,7 @@ from dataclasses import replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -25,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.install_kind import engine_installed, needs_full_install
 from app.remote.probe import ServerProbe, probe_server
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
@@ -62,8 +66,9 @@ class SpeechEngineBox(QGroupBox):
 
         self.local_radio = QRadioButton("This computer")
         self.server_radio = QRadioButton("Server")
-        self.server_radio.setToolTip("A GPU machine running `python main.py serve`; speech "
-                                     "recognition and the assistant (LLM) stay here.")
+        self.server_radio.setToolTip("A GPU machine running `python main.py serve`; the "
+                                     "assistant (LLM) stays here, speech recognition too "
+                                     "unless the server's is chosen below.")
         group = QButtonGroup(self)
         group.addButton(self.local_radio)
         group.addButton(self.server_radio)
@@ -73,6 +78,14 @@ class SpeechEngineBox(QGroupBox):
         row.addWidget(self.server_radio)
         row.addStretch(1)
         form.addRow("Runs on:", row)
+        self.install_note = QLabel("")  # the thin client's install: no local engine
+        self.install_note.setWordWrap(True)
+        self.install_note.setStyleSheet(f"color: {FAILED_COLOR}")
+        self.install_note.setVisible(False)
+        self.engine_here = engine_installed()
+        if not self.engine_here:
+            self.install_note.setText(needs_full_install("The speech model on this computer"))
+        form.addRow("", self.install_note)
 
         self.url_edit = QLineEdit(engine.server_url)
         self.url_edit.setPlaceholderText("http://gpu-box:8998")
@@ -94,6 +107,13 @@ class SpeechEngineBox(QGroupBox):
         self.status = QLabel("")
         self.status.setWordWrap(True)
         form.addRow("", self.status)
+        self.asr_check = QCheckBox("Speech recognition on the server")
+        self.asr_check.setChecked(engine.asr_on_server)
+        self.asr_check.setToolTip(
+            "The server's recogniser (started with `serve --asr`) hears you and sends your "
+            "words here, instead of one on this computer: the choice for a laptop whose CPU "
+            "cannot run the recogniser in real time, or an install without one.")
+        form.addRow("", self.asr_check)
 
         self.url_edit.textChanged.connect(self._target_changed)
         self.token_edit.textChanged.connect(self._target_changed)
@@ -106,7 +126,8 @@ class SpeechEngineBox(QGroupBox):
 
     def settings(self, initial: EngineSettings) -> EngineSettings:
         return replace(initial, mode=self.mode, server_url=self.url_edit.text().strip(),
-                       server_token=self.token_edit.text().strip())
+                       server_token=self.token_edit.text().strip(),
+                       asr_on_server=self.asr_check.isChecked())
 
     def problems(self) -> list[tuple[QWidget, str]]:
         """What cannot be saved as it is: (the field, why). The address is checked only
@@ -125,8 +146,9 @@ class SpeechEngineBox(QGroupBox):
 
     def _mode_toggled(self, _checked: bool = False) -> None:
         server = self.mode == "server"
-        for widget in (self.url_edit, self.token_edit, self.test_button):
+        for widget in (self.url_edit, self.token_edit, self.test_button, self.asr_check):
             widget.setEnabled(server)
+        self.install_note.setVisible(not server and not self.engine_here)
         self._show_problems()
         self.mode_changed.emit(self.mode)
 
