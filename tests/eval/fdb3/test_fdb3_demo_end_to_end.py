@@ -78,7 +78,7 @@ def test_make_demo_then_run_then_score(tiny_folder, stt_built, data_dir, tmp_pat
     stamps = {}
     for folder in folders:
         result = json.loads((folder / "result_demo.json").read_text())
-        assert EXPECTED_KEYS <= set(result)
+        assert set(result) >= EXPECTED_KEYS
         assert result["example_id"] == folder.name.rsplit("_", 1)[0]
         assert result["status"] == "completed"
         assert all({"function", "args", "timestamp_start"} <= set(c)
