@@ -4,8 +4,9 @@ The keys the benchmark's evaluators read are there, as its runner writes them:
 `example_id`, `actual_tool_calls` [{function, args, timestamp_start}], `transcript` (the
 agent's words), `asr_chunks` [{text, timestamp: [start, end]}], `user_speech_end_rel` and
 `audio_agent_speech_start` (seconds from the input's start). How each is had here:
-- a call is one the LLM made of the benchmark's tools (every attempt, its outcome beside
-  it: `ok`, `error`, `result`); `timestamp_start` is when its answer reached the speech
+- a call is one the LLM made of the benchmark's tools that the tool answered (as the
+  benchmark's agent logs a call once its tool has run; the others are kept apart in
+  `failed_tool_calls`, with their `error`); `timestamp_start` is when its answer reached the speech
   model (the span of the turn that made it landed), as the Context Spanning reference
   records it, else when it was made; `called_at` is when it was made (conversation time);
 - the agent's words are the speech model's own text stream (its inner monologue is what it
@@ -102,11 +103,15 @@ def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
                 records: list[dict], input_pcm: np.ndarray, extra: dict) -> dict[str, Any]:
     words = agent_words(records)
     user_end = user_speech_end(input_pcm)
+    calls = tool_calls(records)
     result: dict[str, Any] = {
         "pid": speaker, "example_id": example_id,
         "category": scenario.get("domain", "unknown"), "title": scenario.get("title", ""),
         "provider": provider, "status": "completed",
-        "actual_tool_calls": tool_calls(records),
+        # The calls the tools answered, as the benchmark's agent logs a call once its tool
+        # has run; those that failed before (refused, not running, bad arguments) beside.
+        "actual_tool_calls": [c for c in calls if c["ok"]],
+        "failed_tool_calls": [c for c in calls if not c["ok"]],
         "transcript": " ".join(w["text"] for w in words),
         "asr_chunks": words,
         "user_speech_end_rel": user_end,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -98,6 +99,8 @@ def main() -> int:
     parser.add_argument("--print-env", default=None, metavar="NAME")
     parser.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     parser.add_argument("--no-answer", action="store_true")
+    parser.add_argument("--linger", action="store_true",
+                        help="hang on after its stdin ends (a server that ignores it)")
     args = parser.parse_args()
     if args.pid_file is not None:
         args.pid_file.write_text(str(os.getpid()))
@@ -115,6 +118,9 @@ def main() -> int:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
         server.run("stdio")
+    if args.linger:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deaf to a polite stop, too
+        time.sleep(3600)
     return 0
 
 

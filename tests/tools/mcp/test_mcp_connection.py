@@ -209,7 +209,8 @@ def test_closing_ends_the_servers_process(notes, tmp_path):
 
 
 def test_the_server_dies_with_a_parent_that_was_killed(tmp_path):
-    """SIGKILL gives the app no shutdown at all: the guard ends its server."""
+    """SIGKILL gives the app no shutdown at all: the guard ends its server, even one that
+    lingers after its stdin ends and ignores SIGTERM."""
     pid_file = tmp_path / "pid"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
@@ -217,7 +218,7 @@ def test_the_server_dies_with_a_parent_that_was_killed(tmp_path):
         "from app.tools.mcp.connection import McpServerConnection\n"
         f"c = McpServerConnection(McpServerSettings(name='held', command=sys.executable, "
         f"args=({str(Path(__file__).with_name('sdk_server.py'))!r}, '--pid-file', "
-        f"{str(pid_file)!r})))\n"
+        f"{str(pid_file)!r}, '--linger')))\n"
         "c.start(); c.wait_until_settled(60); print(c.status().state, flush=True)\n"
         "time.sleep(600)\n")], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
