@@ -10,6 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import threading
 
 import pytest
+from PySide6.QtWidgets import QToolBar
 
 from app.tools.mcp.consent import ConsentAnswer, ConsentBroker, shared_broker
 from app.ui.consent_prompt import ConsentPrompt
@@ -18,10 +19,12 @@ WAIT_MS = 10_000
 
 
 def ask_in_background(broker: ConsentBroker, tool: str = "add_event",
-                      arguments: dict | None = None) -> tuple[threading.Thread, list]:
+                      arguments: dict | None = None,
+                      description: str = "Add an event to the user's calendar."
+                      ) -> tuple[threading.Thread, list]:
     answers: list[ConsentAnswer] = []
     thread = threading.Thread(target=lambda: answers.append(broker.ask(
-        "calendar", tool, "Add an event to the user's calendar.",
+        "calendar", tool, description,
         arguments or {"title": "lunch", "day": "Friday"})), daemon=True)
     thread.start()
     return thread, answers
@@ -67,11 +70,11 @@ def test_dont_allow_refuses_and_the_oldest_question_comes_first(qtbot, prompt):
 
 
 def test_arguments_are_shown_bounded_and_bidi_controls_visibly(qtbot, prompt):
-    thread, answers = ask_in_background(prompt.broker, arguments={
-        "title": "x" * 5000, "file": "report\u202egpj.exe"})
+    thread, answers = ask_in_background(prompt.broker, arguments={"title": "x" * 5000},
+                                        description="Attach report\u202egpj.exe to an event.")
     qtbot.waitUntil(prompt.isVisible, timeout=WAIT_MS)
     text = prompt.question.text()
-    assert len(text) < 1000 and "\u202e" not in text
+    assert len(text) < 1000 and "\u202e" not in text and "report<U+202E>gpj.exe" in text
     prompt.allow_button.click()
     thread.join(5)
 
@@ -88,7 +91,20 @@ def test_a_window_that_goes_refuses_what_still_waits(qtbot):
     assert not broker.can_ask()
 
 
-def test_the_main_window_has_the_bar_and_can_be_asked(bare_window):
-    assert bare_window.consent_prompt.broker is shared_broker()
-    assert shared_broker().can_ask()
-    assert bare_window.consent_prompt.isHidden()
+def test_the_main_window_asks_in_a_bar_above_the_transcript(qtbot, bare_window):
+    prompt = bare_window.consent_prompt
+    assert prompt.broker is shared_broker() and shared_broker().can_ask()
+    assert prompt.isHidden()
+    thread, answers = ask_in_background(shared_broker())
+    qtbot.waitUntil(prompt.isVisible, timeout=WAIT_MS)
+    assert bare_window.centralWidget().isAncestorOf(prompt)  # laid out, not floating
+
+    def on_window(widget):
+        return widget.rect().translated(widget.mapTo(bare_window, widget.rect().topLeft()))
+
+    bar = on_window(prompt)
+    assert bar.bottom() <= on_window(bare_window.transcript).top()  # above the transcript
+    assert not any(bar.intersects(on_window(t)) for t in bare_window.findChildren(QToolBar))
+    prompt.allow_button.click()
+    thread.join(5)
+    assert answers == [ConsentAnswer(True)]
