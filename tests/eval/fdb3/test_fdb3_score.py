@@ -39,6 +39,7 @@ def call(function: str, args: dict, result: str = "{}", at: float = 9.0) -> dict
 def result(*calls: dict, transcript: str = "done", user_end: float = 5.0,
            first_word: float | None = 6.0) -> dict:
     words = [] if first_word is None else [{"text": "done", "timestamp": [first_word, 6.2]},
+                                          {"text": "and", "timestamp": [8.5, 8.7]},
                                           {"text": "now", "timestamp": [9.5, 9.7]}]
     out = {"example_id": "travel_07", "actual_tool_calls": list(calls),
            "transcript": transcript, "asr_chunks": words, "user_speech_end_rel": user_end}
@@ -47,8 +48,8 @@ def result(*calls: dict, transcript: str = "done", user_end: float = 5.0,
     return out
 
 
-SEARCH = call("search_flights", {"destination": "rome", "date": "October 5"}, FLIGHTS)
-BOOK = call("book_flight", {"passenger_name": "Sam Lee", "flight_id": "FL2"})
+SEARCH = call("search_flights", {"destination": "rome", "date": "October 5"}, FLIGHTS, 7.0)
+BOOK = call("book_flight", {"passenger_name": "Sam Lee", "flight_id": "FL2"}, at=8.0)
 UPDATE = call("update_identity_doc", {"doc_type": "driver license", "doc_number": "X12345"})
 
 
@@ -114,7 +115,8 @@ def test_exact_matching_reads_case_underscores_and_a_missing_key():
 
 def test_latencies_and_turn_taking():
     row = score_scenario(SCENARIO, result(SEARCH, BOOK, UPDATE))
-    assert row["latency"] == {"first_response_s": 1.0, "tool_call_s": 3.5,
+    # The first call was made at 6.5 s; the last answer landed at 9.0 s, the next word 9.5 s.
+    assert row["latency"] == {"first_response_s": 1.0, "tool_call_s": 1.5,
                               "task_completion_s": 4.5}
     silent = score_scenario(SCENARIO, result(SEARCH, transcript="", first_word=None))
     assert not silent["turn_taken"] and silent["latency"]["first_response_s"] is None
@@ -167,13 +169,12 @@ def judge():
 def test_the_judge_decides_arguments_and_responses(judge):
     tool_judge, standin = judge
     iso = call("search_flights", {"destination": "Rome", "date": "2026-10-05"}, FLIGHTS)
-    passport = call("update_identity_doc", {"doc_type": "passport", "doc_number": "X12345"})
-    row = score_scenario(SCENARIO, result(iso, BOOK, passport), tool_judge)
+    row = score_scenario(SCENARIO, result(iso, BOOK, UPDATE), tool_judge)
     details = row["arguments"]["details"]
-    assert [d["exact"] for d in details] == [False, True, False]
-    # search: the judge forgives the date; book: it says no; update: unreadable, exact.
-    assert [d["judged"] for d in details] == [True, False, False]
-    assert row["arguments"]["judged"] == 0.333
+    assert [d["exact"] for d in details] == [False, True, True]
+    # search: the judge forgives the date; book: it says no; update: unreadable, so exact.
+    assert [d["judged"] for d in details] == [True, False, True]
+    assert row["arguments"]["judged"] == 0.667
     assert row["response"]["score"] == 1.0
     asked = [r["messages"][0]["content"] for r in standin.requests]
     book_prompt = next(p for p in asked if "book_flight" in p)
