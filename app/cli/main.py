@@ -32,6 +32,7 @@ from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
+from app.tools.mcp.servers_file import MCP_CONFIG_HELP  # light: no SDK until a server starts
 
 if TYPE_CHECKING:
     from app.asr.stt_catalog import SttManifest
@@ -173,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "web_fetch, local_search, calculator, clock; 'none' for none")
     llm.add_argument("--folder-search", action="append", default=[], metavar="DIR",
                      help="a folder local_search may read (repeatable)")
+    llm.add_argument("--mcp-config", type=Path, default=None, metavar="FILE",
+                     help=MCP_CONFIG_HELP)
     llm.add_argument("--realtime", action="store_true",
                      help="feed the input at real-time pace, like a microphone (default with "
                           "an LLM: as fast as the machine allows, the LLM's latency replayed "
@@ -311,6 +314,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from app.conversation.config import SERVER_STT, ConversationConfig, SpeechServer
     from app.conversation.headless import Injection, run_headless
+    from app.tools.mcp.servers_file import servers_for_option
 
     if args.asr == SERVER_STT and not args.server:
         raise ValueError("--asr server is the speech server's recognition: give --server URL")
@@ -334,7 +338,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
             timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
             realtime=args.realtime, level_voice=args.level_voice, server=server,
+            mcp_servers=servers_for_option(args.mcp_config, bool(args.llm)),
         )
+    elif args.mcp_config is not None:
+        servers_for_option(args.mcp_config, has_llm=False)  # says it needs --llm
     summary = run_headless(
         args.model, args.input, args.output, args.transcript, injections,
         device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,

@@ -164,18 +164,22 @@ def build_asr(config: ConversationConfig, device: Device, *, stt: LoadedStt | No
 
 
 def build_tools(config: ConversationConfig, notice: Notice | None = None) -> ToolRegistry:
-    """The tools the LLM may call. A setting they refuse (e.g. a folder that is gone) is a
-    notice and no tools, with `notice`; an error without."""
+    """The tools the LLM may call: the built-in ones and the MCP servers' (leased until the
+    registry is closed). A setting they refuse (e.g. a folder that is gone, a server that
+    does not start) is a notice, with `notice`; an error without."""
     from app.tools.default_tools import ToolSettings, build_tools
+    from app.tools.mcp.offer import add_mcp_servers
 
     try:
-        return build_tools(ToolSettings(enabled=config.tools,
-                                        local_folders=config.search_folders))
+        registry = build_tools(ToolSettings(enabled=config.tools,
+                                            local_folders=config.search_folders))
     except ValueError as exc:
         if notice is None:
             raise
         notice(f"Tools are off: {exc}", "warning")
-        return build_tools(ToolSettings(enabled=()))
+        registry = build_tools(ToolSettings(enabled=()))
+    add_mcp_servers(registry, config.mcp_servers, notice)  # the user's MCP servers' tools
+    return registry
 
 
 def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBackend:

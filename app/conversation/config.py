@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.settings.schema import AppSettings
+from app.settings.schema import AppSettings, McpServerSettings
 
 NONE = "none"  # `backend` and `stt_model`: no LLM side, no speech recognition
 # `stt_model`: the speech server's recogniser (`serve --asr`) transcribes the conversation
@@ -50,6 +50,10 @@ class ConversationConfig:
     timeout_s: float = 30.0  # the LLM's longest silence
     tools: tuple[str, ...] | None = None  # None: every configured tool; (): none
     search_folders: tuple[str, ...] = ()  # the only folders local_search may read
+    # The user's MCP servers, whose tools join the built-in ones (Settings → Tools; `run`
+    # and `serve --mcp-config FILE` read a Claude-Desktop mcpServers file into it with
+    # app/tools/mcp/servers_file.py's read_servers_file).
+    mcp_servers: tuple[McpServerSettings, ...] = ()
     # models/stt id; "none": no speech recognition; "server": the speech server's (with
     # `server` only)
     stt_model: str = NONE
@@ -83,7 +87,7 @@ class ConversationConfig:
             user_name=speech.user_name, user_city=speech.user_city,
             backend=llm.backend, host=llm.host, model=llm.model, timeout_s=llm.timeout_s,
             tools=tuple(llm.tools) if llm.tools_enabled else (),
-            search_folders=tuple(llm.search_folders),
+            search_folders=tuple(llm.search_folders), mcp_servers=settings.mcp.servers,
             stt_model=stt_model, end_of_turn=llm.end_of_turn,
             level_voice=settings.audio.level_voice,
             server=SpeechServer(engine.server_url.strip(), engine.server_token.strip() or None)

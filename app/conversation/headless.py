@@ -129,9 +129,14 @@ def _record(event: object, frame: int) -> dict | None:
                 "trigger": event.trigger, "frame": frame}
     if isinstance(event, oe.ToolCalled):
         return {"type": "tool_call", "turn_id": event.turn_id, "tool": event.tool,
+                "server": event.server, "server_tool": event.server_tool,
                 "arguments": dict(event.arguments), "ok": event.ok, "error": event.error,
                 "source": event.source, "chars": event.chars, "truncated": event.truncated,
-                "cuts": [cut.describe() for cut in event.cuts]}
+                "cuts": [cut.describe() for cut in event.cuts], "result": event.result,
+                "elapsed_ms": event.elapsed_ms, "frame": frame}
+    if isinstance(event, oe.ToolWaiting):
+        return {"type": "tool_waiting", "turn_id": event.turn_id, "tool": event.tool,
+                "server": event.server, "text": event.text, "span_id": event.span_id}
     if isinstance(event, oe.SpanQueued):
         return {"type": "span_queued", "turn_id": event.turn_id, "span_id": event.span_id,
                 "text": event.text, "source": event.source,

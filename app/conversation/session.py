@@ -605,7 +605,7 @@ class ConversationSession:
         if settings.audio.echo_mode != old.audio.echo_mode and isinstance(
                 self._audio, SwitchesEchoMode):
             self._audio.set_echo_mode(settings.audio.echo_mode)
-        if _llm_changed(old.llm, settings.llm):
+        if _llm_changed(old.llm, settings.llm) or old.mcp != settings.mcp:  # tool servers too
             self._reconfigure_llm(pipeline, settings)
 
     def _reconfigure_llm(self, pipeline: ConversationPipeline, settings: AppSettings) -> None:

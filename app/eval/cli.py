@@ -4,6 +4,7 @@
   (beside the paper's numbers) and results.png in --out.
 - `eval make-set`: a span-only QA set of random facts (make_set.py).
 - `eval fdb`: Full-Duplex-Bench (app/eval/fdb/cli.py).
+- `eval fdb3`: Full-Duplex-Bench v3, tool use (app/eval/fdb3/cli.py).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         fdb.set_defaults(fdb_missing=str(exc))
     else:
         add_fdb_parser(commands)
+    from app.eval.fdb3.cli import add_fdb3_parser
+
+    add_fdb3_parser(commands)
     return parser
 
 
@@ -159,7 +163,11 @@ def main_eval(argv: Sequence[str]) -> int:
         from app.eval.fdb.cli import run_fdb
 
         return run_fdb(args)
-    print("error: choose qa, make-set or fdb (see python main.py eval --help)",
+    if args.eval_command == "fdb3":
+        from app.eval.fdb3.cli import run_fdb3_command
+
+        return run_fdb3_command(args)
+    print("error: choose qa, make-set, fdb or fdb3 (see python main.py eval --help)",
           file=sys.stderr)
     return EXIT_USAGE
 

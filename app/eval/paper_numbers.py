@@ -28,3 +28,12 @@ def paper_numbers(set_name: str) -> dict[str, tuple[float, float]]:
         if key == name or key.startswith(name) or name.replace("_", "") in key.replace("_", ""):
             return numbers
     return {}
+
+
+# Full-Duplex-Bench v3 (tool use under disfluent speech), the paper's table: tool selection
+# (F1), arguments, response quality (gpt-4o judge) and the strict pass rate.
+PAPER_FDB3: dict[str, float] = {"tool_selection": 0.855, "arguments": 0.567,
+                                "response": 0.411, "pass_rate": 0.470}
+PAPER_FDB3_NOTE = ("Paper: Context Spanning step 5,938 (the release's README), Full-Duplex-Bench "
+                   "v3's 100 samples, the benchmark's gpt-4o judge for arguments and "
+                   "responses.")

@@ -7,8 +7,11 @@ the pipeline benchmark run the real `ollama` client against this server instead.
 which tools to call, how slowly, and which fault to inject.
 
 It ships in the package (not under tests/) because the product runs it too: `python main.py
---screenshot` (whose answer is this server's scripted text, and says so) and the `bench
-pipeline` / `bench soak` commands, which must run where no Ollama is installed.
+--screenshot` (whose answer is this server's scripted text, and says so), the `bench
+pipeline` / `bench soak` commands, which must run where no Ollama is installed, and `eval
+fdb3 run --llm standin`, whose demo samples carry the tool calls the stand-in makes
+(`ToolPlanScript`: a plan of calls, with references to earlier results resolved from what
+the client handed back, as a model that uses tools would).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from app.llm.result_references import MISSING, parse_result, resolve_arguments
 
 _STOP_JOIN_S = 2.0  # how long stop() waits for each thread before giving up on it
 
@@ -337,6 +342,63 @@ def _loaded_entry(name: str, facts: StandInModel) -> dict[str, Any]:
         "size_vram": vram,
         "context_length": facts.context_length,
     }
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    name: str
+    arguments: Mapping[str, Any]  # a value "$RESULT_n.path" names an earlier call's result
+
+
+class ToolPlanScript:
+    """A stand-in script that uses tools the way a model does, following a plan.
+
+    Each request that ends with the user's words or with tool results gets the plan's next
+    step (one round: one or more calls, in Ollama's wire shape), and once the plan is
+    through, `answer`. The plan is played once, whatever the turns: a request after it (a
+    new turn) gets `after`. An argument written `$RESULT_n.path` is resolved from the
+    results the client sent back for the plan's n-th call (app/llm/result_references.py);
+    a result that never came back (a cancelled turn) leaves the reference as written."""
+
+    def __init__(self, steps: Sequence[Sequence[PlannedCall]], answer: str,
+                 after: str = "") -> None:
+        self.steps = [list(step) for step in steps]
+        self.answer = answer
+        self.after = after
+        self.results: list[Any] = []  # each planned call's result, parsed, in call order
+        self._next_step = 0
+        self._waiting_for = 0  # calls of the last step whose results have not been read
+        self._answered = False
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> ScriptedReply:
+        with self._lock:
+            self._read_results(body.get("messages") or [])
+            if self._next_step < len(self.steps):
+                step = self.steps[self._next_step]
+                self._next_step += 1
+                self._waiting_for = len(step)
+                return ScriptedReply(tool_calls=[
+                    {"name": call.name,
+                     "arguments": resolve_arguments(dict(call.arguments), self.results)}
+                    for call in step])
+            if not self._answered:
+                self._answered = True
+                return ScriptedReply(content=self.answer)
+            return ScriptedReply(content=self.after)
+
+    def _read_results(self, messages: list) -> None:
+        """The trailing tool messages answer the last step's calls, in order."""
+        if not self._waiting_for:
+            return
+        trailing: list[str] = []
+        for message in reversed(messages):
+            if not isinstance(message, dict) or message.get("role") != "tool":
+                break
+            trailing.insert(0, str(message.get("content") or ""))
+        got = [parse_result(text) for text in trailing[-self._waiting_for:]]
+        self.results += got + [MISSING] * (self._waiting_for - len(got))
+        self._waiting_for = 0
 
 
 def _full_name(name: str) -> str:

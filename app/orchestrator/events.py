@@ -74,6 +74,22 @@ class ToolCalled:
     chars: int  # size of the (limited) result handed back to the LLM
     truncated: bool
     cuts: tuple[Cut, ...] = ()  # what the tool's and the registry's bounds took out
+    server: str = ""  # an MCP server's tool: which server ("" for a built-in tool)
+    server_tool: str = ""  # and the server's own name for the tool
+    result: str = ""  # what the LLM was handed back (untrusted text, already limited)
+    elapsed_ms: float | None = None  # how long the call took
+
+
+@dataclass(frozen=True)
+class ToolWaiting:
+    """A tool waits for the user's permission (an MCP tool that changes things): the voice
+    was told to wait with the span `span_id` (None: the engine refused it)."""
+
+    turn_id: int
+    tool: str
+    server: str
+    text: str
+    span_id: int | None
 
 
 @dataclass(frozen=True)
@@ -126,4 +142,5 @@ class TurnLatency:
 OrchestratorEvent = (
     LlmStatus | TurnStarted | ToolCalled | SpanQueued | AnswerNotInjected | TurnCancelled
     | TurnFailed | TurnLatency | RetrievalQuestion | RetrievalIgnored | NoSpan | RetrievalLate
+    | ToolWaiting
 )

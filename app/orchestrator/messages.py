@@ -83,6 +83,17 @@ class TurnAnswer:
 
 
 @dataclass(frozen=True)
+class ToolWait:
+    """A turn's tool waits for the user (an MCP tool asking permission): the voice is told
+    so by a short span, and a <ret>'s deadline no longer holds for that turn."""
+
+    turn_id: int
+    tool: str  # the name the LLM called it by
+    server: str
+    text: str  # what the voice is told
+
+
+@dataclass(frozen=True)
 class TurnError:
     """An LLM turn's worker failed (or was cancelled)."""
 
@@ -93,4 +104,4 @@ class TurnError:
 
 
 InboxMessage = (Received | FrameMade | Typed | Cancel | Configure | Fence | Stop | TurnAnswer
-                | TurnError)
+                | TurnError | ToolWait)

@@ -62,6 +62,7 @@ from app.orchestrator.events import (
     RetrievalQuestion,
     SpanQueued,
     ToolCalled,
+    ToolWaiting,
     TurnCancelled,
     TurnFailed,
     TurnLatency,
@@ -75,6 +76,7 @@ from app.orchestrator.messages import (
     InboxMessage,
     Received,
     Stop,
+    ToolWait,
     TurnAnswer,
     TurnError,
     Typed,
@@ -88,7 +90,7 @@ from app.orchestrator.retrieval import (
 from app.orchestrator.span_budget import budget_instruction, span_chars
 from app.orchestrator.span_writer import speakable_span_cut
 from app.orchestrator.turn_policy import is_clear_question, normalize
-from app.tools.base import ToolRegistry, ToolResult
+from app.tools.base import ToolRegistry, ToolResult, WaitNotice
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,9 @@ class _Turn:
     span_id: int | None = None
     injected: float | None = None
     ret_frame: int | None = None  # a turn the model's <ret> started
+    # A tool of it waited for the user (its permission): the voice was told to wait, so
+    # a <ret>'s deadline no longer holds.
+    waited_for_user: bool = False
 
 
 @dataclass
@@ -208,6 +213,7 @@ class Orchestrator:
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
             Cancel: self._on_cancel, Configure: self._on_configure, Fence: self._on_fence,
             TurnAnswer: self._on_result, TurnError: self._on_result,
+            ToolWait: self._on_tool_wait,
         }
         self._event_handlers: dict[type, Callable[[Any, float], None]] = {
             AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
@@ -404,6 +410,33 @@ class Orchestrator:
         finally:
             fence.callback()
 
+    def _on_tool_wait(self, wait: ToolWait) -> None:
+        """A turn's tool waits for the user: the voice is told to wait (a short span, as
+        any answer is told to it) and the transcript says why. A stale turn's is dropped."""
+        turn = self._current if self._current and self._current.turn_id == wait.turn_id \
+            else None
+        pending = self._retrieval
+        if turn is None and pending is not None and pending.turn is not None \
+                and pending.turn.turn_id == wait.turn_id:
+            turn = pending.turn
+        if turn is None:
+            return
+        turn.waited_for_user = True
+        try:
+            span_id: int | None = self.sink.inject(wait.text, "wait")
+        except RuntimeError:  # the conversation is ending: the wait is still shown
+            span_id = None
+        self._emit(ToolWaiting(turn.turn_id, wait.tool, wait.server, wait.text, span_id))
+
+    def _waiter(self, turn: _Turn, registry: ToolRegistry, tool: str) -> WaitNotice:
+        """What a tool of `turn` calls when it starts waiting for the user (worker thread)."""
+        server = getattr(registry.find(tool), "server", "")
+
+        def waiting(text: str) -> None:
+            self._inbox.put(ToolWait(turn.turn_id, tool, server, text))
+
+        return waiting
+
     def _on_result(self, result: TurnAnswer | TurnError) -> None:
         if result.arrival_frame is None or result.arrival_frame <= self._fenced:
             self._settle(result)
@@ -599,11 +632,13 @@ class Orchestrator:
             self._emit(NoSpan(turn.turn_id, pending.ret_frame, turn.question, reason))
             self._retrieval = None
             return
-        deadline = pending.ret_frame + frames_of(policy.deadline_s)
+        # The voice was told to wait for the user: the answer counts whenever it comes.
+        deadline = None if turn.waited_for_user else \
+            pending.ret_frame + frames_of(policy.deadline_s)
         source = "+".join(("llm",) + answer.tools)
         # Replay: the answer is in time if the frame it would have reached in real time is.
         now = self._frame if answer.arrival_frame is None else answer.arrival_frame
-        if now > deadline:
+        if deadline is not None and now > deadline:
             seconds = round((now - pending.ret_frame) * FRAME_S, 3)
             self._emit(RetrievalLate(turn.turn_id, pending.ret_frame, turn.question, seconds,
                                      source, answer.text))
@@ -643,15 +678,14 @@ class Orchestrator:
                 first_token.append(self._clock())
 
         def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
-            self.events.put(ToolCalled(turn.turn_id, name, arguments, outcome.ok, outcome.error,
-                                       outcome.source, len(outcome.content), outcome.truncated,
-                                       outcome.cuts))
+            self.events.put(_tool_called(turn.turn_id, name, arguments, outcome))
 
         backend, registry = self._asked_with(turn)
         try:
             answer = retrieve(backend, registry, turn.question, assistant_said,
                               self.options.profile, self._max_span_chars, turn.cancel,
-                              on_delta, on_tool, budget=budget_instruction(self._span_tokens))
+                              on_delta, on_tool, budget=budget_instruction(self._span_tokens),
+                              on_wait=lambda name: self._waiter(turn, registry, name))
         except LLMError as exc:
             self._post(TurnError(turn.turn_id, exc))
             return
@@ -788,13 +822,20 @@ class Orchestrator:
             messages.append(ChatMessage("assistant", result.content,
                                         tool_calls=result.tool_calls))
             for call in result.tool_calls[: self.options.max_calls_per_round]:
-                outcome = tools.call(call.name, call.arguments, turn.cancel)
-                self.events.put(ToolCalled(
-                    turn.turn_id, call.name, dict(call.arguments), outcome.ok, outcome.error,
-                    outcome.source, len(outcome.content), outcome.truncated, outcome.cuts))
+                outcome = tools.call(call.name, call.arguments, turn.cancel,
+                                     on_wait=self._waiter(turn, tools, call.name))
+                self.events.put(_tool_called(turn.turn_id, call.name, dict(call.arguments),
+                                             outcome))
                 if outcome.ok:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"
                 messages.append(ChatMessage("tool", content, tool_name=call.name))
         raise LLMError("malformed", f"{backend.name} kept calling tools after "
                                     f"{self.options.max_tool_rounds} rounds and gave no answer")
+
+
+def _tool_called(turn_id: int, name: str, arguments: dict[str, Any],
+                 outcome: ToolResult) -> ToolCalled:
+    return ToolCalled(turn_id, name, arguments, outcome.ok, outcome.error, outcome.source,
+                      len(outcome.content), outcome.truncated, outcome.cuts, outcome.server,
+                      outcome.server_tool, outcome.content, outcome.elapsed_ms)

@@ -33,7 +33,7 @@ from app.cuts import Cut
 from app.frames import FRAME_S
 from app.llm.backend import ChatMessage, LLMBackend
 from app.orchestrator.span_writer import speakable_span_cut
-from app.tools.base import ToolRegistry, ToolResult
+from app.tools.base import ToolRegistry, ToolResult, WaitNotice
 
 CONTEXT_CHARS = 480  # each part of the router's user message, as the reference caps it
 NO_INFORMATION = "(no information found)"
@@ -134,10 +134,12 @@ def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_
              profile: str, max_chars: int, cancel: threading.Event,
              on_delta: Callable[[str], None] | None = None,
              on_tool: Callable[[str, dict[str, Any], ToolResult], None] | None = None,
-             budget: str = "") -> RetrievalAnswer:
+             budget: str = "",
+             on_wait: Callable[[str], WaitNotice] | None = None) -> RetrievalAnswer:
     """One router call: a tool call (its result read as "(tool result) ...") or one
     spoken sentence. Raises LLMError when the backend fails. `budget`: the sentence that
-    says how long the answer may be (span_budget.py)."""
+    says how long the answer may be (span_budget.py); `on_wait(tool)`: what the tool calls
+    if it waits for the user (an MCP tool's permission)."""
     system = ROUTER_PROMPT + (f"\nThe user's profile: {profile}" if profile else "")
     system += f"\n{budget}" if budget else ""
     parts = []
@@ -148,7 +150,8 @@ def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_
     result = backend.chat(messages, tools.specs(), on_delta, cancel)
     if result.tool_calls:
         call = result.tool_calls[0]
-        outcome = tools.call(call.name, call.arguments, cancel)
+        outcome = tools.call(call.name, call.arguments, cancel,
+                             on_wait=on_wait(call.name) if on_wait is not None else None)
         if on_tool is not None:
             on_tool(call.name, dict(call.arguments), outcome)
         if not outcome.ok:

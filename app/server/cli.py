@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
 from app.server.threads import parse_threads  # light: torch only when threads are set
+from app.tools.mcp.servers_file import MCP_CONFIG_HELP  # light: no SDK until a server starts
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
     from app.conversation.config import ConversationConfig
@@ -95,6 +96,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     llm.add_argument("--tools", default=None,
                      help="comma-separated tools (default: all configured); 'none' for none")
     llm.add_argument("--folder-search", action="append", default=[], metavar="DIR")
+    llm.add_argument("--mcp-config", type=Path, default=None, metavar="FILE",
+                     help=MCP_CONFIG_HELP)
     llm.add_argument("--level-voice", action="store_true",
                      help="level the user's voice to -24 LUFS before the model and the ASR")
 
@@ -116,6 +119,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def _conversation_config(args: argparse.Namespace) -> ConversationConfig | None:
+    from app.tools.mcp.servers_file import servers_for_option
+
+    mcp_servers = servers_for_option(args.mcp_config, bool(args.llm))
     if not (args.asr or args.llm or args.level_voice):
         return None
     from app.conversation.config import ConversationConfig
@@ -128,7 +134,7 @@ def _conversation_config(args: argparse.Namespace) -> ConversationConfig | None:
         stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
         backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
         timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
-        level_voice=args.level_voice)
+        level_voice=args.level_voice, mcp_servers=mcp_servers)
 
 
 def _check_exposure(args: argparse.Namespace) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-SCHEMA_VERSION = 2  # 2: speech.precision replaced speech.dtype and speech.quantize (store.py)
+# 2: speech.precision replaced speech.dtype and speech.quantize; 3: the MCP servers (mcp)
+SCHEMA_VERSION = 3
 
 EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
 LlmBackendName = Literal["ollama", "openai", "none"]
@@ -17,6 +18,9 @@ EngineMode = Literal["local", "server"]  # the speech model on this computer, or
 # (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch; fp8 on NVIDIA
 # GPUs that have it), q8 and q4 (MLX).
 Precision = Literal["auto", "fp32", "bf16", "int8", "fp8", "q8", "q4"]
+# May a server's tool that changes things (MCP's destructiveHint, or no readOnlyHint) run?
+# "ask": the window asks each time; "always": it runs; "never": it is refused.
+McpConsent = Literal["ask", "always", "never"]
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,43 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class McpServerSettings:
+    """One Model Context Protocol server, as a Claude-Desktop `mcpServers` entry gives it:
+    `command`/`args`/`env` start a stdio server, `url`/`headers` reach a streamable-HTTP one
+    (app/tools/mcp/servers_file.py reads and writes that format).
+
+    `env` and `headers` are "NAME=value" and "Name: value" lines: their values are secrets
+    (API keys, tokens) that the app never logs nor writes to a transcript."""
+
+    name: str = ""  # unique among the servers; its tools are told apart by it
+    enabled: bool = True
+    command: str = ""  # stdio: the program (npx, uvx, python, ...); "" for an HTTP server
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()  # "NAME=value": set for the server's process only
+    url: str = ""  # streamable HTTP: the server's endpoint; "" for a stdio server
+    headers: tuple[str, ...] = ()  # "Name: value", e.g. "Authorization: Bearer ..."
+    consent: McpConsent = "ask"
+    disabled_tools: tuple[str, ...] = ()  # the server's own tool names not offered to the LLM
+    # seconds one tool call may take (a server that hangs is given up on after it)
+    timeout_s: float = field(default=30.0, metadata={"range": (1.0, 600.0)})
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "http" if self.url and not self.command else "stdio"
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    """The user's MCP servers (Settings → Tools); their tools sit beside the built-in ones."""
+
+    servers: tuple[McpServerSettings, ...] = ()
+
+
+@dataclass(frozen=True)
 class AppSettings:
     version: int = SCHEMA_VERSION
     speech: SpeechModelSettings = field(default_factory=SpeechModelSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)

@@ -58,7 +58,13 @@ def _precision_from_dtype(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "speech": speech}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _precision_from_dtype}
+def _no_mcp_servers(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: the MCP servers arrived (none until the user adds one)."""
+    return raw if "mcp" in raw else {**raw, "mcp": {"servers": []}}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _precision_from_dtype, 2: _no_mcp_servers}
 
 
 def config_dir() -> Path:
@@ -300,6 +306,10 @@ def _from_dict(cls: type, raw: dict[str, Any], prefix: str, problems: _Problems)
                 problems.other.append(f"'{bounded(name, _NAME_LIMIT)}' is not a group of "
                                   "settings")
             continue
+        item = _item_dataclass(hint)
+        if item is not None:  # a list of groups (the MCP servers): each item on its own
+            values[f.name] = _items_from_list(item, value, name, problems)
+            continue
         try:
             values[f.name] = _in_range(_check(value, hint), f.metadata.get("range"))
         except _Invalid as exc:
@@ -308,6 +318,35 @@ def _from_dict(cls: type, raw: dict[str, Any], prefix: str, problems: _Problems)
     known = {f.name for f in dataclasses.fields(cls)}
     problems.unknown += [f"{prefix}{key}" for key in raw if key not in known]
     return cls(**values)
+
+
+def _item_dataclass(hint: Any) -> type | None:
+    """The dataclass of a `tuple[SomeGroup, ...]` field, else None."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            return item
+    return None
+
+
+def _items_from_list(cls: type, value: Any, name: str, problems: _Problems) -> tuple:
+    """Each item of a list of groups read as `_from_dict` reads a group: one bad value
+    costs that value (defaulted, and said), never the other items. An item that is not an
+    object at all is dropped, and said."""
+    if not isinstance(value, list):
+        problems.other.append(f"'{bounded(name, _NAME_LIMIT)}' had an invalid value "
+                              f"{_show(value)} (expected a list)")
+        return ()
+    items = []
+    for index, raw in enumerate(value):
+        where = f"{name}[{index}]"
+        if isinstance(raw, dict):
+            items.append(_from_dict(cls, raw, f"{where}.", problems))
+        else:
+            problems.other.append(f"'{bounded(where, _NAME_LIMIT)}' is not a group of "
+                                  "settings (dropped)")
+    return tuple(items)
 
 
 def _in_range(value: Any, bounds: tuple[float, float] | None) -> Any:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.conversation.session import SessionStatus
 from app.display_text import visible_controls
 from app.settings.schema import AppSettings
+from app.ui.consent_prompt import ConsentPrompt
 from app.ui.conversation_controller import ConversationController
 from app.ui.dock_share import DockShare
 from app.ui.input_box import InputBox
@@ -93,12 +94,14 @@ class MainWindow(QMainWindow):
         self.banner.setStyleSheet("background: #fdecea; color: #611a15; padding: 6px;")
         self.banner.hide()
         self.restart_banner = RestartBanner(self)  # settings that wait for a new conversation
+        self.consent_prompt = ConsentPrompt(parent=self)  # a tool that changes things asks
         self.transcript = TranscriptPanel(self)
         self.input_box = InputBox(self)
         central = QWidget(self)
         layout = QVBoxLayout(central)
         layout.addWidget(self.banner)
         layout.addWidget(self.restart_banner)
+        layout.addWidget(self.consent_prompt)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.input_box)
         self.setCentralWidget(central)
@@ -263,6 +266,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.closed_at = time.monotonic()
+        self.consent_prompt.detach()  # questions still waiting are refused, not left hanging
         self.controller.begin_shutdown()
         self.features.close_viewers()  # Quit quits: no window of the app stays open
         event.accept()

@@ -139,3 +139,21 @@ def existing_directory(parent: QWidget | None, caption: str, start: str = "") ->
         QMessageBox.warning(parent, caption, f"Choose another folder: {absolute} is inside "
                                              f"{root}, the system's own files.")
     return ""
+
+
+def open_file_name(parent: QWidget | None, caption: str, start: str, filters: str) -> str:
+    """Ask for an existing file to read: its path, or "" when cancelled (a special file is
+    refused with a message and the dialog asked again). The file is not opened here."""
+    dialog = _dialog(parent, caption, start)
+    dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+    dialog.setNameFilters(filters.split(";;"))
+    while dialog.exec():
+        chosen = dialog.selectedFiles()
+        if not chosen:
+            return ""
+        reason = special_path_reason(Path(chosen[0]))
+        if reason is None:
+            return str(Path(chosen[0]))
+        QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
+    return ""
+

@@ -247,8 +247,8 @@ def test_a_version_1_file_keeps_its_precision_in_the_one_setting(store: Settings
     settings, notice = store.load()
     assert settings.speech.precision == precision
     assert settings == replace(CUSTOM, speech=replace(CUSTOM.speech, precision=precision))
-    assert notice is not None and "upgraded from settings version 1 to 2" in notice
+    assert notice is not None and f"upgraded from settings version 1 to {SCHEMA_VERSION}" in notice
     assert "unknown" not in notice and "missing" not in notice  # dtype/quantize migrated
     saved = json.loads(store.path.read_text())
-    assert saved["version"] == 2 and "dtype" not in saved["speech"]
+    assert saved["version"] == SCHEMA_VERSION and "dtype" not in saved["speech"]
     assert store.load() == (settings, None)  # the next start is clean

@@ -33,9 +33,34 @@ from app.cuts import Cut, describe_read
 from app.engine import events as ev
 from app.frames import FRAME_S
 from app.orchestrator import events as oe
+from app.orchestrator.span_writer import speakable_span_cut
 
 ASSISTANT_PAUSE_FRAMES = 12  # ~1 s without words closes the model's utterance
 _BACKEND_NAMES = {"ollama": "Ollama", "openai": "an OpenAI-compatible server"}
+# A tool call's result is shown as a span would be read: cut at a sentence end, this long.
+TOOL_RESULT_SHOWN = 600
+
+
+def tool_call_entry(event: oe.ToolCalled) -> tuple[str, str]:
+    """A tool call's entry: its text (the server, the tool, the arguments, then the result
+    cut as spans are cut) and its detail (how it went, its size, how long it took, and every
+    cut with its sizes)."""
+    name = event.server_tool or event.tool
+    args = ", ".join(f"{k}={v!r}" for k, v in event.arguments.items())
+    text = f"{event.server}: {name}({args})" if event.server else f"{name}({args})"
+    status = "ok" if event.ok else f"failed: {event.error}"
+    parts = [status, f"{event.chars:,} characters"]
+    if event.elapsed_ms is not None:
+        parts.append(f"in {event.elapsed_ms / 1000.0:.2f} s" if event.elapsed_ms >= 1000
+                     else f"in {event.elapsed_ms:.0f} ms")
+    parts += [cut.describe() for cut in event.cuts]  # each bound that cut the output
+    if event.truncated and not event.cuts:
+        parts.append("truncated")
+    if event.result:
+        shown, cuts = speakable_span_cut(event.result, TOOL_RESULT_SHOWN, f"{name}'s result")
+        text += f"\n→ {shown}"
+        parts += [f"shown: {cut.describe()}" for cut in cuts]
+    return text, "; ".join(parts)
 
 
 def llm_label(backend: str, model: str = "") -> str:
@@ -173,22 +198,22 @@ class TranscriptBuilder:
             self._thinking[event.turn_id] = entry
             return [entry]
         if isinstance(event, oe.ToolCalled):
-            status = "ok" if event.ok else f"failed: {event.error}"
-            args = ", ".join(f"{k}={v!r}" for k, v in event.arguments.items())
-            detail = f"{status}; {event.chars:,} characters"
-            if event.cuts:  # each bound that cut the output, with the sizes
-                detail += "; " + "; ".join(cut.describe() for cut in event.cuts)
-            elif event.truncated:
-                detail += " (truncated)"
+            text, detail = tool_call_entry(event)
             pending = self._thinking.get(event.turn_id)
-            tool = self._become(pending, "tool", f"{event.tool}({args})", now,
-                                source=event.source, detail=detail)
+            tool = self._become(pending, "tool", text, now, source=event.source,
+                                detail=detail)
             if pending is None:
                 return [tool]
             # The request goes on after its tool: "asking" moves below the call.
             self._thinking[event.turn_id] = self._new("thinking", pending.text, now,
                                                       detail=pending.detail, final=False)
             return [tool, self._thinking[event.turn_id]]
+        if isinstance(event, oe.ToolWaiting):
+            told = "the voice was told to wait" if event.span_id is not None else \
+                "the voice could not be told"
+            where = f" on {event.server}" if event.server else ""
+            return [self._notice(f"{event.tool}{where} changes things: it waits for your "
+                                 f"permission (above the transcript; {told}).", now, "info")]
         if isinstance(event, oe.SpanQueued):
             return self._span_queued(event, now)
         if isinstance(event, oe.AnswerNotInjected):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
@@ -23,11 +23,16 @@ from app.ui.settings.engine_box import ProbeServer
 from app.ui.settings.form import hint, put_on_top
 from app.ui.settings.llm_tab import BackendFactory, LlmTab, connection_test_backend
 from app.ui.settings.speech_tab import DeviceSurvey, ListVoices, SpeechTab, list_persona_voices
+from app.ui.settings.tools_tab import ToolsTab
+
+if TYPE_CHECKING:
+    from app.tools.mcp.hub import McpHub
 
 RESTART_NOTE = (
-    "A conversation is running. The assistant (LLM, server, model, timeout, tools and "
-    "folders), the echo mode and the voice levelling apply at once; the rest applies after a "
-    "restart of the conversation, which the window offers after OK (the transcript stays)."
+    "A conversation is running. The assistant (LLM, server, model, timeout, tools, tool "
+    "servers and folders), the echo mode and the voice levelling apply at once; the rest "
+    "applies after a restart of the conversation, which the window offers after OK (the "
+    "transcript stays)."
 )
 
 
@@ -54,9 +59,11 @@ class SettingsDialog(QDialog):
         conversation_running: bool = False,
         memory_survey: Survey = survey_settings,
         device_survey: DeviceSurvey | None = None,
+        mcp_hub: McpHub | None = None,
     ) -> None:
         """`conversation_running`: opened during a conversation, the dialog says which
-        settings apply at once and which after a restart of the conversation."""
+        settings apply at once and which after a restart of the conversation. `mcp_hub`:
+        where Settings → Tools runs the MCP servers (None: the process's own)."""
         super().__init__(parent)
         self.setWindowTitle("ContextSpan settings")
         self.setMinimumWidth(600)
@@ -69,7 +76,8 @@ class SettingsDialog(QDialog):
                                   play_test_tone=play_test_tone)
         self.llm_tab = LlmTab(settings.llm, stt_models=stt_models,
                               backend_factory=backend_factory)
-        self._tabs = (self.speech_tab, self.audio_tab, self.llm_tab)
+        self.tools_tab = ToolsTab(settings.mcp, hub=mcp_hub)
+        self._tabs = (self.speech_tab, self.audio_tab, self.llm_tab, self.tools_tab)
         self.engine_box = self.speech_tab.engine_box
         # The memory plan counts the LLM tab's model too: it plans for the whole dialog, and
         # again when the speech tab is shown after the other tabs were changed.
@@ -79,6 +87,7 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self.speech_tab, "Speech model")
         self.tabs.addTab(self.audio_tab, "Audio")
         self.tabs.addTab(self.llm_tab, "Assistant (LLM)")
+        self.tabs.addTab(self.tools_tab, "Tools")
         self.tabs.currentChanged.connect(self._tab_shown)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -132,7 +141,8 @@ class SettingsDialog(QDialog):
         """The settings as the form shows them now."""
         return replace(self._initial, speech=self.speech_tab.settings(),
                        audio=self.audio_tab.settings(), llm=self.llm_tab.settings(),
-                       engine=self.engine_box.settings(self._initial.engine))
+                       engine=self.engine_box.settings(self._initial.engine),
+                       mcp=self.tools_tab.settings())
 
     def accept(self) -> None:
         """OK saves only what can work: a field that cannot (a server address that is no
@@ -140,7 +150,8 @@ class SettingsDialog(QDialog):
         stays open. A user who pressed OK expects the settings to work, not a notice at the
         next turn; one who wants to leave has Cancel."""
         for tab, problems in ((self.speech_tab, self.speech_tab.problems()),
-                              (self.llm_tab, self.llm_tab.problems())):
+                              (self.llm_tab, self.llm_tab.problems()),
+                              (self.tools_tab, self.tools_tab.problems())):
             if problems:
                 field, _why = problems[0]
                 self.tabs.setCurrentWidget(tab)
@@ -149,6 +160,8 @@ class SettingsDialog(QDialog):
         super().accept()
 
     def done(self, result: int) -> None:
-        """Every way out (Ok, Cancel, Esc, the close box) stops a running microphone test."""
+        """Every way out (Ok, Cancel, Esc, the close box) stops a running microphone test
+        and lets the Tools tab's servers go (a conversation keeps its own)."""
         self.audio_tab.stop_mic_test()
+        self.tools_tab.release()
         super().done(result)

@@ -1,0 +1,170 @@
+"""`python main.py eval fdb3 ...`: Full-Duplex-Bench v3, tool use under disfluent speech.
+
+    eval fdb3 make-demo DIR            a small spoken set in the released layout
+    eval fdb3 run DIR --provider NAME  every sample through the whole pipeline
+    eval fdb3 score DIR --provider NAME   tool selection, arguments, responses, pass rate,
+                                          latencies: JSON and Markdown beside the paper's
+
+The `eval` command adds this parser with `add_fdb3_parser(its subparsers)` and, for
+`eval fdb3`, returns `run_fdb3_command(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
+from app.eval.fdb3.mock_apis import LATENCY_PROFILES
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _add_judge(parser: argparse.ArgumentParser) -> None:
+    judge = parser.add_argument_group(
+        "the LLM judge (without it, arguments are matched exactly and responses are not "
+        "judged, as the benchmark's scripts do without --use-llm)")
+    judge.add_argument("--judge", choices=["ollama", "openai"], default=None,
+                       help="the judge's backend (the benchmark's judge is gpt-4o)")
+    judge.add_argument("--judge-host", default=None,
+                       help="Ollama host or an OpenAI-compatible base URL (key: "
+                            "$OPENAI_API_KEY)")
+    judge.add_argument("--judge-model", default=None)
+    judge.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+
+
+def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "fdb3", help="Full-Duplex-Bench v3: tool use under disfluent speech (the paper's "
+                     "tool-use table)",
+        description="Full-Duplex-Bench v3: make a demo set, run a set through the whole "
+                    "pipeline (the benchmark's 12 tools served by our MCP server), score "
+                    "it. The layout is the release's: {example_id}_{speaker}/input.wav and "
+                    "metadata.json; results go beside them as result_<provider>.json.")
+    steps = parser.add_subparsers(dest="fdb3_command")
+
+    demo = steps.add_parser("make-demo", help="a small spoken set (espeak-ng): 4 domains, "
+                                              "easy to hard, with the stand-in's plans")
+    demo.add_argument("dir", type=Path, help="a new (or empty) folder")
+
+    run = steps.add_parser("run", help="every sample through the whole pipeline",
+                           description="Resumable: samples with a result_<provider>.json "
+                                       "are skipped (--force runs them again).")
+    run.add_argument("dir", type=Path, help="the data: {example_id}_{speaker}/input.wav")
+    run.add_argument("--provider", required=True,
+                     help="names the results (result_<provider>.json), e.g. contextspan")
+    run.add_argument("--force", action="store_true", help="run samples already done again")
+    run.add_argument("--limit", type=int, default=0, help="the first N samples (default all)")
+    run.add_argument("--benchmark", type=Path, default=None, metavar="JSON",
+                     help="the benchmark's benchmark_data_v2.json (scenarios by id)")
+    model = run.add_argument_group("the speech model")
+    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
+    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
+    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
+    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    model.add_argument("--seed", type=int, default=REFERENCE_SEED,
+                       help=f"one seed for every sample (default {REFERENCE_SEED}, the "
+                            "reference's)")
+    model.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
+    model.add_argument("--role", "--persona", dest="role", default=None,
+                       help="persona text (persona checkpoints; default: the manifest's)")
+    model.add_argument("--user-name", default=None)
+    model.add_argument("--user-city", default=PROFILE_CITY)
+    model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
+                       help="force the model's <ret> this long after the user stops "
+                            "(random-weight <ret> checkpoints never ask on their own)")
+    model.add_argument("--tail", type=float, default=6.0, metavar="SECONDS",
+                       help="silence after the input, for the answer (default 6, the "
+                            "reference's)")
+    model.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                       help="longest a sample may take")
+    side = run.add_argument_group("the LLM side")
+    side.add_argument("--llm", choices=["ollama", "openai", "standin"], default="ollama",
+                      help="the LLM that calls the tools; standin: the stand-in Ollama "
+                           "plays the demo samples' own calls (make-demo)")
+    side.add_argument("--llm-host", default=None,
+                      help="Ollama host or an OpenAI-compatible base URL")
+    side.add_argument("--llm-model", default=None)
+    side.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
+    side.add_argument("--asr", default="kyutai-stt-1b-en_fr", metavar="STT_MODEL",
+                      help="speech recognition (default kyutai-stt-1b-en_fr; tiny-stt on a "
+                           "CPU demo)")
+    side.add_argument("--vad", action="store_true",
+                      help="end turns by voice activity even if the STT has its own signal")
+    side.add_argument("--latency", choices=LATENCY_PROFILES, default="instant",
+                      help="the mock APIs' latency (default instant; a scenario's own "
+                           "latency_profile wins)")
+    side.add_argument("--ret-deadline", type=float, default=None, metavar="SECONDS",
+                      help="drop a <ret> span landing later than this (default: the "
+                           "checkpoint's, 2.5 s)")
+    side.add_argument("--system-prompt", type=Path, default=None, metavar="FILE",
+                      help="the agent's instructions (default: ours, "
+                           "app/eval/fdb3/prompts/agent.txt)")
+
+    score = steps.add_parser("score", help="score the results into JSON and Markdown")
+    score.add_argument("dir", type=Path)
+    score.add_argument("--provider", required=True)
+    score.add_argument("--benchmark", type=Path, default=None, metavar="JSON",
+                       help="the benchmark's benchmark_data_v2.json (when the folders' "
+                            "metadata.json lack the expected calls)")
+    _add_judge(score)
+    return parser
+
+
+def run_fdb3_command(args: argparse.Namespace) -> int:
+    command = getattr(args, "fdb3_command", None)
+    if command == "make-demo":
+        from app.eval.fdb3.make_demo import make_demo
+
+        folders = make_demo(args.dir)
+        print(f"made {len(folders)} spoken samples in {args.dir} (run them with: python "
+              f"main.py eval fdb3 run {args.dir} --provider demo --llm standin --asr "
+              "tiny-stt --vad)")
+        return EXIT_OK
+    if command == "run":
+        from app.eval.fdb3.run import Fdb3RunOptions, run_fdb3
+
+        report = run_fdb3(args.dir, Fdb3RunOptions(
+            provider=args.provider, model=args.model, folder=args.folder, device=args.device,
+            dtype=args.dtype, seed=args.seed, voice=args.voice, role=args.role, llm=args.llm,
+            llm_host=args.llm_host, llm_model=args.llm_model, llm_timeout_s=args.llm_timeout,
+            asr=args.asr, vad=args.vad, latency=args.latency, tail_s=args.tail,
+            limit=args.limit, force=args.force, timeout_s=args.timeout,
+            force_ret_after_s=args.force_ret_after, ret_deadline_s=args.ret_deadline,
+            system_prompt=args.system_prompt, user_name=args.user_name,
+            user_city=args.user_city, benchmark=args.benchmark))
+        print(f"[fdb3] ran {report.ran}, already done {report.already_done}, failed "
+              f"{len(report.failed)} of {report.samples}", file=sys.stderr)
+        if report.samples == 0:
+            print(f"error: no {{example_id}}_{{speaker}}/input.wav under {args.dir}",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        return EXIT_FAILED if report.stopped or report.ran + report.already_done == 0 \
+            else EXIT_OK
+    if command == "score":
+        from app.eval.fdb3.report import write_report
+        from app.eval.fdb3.score import score_results
+
+        judge = None
+        if args.judge:
+            from app.eval.fdb3.judge import ToolJudge
+            from app.llm.backend import LLMError
+            from app.llm.factory import make_backend
+
+            backend = make_backend(args.judge, args.judge_host, args.judge_model,
+                                   timeout_s=args.judge_timeout, temperature=0.0,
+                                   flag="--judge-host")
+            try:
+                backend.list_models()
+            except LLMError as exc:
+                raise ValueError(f"the judge cannot be reached: {exc}") from exc
+            judge = ToolJudge(backend, f"{args.judge}:{args.judge_model or 'default'}")
+        scores = score_results(args.dir, args.provider, judge, args.benchmark)
+        paths = write_report(args.dir, args.provider, scores)
+        print(paths["markdown"].read_text(encoding="utf-8"))
+        print(f"wrote {paths['json']} and {paths['markdown']}", file=sys.stderr)
+        return EXIT_OK
+    print("error: choose make-demo, run or score (see python main.py eval fdb3 --help)",
+          file=sys.stderr)
+    return 2

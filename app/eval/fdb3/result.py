@@ -1,0 +1,129 @@
+"""A sample's `result_<provider>.json`, made from its run's JSONL transcript and its input.
+
+The keys the benchmark's evaluators read are there, as its runner writes them:
+`example_id`, `actual_tool_calls` [{function, args, timestamp_start}], `transcript` (the
+agent's words), `asr_chunks` [{text, timestamp: [start, end]}], `user_speech_end_rel` and
+`audio_agent_speech_start` (seconds from the input's start). How each is had here:
+- a call is one the LLM made of the benchmark's tools that the tool answered (as the
+  benchmark's agent logs a call once its tool has run; the others are kept apart in
+  `failed_tool_calls`, with their `error`); `timestamp_start` is when its answer reached the speech
+  model (the span of the turn that made it landed), as the Context Spanning reference
+  records it, else when it was made; `called_at` is when it was made (conversation time);
+- the agent's words are the speech model's own text stream (its inner monologue is what it
+  says; the benchmark runs an ASR on the reply audio instead), a word's time that of its
+  first text piece;
+- the user's speech ends where the input's first turn does: the end of the first voiced
+  stretch followed by 2 s of silence, else of the last one (the benchmark reads the same
+  from an ASR's word times), from 20 ms frames louder than -45 dBFS.
+Extra keys say what else a reader needs (the model, the run's transcript file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.eval.qa_events import text_stream
+from app.frames import FRAME_S, SAMPLE_RATE
+
+VOICED_DBFS = -45.0
+TURN_GAP_S = 2.0  # the benchmark's: a pause this long ends the user's first turn
+
+
+def user_speech_end(pcm: np.ndarray, rate: int = SAMPLE_RATE) -> float | None:
+    """Seconds from the start to the end of the user's first turn; None when silent."""
+    window = int(0.02 * rate)
+    frames = len(pcm) // window
+    if frames == 0:
+        return None
+    blocks = np.asarray(pcm[: frames * window], np.float64).reshape(frames, window)
+    rms = np.sqrt(np.mean(blocks ** 2, axis=1))
+    voiced = np.flatnonzero(20.0 * np.log10(np.maximum(rms, 1e-10)) > VOICED_DBFS)
+    if voiced.size == 0:
+        return None
+    gaps = np.flatnonzero(np.diff(voiced) * 0.02 > TURN_GAP_S)
+    last = voiced[gaps[0]] if gaps.size else voiced[-1]
+    return round((last + 1) * 0.02, 3)
+
+
+def agent_words(records: list[dict]) -> list[dict[str, Any]]:
+    """The model's words, each with the time its first and last pieces came."""
+    words: list[dict[str, Any]] = []
+    current, start, end = "", 0.0, 0.0
+    for record in records:
+        if record.get("type") != "text":
+            continue
+        time_s = float(record.get("time", record.get("frame", 0) * FRAME_S))
+        for char in str(record.get("text", "")):
+            if char.isspace():
+                if current:
+                    words.append({"text": current, "timestamp": [start, round(end, 3)]})
+                current = ""
+                continue
+            if not current:
+                start = round(time_s, 3)
+            current += char
+            end = time_s + FRAME_S
+    if current:
+        words.append({"text": current, "timestamp": [start, round(end, 3)]})
+    return [w for w in words if text_stream([{"type": "text", "text": w["text"]}])]
+
+
+def _landed_at(records: list[dict]) -> dict[int, float]:
+    """turn id -> when its span reached the model (its last chunk), in seconds."""
+    span_of_turn = {r["turn_id"]: r["span_id"] for r in records
+                    if r.get("type") == "span_queued"}
+    landed = {}
+    for record in records:
+        if record.get("type") == "span" and record.get("chunks"):
+            landed[record["span_id"]] = record["chunks"][-1]["before_frame"] * FRAME_S
+    return {turn: round(landed[span], 3) for turn, span in span_of_turn.items()
+            if span in landed}
+
+
+def tool_calls(records: list[dict]) -> list[dict[str, Any]]:
+    landed = _landed_at(records)
+    calls = []
+    for record in records:
+        if record.get("type") != "tool_call":
+            continue
+        called_at = round(max(0, record.get("frame", 0) + 1) * FRAME_S, 3)
+        calls.append({
+            "function": record.get("server_tool") or record.get("tool"),
+            "args": record.get("arguments", {}),
+            "timestamp_start": landed.get(int(record.get("turn_id") or 0), called_at),
+            "called_at": called_at, "ok": record.get("ok"), "error": record.get("error"),
+            "result": record.get("result", ""), "elapsed_ms": record.get("elapsed_ms"),
+            "server": record.get("server", "")})
+    return calls
+
+
+def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
+                records: list[dict], input_pcm: np.ndarray, extra: dict) -> dict[str, Any]:
+    words = agent_words(records)
+    user_end = user_speech_end(input_pcm)
+    calls = tool_calls(records)
+    result: dict[str, Any] = {
+        "pid": speaker, "example_id": example_id,
+        "category": scenario.get("domain", "unknown"), "title": scenario.get("title", ""),
+        "provider": provider, "status": "completed",
+        # The calls the tools answered, as the benchmark's agent logs a call once its tool
+        # has run; those that failed before (refused, not running, bad arguments) beside.
+        "actual_tool_calls": [c for c in calls if c["ok"]],
+        "failed_tool_calls": [c for c in calls if not c["ok"]],
+        "transcript": " ".join(w["text"] for w in words),
+        "asr_chunks": words,
+        "user_speech_end_rel": user_end,
+        "input_duration_s": round(len(input_pcm) / SAMPLE_RATE, 3),
+    }
+    if words:
+        result["audio_agent_speech_start"] = words[0]["timestamp"][0]
+        if user_end is not None:
+            result["perceived_total_latency"] = round(words[0]["timestamp"][0] - user_end, 3)
+    end = next((r for r in reversed(records) if r.get("type") in ("end", "error")), None)
+    if end is not None and end.get("type") == "error":
+        result["status"] = "run_error"
+        result["error"] = end.get("message", "")
+    result["contextspan"] = extra
+    return result

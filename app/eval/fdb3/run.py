@@ -1,0 +1,262 @@
+"""`eval fdb3 run DIR --provider NAME`: every sample through the whole pipeline, its result
+written beside its input as the benchmark's own runner does.
+
+Each sample's input.wav (plus 6 s of silence, as the Context Spanning reference gives the
+agent time to answer) goes through the speech model, the speech recogniser, the
+orchestrator and the LLM, whose only tools are the benchmark's 12, served by our MCP server
+(mock_server.py, started for the sample through the app's MCP client and gone after it),
+at the 1.0x frame clock: the LLM's and the tools' latencies are replayed as conversation
+time, so the timestamps are those of a real-time conversation on any machine. A sample is
+done when its `result_<provider>.json` exists (written last, whole): an interrupted run
+resumes where it stopped (`--force` runs them again). A sample that cannot be read or run is
+reported and skipped; three failures before any success stop the run (a wrong model or LLM
+fails every sample the same way).
+
+`--llm standin` plays the stand-in LLM (app/llm/ollama_standin.py) over the real Ollama wire
+protocol, making the calls the demo's samples carry (make_demo.py): the whole path on a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from app.audio_file import AudioFileError, read_mono_24k
+from app.conversation.config import ConversationConfig
+from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
+from app.eval.fdb3.agent_prompt import AgentPromptBackend, agent_prompt
+from app.eval.fdb3.layout import Fdb3Sample, check_provider, find_samples
+from app.eval.fdb3.mock_apis import LATENCY_PROFILES
+from app.eval.fdb3.mock_server import SERVER_NAME
+from app.eval.fdb3.result import make_result, user_speech_end
+from app.eval.progress import ProgressBar
+from app.eval.qa_events import read_transcript
+from app.frames import FRAME_RATE, SAMPLE_RATE
+from app.settings.schema import McpServerSettings
+
+TAIL_S = 6.0  # silence after the input: the reference's
+FAILURES_BEFORE_STOP = 3
+STANDIN = "standin"
+STANDIN_MODEL = "standin:latest"
+RUN_SUMMARY = "fdb3_run_{provider}.json"
+
+
+class Fdb3RunError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fdb3RunOptions:
+    provider: str
+    model: str = "tiny"
+    folder: Path | None = None
+    device: str | None = None
+    dtype: str | None = None
+    seed: int | None = REFERENCE_SEED
+    voice: str | None = None
+    role: str | None = None
+    llm: str = "ollama"  # "ollama", "openai" or "standin" (the demo's plans)
+    llm_host: str | None = None
+    llm_model: str | None = None
+    llm_timeout_s: float = 30.0
+    asr: str = "kyutai-stt-1b-en_fr"
+    vad: bool = False
+    latency: str = "instant"  # the mock APIs' profile, unless a scenario names its own
+    tail_s: float = TAIL_S
+    limit: int = 0
+    force: bool = False
+    timeout_s: float = 3600.0
+    force_ret_after_s: float | None = None  # random-weight <ret> checkpoints never ask
+    ret_deadline_s: float | None = None
+    system_prompt: Path | None = None
+    user_name: str | None = None
+    user_city: str | None = PROFILE_CITY
+    benchmark: Path | None = None
+
+    def check(self) -> None:
+        check_provider(self.provider)
+        if self.llm not in ("ollama", "openai", STANDIN):
+            raise ValueError(f"--llm {self.llm!r}: ollama, openai or standin")
+        if self.latency not in LATENCY_PROFILES:
+            raise ValueError(f"--latency must be one of {', '.join(LATENCY_PROFILES)}")
+        if not 0 <= self.tail_s <= 60:
+            raise ValueError("--tail must be from 0 to 60 seconds")
+        if self.limit < 0:
+            raise ValueError("--limit must be 0 (all) or more")
+        if not self.timeout_s > 0:
+            raise ValueError("--timeout must be more than 0 seconds")
+
+
+@dataclass
+class Fdb3RunReport:
+    samples: int = 0
+    ran: int = 0
+    already_done: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    stopped: str | None = None
+
+
+def mock_server_settings(profile: str, log: Path | None = None) -> McpServerSettings:
+    """Our MCP server of the 12 APIs, as the app's MCP client starts a user's server; its
+    tools may all run (the benchmark's environment authorises them)."""
+    import app
+
+    args = ["-m", "app.eval.fdb3.mock_server", "--latency", profile]
+    if log is not None:
+        args += ["--log", str(log)]
+    env: tuple[str, ...] = ()
+    if not getattr(sys, "frozen", False):  # the server imports this checkout's `app`
+        env = (f"PYTHONPATH={Path(app.__file__).resolve().parent.parent}",)
+    return McpServerSettings(name=SERVER_NAME, command=sys.executable, args=tuple(args),
+                             env=env, consent="always", timeout_s=60.0)
+
+
+def standin_plan(sample: Fdb3Sample) -> Any:
+    """The stand-in's script for a demo sample (its `contextspan_standin`)."""
+    from app.llm.ollama_standin import PlannedCall, ToolPlanScript
+
+    plan = sample.scenario.get("contextspan_standin")
+    if not isinstance(plan, dict):
+        raise Fdb3RunError(f"{sample.folder.name} has no stand-in plan: --llm standin plays "
+                           "the demo's samples (eval fdb3 make-demo); a real set needs a "
+                           "real LLM (--llm ollama or openai)")
+    rounds = [[PlannedCall(c["function"], c.get("args", {})) for c in step]
+              for step in plan.get("rounds", [])]
+    return ToolPlanScript(rounds, str(plan.get("answer", "")))
+
+
+@contextmanager
+def _standin_server(options: Fdb3RunOptions) -> Iterator[Any]:
+    if options.llm != STANDIN:
+        yield None
+        return
+    from app.llm.ollama_standin import OllamaStandIn
+
+    with OllamaStandIn(models=(STANDIN_MODEL,)) as standin:
+        yield standin
+
+
+def _conversation(options: Fdb3RunOptions, host: str | None) -> ConversationConfig:
+    backend = "ollama" if options.llm == STANDIN else options.llm
+    return ConversationConfig(
+        model_id=options.model, custom_folder=str(options.folder) if options.folder else None,
+        device=options.device or "auto", dtype=options.dtype or "auto", voice=options.voice,
+        role=options.role, user_name=options.user_name, user_city=options.user_city,
+        stt_model=options.asr, end_of_turn="vad" if options.vad else "auto",
+        backend=backend, host=host or "",
+        model=STANDIN_MODEL if options.llm == STANDIN else options.llm_model or "",
+        timeout_s=options.llm_timeout_s, tools=(), ret_deadline_s=options.ret_deadline_s)
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    """Whole or not at all: a run killed mid-write leaves no half file behind."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(payload, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
+             ) -> Fdb3RunReport:
+    """Run every sample under `root` not done yet (all of them with `force`)."""
+    from app.conversation.assembly import load_speech_model, load_stt_model
+    from app.conversation.headless import HeadlessRunError
+
+    options.check()
+    stream = stream if stream is not None else sys.stderr
+    prompt = agent_prompt(options.system_prompt)
+    samples, left_out = find_samples(root, options.benchmark)
+    if options.limit:
+        samples = samples[: options.limit]
+    report = Fdb3RunReport(samples=len(samples), failed=list(left_out))
+    for name, why in left_out:
+        print(f"[fdb3] left out {name}: {why}", file=stream)
+    todo = [s for s in samples if options.force or not s.result_path(options.provider).is_file()]
+    report.already_done = len(samples) - len(todo)
+    if report.already_done:
+        print(f"[fdb3] {report.already_done} sample(s) already done, resuming", file=stream)
+    if not todo:
+        return _summarise(root, options, report)
+    with _standin_server(options) as standin:
+        conversation = _conversation(options, standin.url if standin else options.llm_host)
+        checkpoint = load_speech_model(conversation)
+        stt = load_stt_model(conversation, checkpoint.device)
+        bar = ProgressBar(len(samples), stream, f"fdb3/{options.provider}")
+        for _ in range(report.already_done):
+            bar.advance("resumed", timed=False)
+        for sample in todo:
+            try:
+                if standin is not None:
+                    standin.script = standin_plan(sample)
+                _run_sample(sample, options, conversation, checkpoint, stt, prompt)
+            except (AudioFileError, HeadlessRunError, Fdb3RunError, OSError) as exc:
+                report.failed.append((sample.folder.name, str(exc)))
+                bar.message(f"[fdb3] SKIPPED {sample.folder.name}: {exc}")
+                bar.advance("failed")
+                if report.ran == 0 and len(report.failed) - len(left_out) >= FAILURES_BEFORE_STOP:
+                    report.stopped = (f"the first {FAILURES_BEFORE_STOP} samples all failed "
+                                      f"(last: {exc}); check the model and LLM options")
+                    print(f"[fdb3] stopping: {report.stopped}", file=stream)
+                    break
+                continue
+            report.ran += 1
+            bar.advance(sample.example_id)
+    return _summarise(root, options, report)
+
+
+def _summarise(root: Path, options: Fdb3RunOptions, report: Fdb3RunReport) -> Fdb3RunReport:
+    options_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()}
+    _write_json(Path(root) / RUN_SUMMARY.format(provider=options.provider),
+                {"options": options_json, **asdict(report)})
+    return report
+
+
+def _run_sample(sample: Fdb3Sample, options: Fdb3RunOptions, conversation: ConversationConfig,
+                checkpoint: Any, stt: Any, prompt: str) -> None:
+    from app.conversation.assembly import build_backend, engine_options
+    from app.conversation.headless import run_conversation
+
+    heard = read_mono_24k(sample.input)
+    pcm = np.concatenate([heard, np.zeros(int(options.tail_s * SAMPLE_RATE), np.float32)])
+    profile = str(sample.scenario.get("latency_profile") or options.latency)
+    if profile not in LATENCY_PROFILES:
+        profile = options.latency
+    forced: frozenset[int] = frozenset()
+    user_end = user_speech_end(heard)
+    if options.force_ret_after_s is not None and user_end is not None:
+        forced = frozenset({int((user_end + options.force_ret_after_s) * FRAME_RATE)})
+    engine = engine_options(conversation, seed=options.seed, forced_ret_frames=forced)
+    provider = options.provider
+    with tempfile.TemporaryDirectory(prefix=".fdb3-", dir=sample.folder) as scratch:
+        tmp = Path(scratch)
+        calls_log = tmp / "mock_calls.jsonl"
+        config = replace(conversation, mcp_servers=(mock_server_settings(profile, calls_log),))
+        backend = AgentPromptBackend(build_backend(config), prompt)
+        started = time.perf_counter()
+        summary = run_conversation(
+            checkpoint, pcm, tmp / "output.wav", tmp / "run.jsonl", engine,
+            conversation=config, timeout_s=options.timeout_s, input_name=str(sample.input),
+            stt=stt, backend=backend)
+        records = read_transcript(tmp / "run.jsonl")
+        result = make_result(sample.example_id, sample.speaker, sample.scenario, provider,
+                             records, heard, {
+                                 "model": options.model, "seed": options.seed,
+                                 "llm": options.llm, "llm_model": config.model,
+                                 "asr": options.asr, "latency_profile": profile,
+                                 "tail_s": options.tail_s, "frames": summary.frames,
+                                 "spans": summary.spans,
+                                 "elapsed_s": round(time.perf_counter() - started, 3),
+                                 "run_log": sample.run_log_path(provider).name,
+                                 "output": sample.output_path(provider).name})
+        os.replace(tmp / "run.jsonl", sample.run_log_path(provider))
+        os.replace(tmp / "output.wav", sample.output_path(provider))
+        _write_json(sample.result_path(provider), result)  # last: it marks the sample done
