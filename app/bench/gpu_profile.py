@@ -3,7 +3,7 @@ plain steps, on bench gpu's rig (the random 7B by default, built on the GPU).
 
 Written under `--out`:
 - profile_block.txt / profile_step.txt: the kernel table, top 30 by device time (self);
-- profile.json: the figures below, for the README or the next issue;
+- profile.json: the figures below, for docs/measurements.md or the next issue;
 - trace_block.json: the Chrome trace of ONE block + step (chrome://tracing, Perfetto).
 Figures:
 - wall_ms: block + step and a step, synchronised, median of the profiled repeats;

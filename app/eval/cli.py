@@ -134,7 +134,7 @@ def _add_make_set_parser(commands) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python main.py eval",
                      description="Evaluation harnesses that reproduce the paper's tables "
-                                 "(see the README, \"Reproducing the paper\").")
+                                 "(see docs/reproducing-the-paper.md).")
     commands = parser.add_subparsers(dest="eval_command", parser_class=_Parser)
     _add_qa_parser(commands)
     _add_make_set_parser(commands)

@@ -1,6 +1,6 @@
 """The numbers the Context Spanning paper reports for spoken QA (step 5,938; the release's
-README and model card), as fractions: (ref, resp) per set and LLM backend. From
-notes/context-spanning-reference.md, section 11."""
+README and model card), as fractions: (ref, resp) per set and LLM backend. From the
+release's README (github.com/mindlogic-ai/Context-Spanning) and the paper (arXiv 2609.33443)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Ollama cannot be installed on the machines that build and test ContextSpan, so the tests and
 the pipeline benchmark run the real `ollama` client against this server instead. It follows
-`notes/ollama-wire.md`: NDJSON streaming on /api/chat, /api/tags, /api/show, /api/ps, and
+Ollama's API as Ollama documents it (docs/api.md in github.com/ollama/ollama): NDJSON
+streaming on /api/chat, /api/tags, /api/show, /api/ps, and
 `{"error": ...}` bodies for failures. Each /api/chat reply is a `ScriptedReply`: what to say,
 which tools to call, how slowly, and which fault to inject.
 

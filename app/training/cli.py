@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recipe_arguments(commands.add_parser(
         "recipe",
         help="build spoken dialogues with facts (espeak-ng, the model's Mimi), inject the "
-             "facts as spans and fine-tune (LoRA for 7B); see README 'Span-aware fine-tuning'",
+             "facts as spans and fine-tune (LoRA for 7B); see docs/fine-tuning.md",
     ))
     from app.training.span_proxy import add_arguments as add_span_proxy_arguments
 

@@ -70,7 +70,7 @@ def test_a_missing_xcb_library_is_named_with_the_command_that_installs_it(tmp_pa
 
 
 def test_qt_debug_plugins_shows_qts_own_lines_on_the_terminal(tmp_path):
-    """The README's tip: with QT_DEBUG_PLUGINS=1, Qt's plugin lines reach the terminal too
+    """installer/README.md's tip: with QT_DEBUG_PLUGINS=1, Qt's plugin lines reach the terminal too
     (they went to the log alone)."""
     result = _start_the_app(tmp_path, QT_DEBUG_PLUGINS="1")
     assert "qt.qpa.plugin" in result.stderr, result.stderr

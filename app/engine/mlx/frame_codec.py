@@ -2,8 +2,8 @@
 
 "auto" is MLX's Mimi on Apple Silicon (the GPU, next to the LM) and torch's on the CPU
 elsewhere: on a CPU, MLX's convolutions are the slower ones (measured on this project's
-2-core Linux VM with a full-size Mimi: README, "On a Mac"). Either gives the LM the same
-codes (tests/engine/mlx/test_mlx_mimi.py).
+2-core Linux VM with a full-size Mimi: installer/README.md, "On a Mac"). Either gives the
+LM the same codes (tests/engine/mlx/test_mlx_mimi.py).
 """
 
 from __future__ import annotations

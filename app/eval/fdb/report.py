@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# The Context Spanning reference's reported Full-Duplex-Bench v1 numbers (step 5,938; see
-# notes/context-spanning-reference.md section 11), by task kind, then by a word of the task
-# folder's name where the paper gives one number per source set.
+# The Context Spanning reference's reported Full-Duplex-Bench v1 numbers (step 5,938; the
+# release's README, github.com/mindlogic-ai/Context-Spanning), by task kind, then by a word
+# of the task folder's name where the paper gives one number per source set.
 PAPER = {
     "pause_handling": {"candor": {"tor": 0.824}, "synthetic": {"tor": 0.861}},
     "smooth_turn_taking": {"": {"tor": 0.899, "latency_s": 0.064}},
