@@ -84,6 +84,9 @@ def survey_for_settings(settings: AppSettings, device_memory: DeviceMemory | Non
     `timeout_s`: for each question to Ollama (a hung Ollama is a note, not a wait)."""
     speech = settings.speech
     local = settings.engine.mode == "local"
+    # The recogniser weighs on this machine unless the server recognises the user's words.
+    recognised_here = settings.llm.backend != "none" and (
+        local or not settings.engine.asr_on_server)
     folder = Path(speech.custom_folder).expanduser() if speech.custom_folder else None
     return survey_memory(
         speech.model_id if local else None,
@@ -91,7 +94,7 @@ def survey_for_settings(settings: AppSettings, device_memory: DeviceMemory | Non
         device=None if speech.device == "auto" else speech.device,
         device_memory=device_memory,
         precision=None if speech.precision == "auto" else speech.precision,
-        stt_model=settings.llm.stt_model if settings.llm.backend != "none" else None,
+        stt_model=settings.llm.stt_model if recognised_here else None,
         llm_backend=settings.llm.backend,
         llm_host=settings.llm.host,
         llm_model=settings.llm.model,

@@ -178,3 +178,21 @@ def test_when_nothing_fits_at_all_the_plan_says_so():
     report = plan_memory(made_up("cuda", 8), SEVEN_B, SEVEN_B, llm)
     assert not report.fits and report.suggestions == ()
     assert "Nothing of this fits on this device" in "\n".join(report.lines())
+
+
+def test_with_the_server_recognising_the_thin_clients_plan_counts_no_recogniser(ollama):
+    """Speech model on a server: the laptop's plan holds the recogniser only while this
+    machine recognises the user's words, never once the server does."""
+    from app.engine.memory_survey import survey_for_settings
+    from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+
+    def labels(asr_on_server: bool) -> list[str]:
+        settings = AppSettings(
+            engine=EngineSettings(mode="server", asr_on_server=asr_on_server),
+            llm=LlmSettings(backend="ollama", host=ollama.url, model="qwen3:4b",
+                            stt_model="kyutai-stt-1b-en_fr"))
+        report = survey_for_settings(settings, made_up("cuda", 16), timeout_s=5.0)
+        return [p.label for p in report.plan.parts]
+
+    assert "speech recognition" in labels(asr_on_server=False)
+    assert "speech recognition" not in labels(asr_on_server=True)
