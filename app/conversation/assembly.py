@@ -47,7 +47,8 @@ Device: TypeAlias = "torch.device | str"
 class CheckpointStore(Protocol):
     """Keeps a loaded checkpoint between conversations (the session's CheckpointCache)."""
 
-    def get(self, key: tuple, load: Callable[[], LoadedCheckpoint]) -> LoadedCheckpoint: ...
+    def get(self, key: tuple[str, ...], load: Callable[[], LoadedCheckpoint]
+            ) -> LoadedCheckpoint: ...
 
 
 def load_speech_model(config: ConversationConfig, *, cache: CheckpointStore | None = None,

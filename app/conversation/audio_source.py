@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 from app.settings.schema import EchoMode
 
-FrameSink = Callable[[np.ndarray], object]
+FrameSink = Callable[[npt.NDArray[np.float32]], object]
 
 
 class AudioSource(Protocol):
@@ -26,7 +27,7 @@ class AudioSource(Protocol):
         opened (None or True: started)."""
         ...
 
-    def play(self, frame: np.ndarray) -> None:
+    def play(self, frame: npt.NDArray[np.float32]) -> None:
         """Queue one of the model's frames for the speaker; never waits (called from the
         pipeline's router thread)."""
         ...

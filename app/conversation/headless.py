@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import numpy as np
+import numpy.typing as npt
 
 from app.audio_file import partial_path, prove_writable, read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
@@ -74,7 +75,7 @@ class RunSummary:
     text: str
 
 
-def _write(out: TextIO, record: dict) -> None:
+def _write(out: TextIO, record: dict[str, Any]) -> None:
     # The file is opened with errors="backslashreplace": a lone surrogate (odd bytes in an
     # argument or a file name) comes out as a JSON \\udcxx escape, never a failed run.
     out.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -111,7 +112,7 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
                                    f"made and filled: {exc.strerror or exc})") from exc
 
 
-def _record(event: object, frame: int) -> dict | None:
+def _record(event: object, frame: int) -> dict[str, Any] | None:
     """The transcript line for an event of the LLM side (or a retrieval event of the
     engine), or None. `frame`: the newest frame out (the conversation's clock; in a replay,
     the frame a turn was asked at)."""
@@ -180,11 +181,11 @@ def _record(event: object, frame: int) -> dict | None:
     return None
 
 
-def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict],
+def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict[str, Any]],
                       spans_pending: Callable[[], bool], stopped: ev.EngineStopped | None,
                       failure: list[str], done: int, frames: int,
                       finish: Callable[[], None] | None = None,
-                      last_lines: Callable[[], list[dict]] | None = None) -> None:
+                      last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
     """The transcript's last lines, then its final name.
 
     Spans the input ended in the middle of are recorded with the chunks that did land
@@ -299,7 +300,7 @@ def run_headless(
 
 def run_conversation(
     checkpoint: LoadedCheckpoint,
-    pcm: np.ndarray,
+    pcm: npt.NDArray[np.float32],
     output_path: Path,
     transcript_path: Path,
     options: EngineOptions,
@@ -376,7 +377,7 @@ class _Feeder:
     """The input's frames into the pipeline, on a thread, at the run's pace. A failure (a
     late engine in real time, a stalled stage in a replay) goes to `failure`."""
 
-    def __init__(self, pipeline: ConversationPipeline, padded: np.ndarray, pace: str,
+    def __init__(self, pipeline: ConversationPipeline, padded: npt.NDArray[np.float32], pace: str,
                  first_frame_timeout_s: float, frame_timeout_s: float) -> None:
         self.pipeline = pipeline
         self.padded = padded
@@ -430,8 +431,8 @@ class _Follower:
     """The pipeline's events into the transcript and the reply audio."""
 
     def __init__(self, spans_pending: Callable[[], bool], pipeline: ConversationPipeline,
-                 frames: int, header: dict,
-                 last_lines: Callable[[], list[dict]] | None = None) -> None:
+                 frames: int, header: dict[str, Any],
+                 last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         """`spans_pending`: whether spans still wait to land (said at the end);
         `last_lines`: records written just before the last line."""
         self.spans_pending = spans_pending
@@ -441,7 +442,7 @@ class _Follower:
         self.header = header
         self.out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
         self.failure: list[str] = []
-        self.spans: dict[int, dict] = {}
+        self.spans: dict[int, dict[str, Any]] = {}
         self.text_parts: list[str] = []
         self.done = 0
         self.landed = 0

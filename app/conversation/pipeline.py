@@ -25,12 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
-from app.audio.levelling_stage import LevellingStage
+from app.audio.levelling_stage import FrameConsumer, LevellingStage
 from app.engine.events import AudioOut, EngineStopped
 from app.engine.speech_engine import SpeechEngine
 from app.orchestrator.orchestrator import Orchestrator
@@ -43,11 +44,11 @@ AudioSink = Callable[[AudioOut], None]
 
 
 class AsrStage(Protocol):
-    events: queue.SimpleQueue
+    events: queue.SimpleQueue[Any]  # the pipeline's merged queue once wired
     dropped_frames: int  # frames its full queue refused
 
     def start(self) -> None: ...
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool: ...
+    def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool: ...
     def finish_input(self, timeout: float | None = 10.0) -> None: ...
     def stop(self, timeout: float = 10.0) -> bool: ...
     def wait_frames(self, count: int, timeout: float) -> bool: ...
@@ -82,13 +83,14 @@ class ConversationPipeline:
         if leveller is not None:
             self.leveller = LevellingStage(self._consumers(), enabled=leveller,
                                            on_end_of_input=self._finish_stages)
-        self._merged: queue.SimpleQueue = queue.SimpleQueue()
+        # Every stage's events (each stage types its own queue) and the lock-step's fences.
+        self._merged: queue.SimpleQueue[Any] = queue.SimpleQueue()
         engine.events = self._merged
         if asr is not None:
             asr.events = self._merged
         if orchestrator is not None:
             orchestrator.events = self._merged
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._progress = threading.Condition()  # the router's: frames routed, engine stopped
         self._frames_routed = 0
@@ -98,8 +100,8 @@ class ConversationPipeline:
         self._audio_sink: AudioSink | None = None
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
-    def _consumers(self) -> list:
-        consumers = [self.engine.push_frame]
+    def _consumers(self) -> list[FrameConsumer]:
+        consumers: list[FrameConsumer] = [self.engine.push_frame]
         if self.asr is not None:
             consumers.append(self.asr.push_frame)
         return consumers
@@ -152,7 +154,7 @@ class ConversationPipeline:
             dropped += self.leveller.dropped_frames
         return dropped
 
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+    def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool:
         """One 80 ms frame of the user's audio to every stage that listens."""
         if self.leveller is not None:
             return self.leveller.push_frame(pcm, timeout)

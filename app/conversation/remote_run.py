@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from app.audio_file import write_wav_24k
 from app.conversation.assembly import build_backend, build_pipeline
@@ -49,7 +50,7 @@ CONNECT_TIMEOUT_S = 60.0  # the server warms its engine up before `ready`
 ANSWER_TIMEOUT_S = 60.0  # a frame unanswered this long: the server is not serving
 
 
-def run_remote(config: ConversationConfig, pcm: np.ndarray, output_path: Path,
+def run_remote(config: ConversationConfig, pcm: npt.NDArray[np.float32], output_path: Path,
                transcript_path: Path, injections: Sequence[Injection], *,
                timeout_s: float = 3600.0, input_name: str = "",
                backend: LLMBackend | None = None) -> RunSummary:
@@ -109,7 +110,7 @@ def _recogniser(config: ConversationConfig) -> tuple[ConversationConfig, Device]
     return config, choose_device(config.device)
 
 
-def _link_line(engine: RemoteEngine, frames: int) -> dict:
+def _link_line(engine: RemoteEngine, frames: int) -> dict[str, Any]:
     """What the link carried, each way, over the input's duration."""
     stats = engine.network_stats()
     seconds = max(frames * FRAME_S, FRAME_S)
@@ -132,7 +133,8 @@ class _RemoteFeeder:
     but `WINDOW_FRAMES`; each `--inject` sent just before the frame it is for."""
 
     def __init__(self, engine: RemoteEngine, pipeline: ConversationPipeline,
-                 padded: np.ndarray, injections: Sequence[Injection], pace: str) -> None:
+                 padded: npt.NDArray[np.float32], injections: Sequence[Injection],
+                 pace: str) -> None:
         self.engine = engine
         self.pipeline = pipeline
         self.padded = padded

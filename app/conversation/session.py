@@ -60,6 +60,7 @@ from app.settings.schema import AppSettings, LlmSettings
 if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model; the
     # local engine (torch) only for this computer's: the thin client has no torch at all
     import numpy as np
+    import numpy.typing as npt
 
     from app.checkpoints.loader import LoadedCheckpoint
     from app.conversation.assembly import Device
@@ -120,11 +121,11 @@ class CheckpointCache:
     """Keeps the last loaded checkpoint, so a stop and a start do not reload 16 GB."""
 
     def __init__(self) -> None:
-        self._key: tuple | None = None
+        self._key: tuple[str, ...] | None = None
         self._checkpoint: LoadedCheckpoint | None = None
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, load: Callable[[], LoadedCheckpoint]) -> LoadedCheckpoint:
+    def get(self, key: tuple[str, ...], load: Callable[[], LoadedCheckpoint]) -> LoadedCheckpoint:
         with self._lock:
             if self._key != key or self._checkpoint is None:
                 self._checkpoint = None  # free the old one before loading the next
@@ -523,7 +524,7 @@ class ConversationSession:
         for a missing microphone, a missing speaker's audio is dropped."""
         from app.audio.silent_microphone import SilentMicrophone
 
-        def push(frame: np.ndarray) -> bool:
+        def push(frame: npt.NDArray[np.float32]) -> bool:
             return pipeline.push_frame(frame, 0.0)
 
         audio: AudioSource | None = None

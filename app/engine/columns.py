@@ -38,8 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 UNGENERATED = -2  # moshi's "nothing here yet"
 ZERO_TOKEN = -1  # embeds to an exact zero vector: an audio row a span position leaves empty
@@ -77,7 +79,7 @@ class LmLayout:
     def per_side(self) -> int:
         return self.n_q // 2
 
-    def initial_column(self) -> np.ndarray:
+    def initial_column(self) -> npt.NDArray[np.int64]:
         column = np.full(self.num_codebooks, self.audio_initial, dtype=np.int64)
         column[0] = self.text_initial
         return column
@@ -88,9 +90,9 @@ class StepColumns:
     """What one row's frame gives the LM: the column it feeds, and the target column's
     given values (`provided`: which of them the sampling must keep)."""
 
-    input: np.ndarray  # [17] int64
-    target: np.ndarray  # [17] int64
-    provided: np.ndarray  # [17] bool
+    input: npt.NDArray[np.int64]  # [17]
+    target: npt.NDArray[np.int64]  # [17]
+    provided: npt.NDArray[np.bool_]  # [17]
 
 
 class ColumnBook:
@@ -128,14 +130,15 @@ class ColumnBook:
 
     # ---- one frame ---------------------------------------------------------------------
 
-    def prepare(self, row: int, user: Sequence[int] | np.ndarray,
-                agent: Sequence[int] | np.ndarray | None = None,
+    def prepare(self, row: int, user: Sequence[int] | npt.NDArray[np.integer[Any]],
+                agent: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
                 text: int | None = None) -> StepColumns | None:
         """The row's frame: its user codes [8] (the model's codes [8] and text forced when
         given). None: nothing to run this frame (the ring is only seeded)."""
         raise NotImplementedError
 
-    def commit(self, row: int, text: int, audio: np.ndarray) -> np.ndarray | None:
+    def commit(self, row: int, text: int, audio: npt.NDArray[np.integer[Any]]
+               ) -> npt.NDArray[np.int64] | None:
         """The frame's samples (text id; dep_q codes) into the ring; the frame out
         [1 + dep_q] (text, the model's codes, then the user's with dep_q 16), or None while
         the delays fill."""
@@ -154,16 +157,16 @@ class ColumnBook:
     def can_read_block(self, row: int) -> bool:
         return False
 
-    def block(self, row: int, block: np.ndarray) -> np.ndarray:
+    def block(self, row: int, block: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
         """The columns to read for a span block [17, n], its bookkeeping applied."""
         raise NotImplementedError(f"{type(self).__name__} takes spans as positions")
 
-    def forced_start(self, row: int, steps: Sequence[ForcedStep]) -> np.ndarray:
+    def forced_start(self, row: int, steps: Sequence[ForcedStep]) -> npt.NDArray[np.int64]:
         """The input columns [17, N] of a conversation start's forced frames, their
         bookkeeping applied."""
         raise NotImplementedError(f"{type(self).__name__} cannot force a conversation start")
 
-    def after_saved_voice(self, row: int, ring: np.ndarray, frames: int) -> None:
+    def after_saved_voice(self, row: int, ring: npt.NDArray[Any], frames: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot replay a saved voice")
 
 
@@ -176,14 +179,14 @@ class ForcingColumns(ColumnBook):
         self.agent_rows = np.arange(1, 1 + per_side)
         self.user_rows = np.arange(1 + per_side, layout.num_codebooks)
 
-    def _write_rows(self, row: int, rows: np.ndarray, values: Sequence[int] | np.ndarray
-                    ) -> None:
+    def _write_rows(self, row: int, rows: npt.NDArray[np.integer[Any]],
+                    values: Sequence[int] | npt.NDArray[np.integer[Any]]) -> None:
         columns = (self.offset[row] + self.delays[rows]) % FORCING_RING
         self.ring[row, rows, columns] = np.asarray(values, dtype=np.int64).reshape(-1)
         self.provided[row, rows, columns] = True
 
-    def _seed(self, row: int, user: Sequence[int] | np.ndarray | None,
-              agent: Sequence[int] | np.ndarray | None, text: int | None
+    def _seed(self, row: int, user: Sequence[int] | npt.NDArray[np.integer[Any]] | None,
+              agent: Sequence[int] | npt.NDArray[np.integer[Any]] | None, text: int | None
               ) -> tuple[int, int] | None:
         """The reference's step preparation: (input column, target column), or None at
         offset 0, where only the initial column is written."""
@@ -207,8 +210,8 @@ class ForcingColumns(ColumnBook):
             return None
         return (offset - 1) % FORCING_RING, offset % FORCING_RING
 
-    def prepare(self, row: int, user: Sequence[int] | np.ndarray,
-                agent: Sequence[int] | np.ndarray | None = None,
+    def prepare(self, row: int, user: Sequence[int] | npt.NDArray[np.integer[Any]],
+                agent: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
                 text: int | None = None) -> StepColumns | None:
         seeded = self._seed(row, user, agent, text)
         if seeded is None:
@@ -220,7 +223,8 @@ class ForcingColumns(ColumnBook):
         self._steps[row] = step
         return step
 
-    def commit(self, row: int, text: int, audio: np.ndarray) -> np.ndarray | None:
+    def commit(self, row: int, text: int, audio: npt.NDArray[np.integer[Any]]
+               ) -> npt.NDArray[np.int64] | None:
         step = self._prepared(row)
         offset = int(self.offset[row])
         input_column, target_column = (offset - 1) % FORCING_RING, offset % FORCING_RING
@@ -248,8 +252,8 @@ class ForcingColumns(ColumnBook):
 
     # ---- many columns in one forward -----------------------------------------------------
 
-    def forced_start(self, row: int, steps: Sequence[ForcedStep]) -> np.ndarray:
-        columns: list[np.ndarray] = []
+    def forced_start(self, row: int, steps: Sequence[ForcedStep]) -> npt.NDArray[np.int64]:
+        columns: list[npt.NDArray[np.int64]] = []
         for forced in steps:
             seeded = self._seed(row, forced.user, forced.agent, forced.text)
             if seeded is None:
@@ -268,7 +272,7 @@ class ForcingColumns(ColumnBook):
         """A block needs a pending column that is a real frame (the first frame out exists)."""
         return int(self.offset[row]) >= self.layout.max_delay + 2
 
-    def block(self, row: int, block: np.ndarray) -> np.ndarray:
+    def block(self, row: int, block: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
         if not self.can_read_block(row):
             raise RuntimeError("a block cannot go in before the first frame")
         block = np.asarray(block, dtype=np.int64)
@@ -290,7 +294,7 @@ class ForcingColumns(ColumnBook):
         self.provided[row, :, (offset + n) % FORCING_RING] = False
         return sequence
 
-    def after_saved_voice(self, row: int, ring: np.ndarray, frames: int) -> None:
+    def after_saved_voice(self, row: int, ring: npt.NDArray[Any], frames: int) -> None:
         """A PersonaPlex `.pt` voice's saved ring, after its N frames were replayed: as after
         the N forced steps the embeddings stand for (they follow the offset-0 seeding step),
         the last frame's rows stay given where its delays put them, so its acoustic codes in
@@ -316,8 +320,8 @@ class StockColumns(ColumnBook):
         self.user_rows = np.arange(1 + layout.dep_q, layout.num_codebooks)
         self._no_target = np.zeros(layout.num_codebooks, dtype=np.int64)
 
-    def prepare(self, row: int, user: Sequence[int] | np.ndarray,
-                agent: Sequence[int] | np.ndarray | None = None,
+    def prepare(self, row: int, user: Sequence[int] | npt.NDArray[np.integer[Any]],
+                agent: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
                 text: int | None = None) -> StepColumns | None:
         """`agent` (dep_q codes): the model's codes given instead of the depformer's
         (moshi's `depformer_replace_tokens`); the text cannot be forced."""
@@ -343,7 +347,8 @@ class StockColumns(ColumnBook):
         self._steps[row] = step
         return step
 
-    def commit(self, row: int, text: int, audio: np.ndarray) -> np.ndarray | None:
+    def commit(self, row: int, text: int, audio: npt.NDArray[np.integer[Any]]
+               ) -> npt.NDArray[np.int64] | None:
         step = self._prepared(row)
         dep_q, size = self.layout.dep_q, self.ring_size
         offset = int(self.offset[row]) + 1

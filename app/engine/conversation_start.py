@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import sentencepiece
 import torch
 from moshi.models import MimiModel
@@ -77,7 +78,7 @@ def voice_file(start: ConversationStart, checkpoint_folder: Path, voice: str) ->
 
 
 @torch.no_grad()
-def encode_pcm(mimi: MimiModel, pcm: np.ndarray) -> torch.Tensor:
+def encode_pcm(mimi: MimiModel, pcm: npt.NDArray[np.float32]) -> torch.Tensor:
     """Mimi codes [8, P] of a 24 kHz recording, encoded in one (non-streaming) pass with
     its end padded to whole frames."""
     pad = (-len(pcm)) % FRAME_SAMPLES
@@ -87,7 +88,7 @@ def encode_pcm(mimi: MimiModel, pcm: np.ndarray) -> torch.Tensor:
     return codes[0].to(torch.long).cpu()
 
 
-def tone(seconds: float) -> np.ndarray:
+def tone(seconds: float) -> npt.NDArray[np.float32]:
     """The user-side 'silence' of PersonaPlex's prompts: a 440 Hz sine at amplitude 0.5."""
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     return (0.5 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)

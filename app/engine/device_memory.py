@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.engine.memory_plan import DeviceMemory
 
@@ -41,7 +42,7 @@ def probe_device_memory(preference: str | None = None) -> DeviceMemory:
     choice = find_choice(survey_devices(), preference)
     if choice is not None and choice.why_not is not None:
         raise ValueError(f"{choice.name}: {choice.why_not}")
-    offer: dict = {} if choice is None else {"precisions": choice.precisions,
+    offer: dict[str, Any] = {} if choice is None else {"precisions": choice.precisions,
                                              "auto_precisions": choice.auto_precisions}
     # The MLX engine: asked for, or auto on Apple silicon with mlx (the engine's own choice).
     if preference == "mlx" or uses_mlx(preference):

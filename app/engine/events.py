@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from app.cuts import Cut
 
@@ -31,7 +32,7 @@ class EngineReady:
 @dataclass(frozen=True)
 class AudioOut:
     frame_index: int
-    pcm: np.ndarray  # float32 [1920] at 24 kHz
+    pcm: npt.NDArray[np.float32]  # [1920] at 24 kHz
     monotonic_s: float = field(default_factory=time.monotonic)  # when the frame was ready
 
 

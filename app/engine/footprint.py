@@ -53,7 +53,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _folder_configs(folder: Path) -> tuple[dict | None, dict | None]:
+def _folder_configs(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The LM and Mimi configs of a folder's config.json (None, None: it has none)."""
     raw = _read_json(folder / "config.json")
     if raw is None:
@@ -80,7 +80,7 @@ def _cache_values(module: torch.nn.Module, widen_by: int) -> int:
     return total
 
 
-def shape_from_configs(name: str, lm_config: dict[str, Any], mimi_config: dict | None,
+def shape_from_configs(name: str, lm_config: dict[str, Any], mimi_config: dict[str, Any] | None,
                        max_chunk: int, workspace_bytes: int) -> ModelShape:
     """Count an architecture: parameters split into linear weights (what quantization
     shrinks) and the rest, the Mimi codec, and the KV rings with room for `max_chunk`."""
@@ -119,7 +119,8 @@ def _counted(lm_json: str, mimi_json: str, max_chunk: int) -> tuple[int, int, in
     return linear, total - linear, codec, cache, _cache_values(mimi, 0)
 
 
-def _manifest_configs(manifest: Manifest, folder: Path) -> tuple[dict, dict | None]:
+def _manifest_configs(manifest: Manifest, folder: Path
+                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     lm, mimi = _folder_configs(folder)
     if lm is not None:
         return lm, mimi

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from app.engine.columns import LmLayout, StepColumns
 
@@ -52,7 +53,7 @@ class LmRuntime(Protocol):
         ...
 
     def step(self, rows: Sequence[int], columns: Sequence[StepColumns]
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """ONE temporal forward over each row's input column (the rows not named do not
         advance), then per row: the text sampled, and the depformer's dep_q codes, each step
         fed the target's provided value where there is one (teacher forcing), else its own
@@ -60,12 +61,12 @@ class LmRuntime(Protocol):
         text [A] and codes [A, dep_q] (int64), provided values not substituted."""
         ...
 
-    def read(self, row: int, columns: np.ndarray) -> None:
+    def read(self, row: int, columns: npt.NDArray[np.int64]) -> None:
         """Columns [17, n] through the temporal transformer for the row alone, in one
         forward (padded to a graphed size where that is faster); logits dropped."""
         ...
 
-    def read_outputs(self, row: int, columns: np.ndarray) -> np.ndarray:
+    def read_outputs(self, row: int, columns: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The same read, returning the transformer's outputs [n, dim] (float32): the
         injection bench compares one read of n positions with n reads of one."""
         ...
@@ -91,11 +92,11 @@ class FrameCodec(Protocol):
         """The row starts a new stream."""
         ...
 
-    def encode(self, rows: Sequence[int], pcm: np.ndarray) -> np.ndarray:
+    def encode(self, rows: Sequence[int], pcm: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
         """PCM [A, 1920] float32 of `rows` -> codes [A, 8] int64."""
         ...
 
-    def decode(self, rows: Sequence[int], codes: np.ndarray) -> np.ndarray:
+    def decode(self, rows: Sequence[int], codes: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """Codes [A, 8] of `rows` -> PCM [A, 1920] float32."""
         ...
 

@@ -34,8 +34,10 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.columns import ZERO_TOKEN, ForcedStep, make_book
@@ -72,7 +74,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Frame:
     conversation: RowConversation
-    pcm: np.ndarray
+    pcm: npt.NDArray[np.float32]
     span_events: list[EngineEvent] = field(default_factory=list)
     inject_ms: float = 0.0
     failed: bool = False
@@ -156,7 +158,7 @@ class LocalEngine(ThreadOwner):
             return list(self._rows)
 
     def open(self, options: EngineOptions | None = None,
-             events: queue.SimpleQueue | None = None, owns_engine: bool = False
+             events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
              ) -> RowConversation | None:
         """A conversation on a free row, or None when every row is held. Its row is held
         from now on, until the conversation ends (or is stopped before it starts); it joins
@@ -264,9 +266,9 @@ class LocalEngine(ThreadOwner):
 
     # ---- the model's work, for the rows of one tick ---------------------------------------
 
-    def step_rows(self, rows: Sequence[int], user: np.ndarray,
+    def step_rows(self, rows: Sequence[int], user: npt.NDArray[np.int64],
                   texts: Sequence[int | None], agents: Sequence[Sequence[int] | None] | None
-                  = None) -> list[np.ndarray | None]:
+                  = None) -> list[npt.NDArray[np.int64] | None]:
         """ONE step for `rows` (ascending): user codes [A, 8], a forced text id per row or
         None (and forced model codes, a conversation start's stepwise frames). Returns per
         row the frame out [1 + dep_q] or None while its delays fill."""
@@ -277,7 +279,7 @@ class LocalEngine(ThreadOwner):
             if prepared is not None:
                 stepping.append(row)
                 columns.append(prepared)
-        outs: dict[int, np.ndarray | None] = dict.fromkeys(rows)
+        outs: dict[int, npt.NDArray[np.int64] | None] = dict.fromkeys(rows)
         if stepping:
             start = time.perf_counter()
             text, audio = self.runtime.step(stepping, columns)
@@ -288,10 +290,11 @@ class LocalEngine(ThreadOwner):
                 outs[row] = self.book.commit(row, int(text[j]), audio[j])
         return [outs[row] for row in rows]
 
-    def _decode(self, rows: Sequence[int], outs: Sequence[np.ndarray | None]
-                ) -> list[np.ndarray]:
+    def _decode(self, rows: Sequence[int], outs: Sequence[npt.NDArray[np.int64] | None]
+                ) -> list[npt.NDArray[np.float32]]:
         """Each row's PCM [1920]: the decoded frame, or silence while its delays fill."""
-        pcm = [np.zeros(FRAME_SAMPLES, dtype=np.float32) for _ in rows]
+        pcm: list[npt.NDArray[np.float32]] = [np.zeros(FRAME_SAMPLES, dtype=np.float32)
+                                              for _ in rows]
         speaking = [(i, out) for i, out in enumerate(outs) if out is not None]
         if speaking:
             count = self.codec.num_codebooks
@@ -301,9 +304,9 @@ class LocalEngine(ThreadOwner):
                 pcm[i] = frame
         return pcm
 
-    def model_frame(self, rows: Sequence[int], pcm: np.ndarray,
+    def model_frame(self, rows: Sequence[int], pcm: npt.NDArray[np.float32],
                     texts: Sequence[int | None] | None = None
-                    ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+                    ) -> tuple[list[npt.NDArray[np.int64] | None], list[npt.NDArray[np.float32]]]:
         """One tick's model work for `rows` (ascending): Mimi encode of their PCM [A, 1920],
         ONE step, Mimi decode. Returns each row's frame out (None while its delays fill)
         and its PCM [1920]."""
@@ -485,8 +488,8 @@ class LocalEngine(ThreadOwner):
             except Exception as exc:
                 self._fail(frame.conversation, exc)
 
-    def _deliver(self, frame: _Frame, text_id: int | None, pcm: np.ndarray, model_ms: float,
-                 tick_start: float) -> None:
+    def _deliver(self, frame: _Frame, text_id: int | None, pcm: npt.NDArray[np.float32],
+                 model_ms: float, tick_start: float) -> None:
         """The conversation's events for its frame: what it said, and its figures."""
         conversation = frame.conversation
         index = conversation.frame_index
@@ -521,7 +524,7 @@ class LocalEngine(ThreadOwner):
 
 
 def open_conversation(checkpoint: LoadedCheckpoint, options: EngineOptions | None = None,
-                      events: queue.SimpleQueue | None = None) -> RowConversation:
+                      events: queue.SimpleQueue[Any] | None = None) -> RowConversation:
     """One conversation on an engine of its own (one row): the desktop's and `run`'s. The
     engine warms up when the conversation starts and stops when it ends."""
     engine = LocalEngine(checkpoint, 1, options)

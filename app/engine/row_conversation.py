@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from app.engine.context_ledger import ContextLedger
 from app.engine.events import EngineEvent, SpanChunkInjected
@@ -159,7 +160,7 @@ class RowConversation:
             self._engine.start()
         self._engine.request_join(self)
 
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+    def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool:
         if pcm.shape != (FRAME_SAMPLES,):
             raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
         frame = np.asarray(pcm, dtype=np.float32)

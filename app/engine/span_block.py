@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     from app.engine.conversation_start import Placeholders
 
 
 def block_columns(ids: Sequence[int], placeholders: Placeholders, num_codebooks: int
-                  ) -> np.ndarray:
+                  ) -> npt.NDArray[np.int64]:
     """The block of `ids` as codes [17, n] (int64)."""
     agent, user = placeholders.agent, placeholders.user
     if 1 + len(agent) + len(user) != num_codebooks:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     from app.checkpoints.catalog import Retrieval
@@ -105,7 +106,7 @@ class SpeechEngine(Protocol):
 
     def start(self) -> None: ...
 
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
+    def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool:
         """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
         frame and counts it; a file feeder passes a timeout and waits for room."""
         ...

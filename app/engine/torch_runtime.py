@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from moshi.models import LMModel
 from moshi.utils.compile import CUDAGraphed
@@ -126,7 +127,7 @@ class TorchRuntime:
 
     @torch.no_grad()
     def step(self, rows: Sequence[int], columns: Sequence[StepColumns]
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         assert self._main is not None, "the runtime is not streaming"
         count = len(rows)
         packed = np.stack([np.stack([c.input, c.target, c.provided.astype(np.int64)])
@@ -163,16 +164,16 @@ class TorchRuntime:
     # ---- many positions for one row -------------------------------------------------------
 
     @torch.no_grad()
-    def _read(self, row: int, columns: np.ndarray) -> torch.Tensor:
+    def _read(self, row: int, columns: npt.NDArray[np.int64]) -> torch.Tensor:
         codes = torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64))
         with self._row(row):
             return self._reads[row](codes.to(self.device)[None])  # [1, 17, n] -> [1, n, dim]
 
-    def read(self, row: int, columns: np.ndarray) -> None:
+    def read(self, row: int, columns: npt.NDArray[np.int64]) -> None:
         if columns.shape[-1]:
             self._read(row, columns)
 
-    def read_outputs(self, row: int, columns: np.ndarray) -> np.ndarray:
+    def read_outputs(self, row: int, columns: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         return self._read(row, columns)[0].float().cpu().numpy()
 
     @torch.no_grad()

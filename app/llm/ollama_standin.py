@@ -38,7 +38,8 @@ class ScriptedReply:
     """One /api/chat answer, and the fault (if any) to inject into it."""
 
     content: str = ""  # streamed in chunks of `chunk_chars`
-    tool_calls: list[dict] = field(default_factory=list)  # [{"name":..., "arguments": {...}}]
+    # [{"name":..., "arguments": {...}}]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     first_token_delay_s: float = 0.0
     chunk_delay_s: float = 0.0
     chunk_chars: int = 8
@@ -146,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- endpoints -------------------------------------------------------------------------
 
-    def _show(self, body: dict) -> None:
+    def _show(self, body: dict[str, Any]) -> None:
         name = str(body.get("model") or body.get("name") or "")
         standin = self.server.standin
         if not standin.knows(name):
@@ -165,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _chat(self, body: dict) -> None:
+    def _chat(self, body: dict[str, Any]) -> None:
         standin = self.server.standin
         standin.record(body)
         model = str(body.get("model") or "")
@@ -245,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _read_json(self) -> dict | None:
+    def _read_json(self) -> dict[str, Any] | None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b"{}"
         try:
@@ -288,12 +289,12 @@ def _ndjson(obj: Any) -> bytes:
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode() + b"\n"
 
 
-def _wire_tool_calls(calls: Sequence[dict]) -> list[dict[str, Any]]:
+def _wire_tool_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ollama's shape; `arguments` is passed through as given, so a test can send a bad one."""
     return [{"function": {"name": c.get("name"), "arguments": c.get("arguments")}} for c in calls]
 
 
-def _counters(body: dict, reply: ScriptedReply) -> dict[str, Any]:
+def _counters(body: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
     """Plausible counters: a word count of the prompt, one token per streamed fragment."""
     prompt_tokens = 0
     for message in body.get("messages") or []:
@@ -372,7 +373,7 @@ class ToolPlanScript:
         self._answered = False
         self._lock = threading.Lock()
 
-    def __call__(self, body: dict) -> ScriptedReply:
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
         with self._lock:
             self._read_results(body.get("messages") or [])
             if self._next_step < len(self.steps):
@@ -388,7 +389,7 @@ class ToolPlanScript:
                 return ScriptedReply(content=self.answer)
             return ScriptedReply(content=self.after)
 
-    def _read_results(self, messages: list) -> None:
+    def _read_results(self, messages: list[dict[str, Any]]) -> None:
         """The trailing tool messages answer the last step's calls, in order."""
         if not self._waiting_for:
             return
@@ -411,7 +412,7 @@ class OllamaStandIn:
 
     def __init__(
         self,
-        script: Callable[[dict], ScriptedReply] | Sequence[ScriptedReply] = (),
+        script: Callable[[dict[str, Any]], ScriptedReply] | Sequence[ScriptedReply] = (),
         models: Sequence[str] = ("standin:latest",),
         model_facts: Mapping[str, StandInModel] | None = None,
     ) -> None:
@@ -422,18 +423,19 @@ class OllamaStandIn:
         self.models = tuple(models)
         self.model_facts = {_full_name(k): v for k, v in (model_facts or {}).items()}
         self.url = ""
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         self.hangups: list[float] = []  # monotonic times a client closed its connection early
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
-    def script(self) -> Callable[[dict], ScriptedReply] | Sequence[ScriptedReply]:
+    def script(self) -> Callable[[dict[str, Any]], ScriptedReply] | Sequence[ScriptedReply]:
         return self._script
 
     @script.setter
-    def script(self, script: Callable[[dict], ScriptedReply] | Sequence[ScriptedReply]) -> None:
+    def script(self, script: Callable[[dict[str, Any]], ScriptedReply] | Sequence[ScriptedReply]
+               ) -> None:
         """A new script may be set at any time; a sequence then starts from its first reply."""
         with self._lock:
             self._script = script
@@ -441,7 +443,7 @@ class OllamaStandIn:
 
     # -- used by the request handlers -------------------------------------------------------
 
-    def record(self, body: dict) -> None:
+    def record(self, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
 
@@ -455,7 +457,7 @@ class OllamaStandIn:
     def facts(self, model: str) -> StandInModel:
         return self.model_facts.get(_full_name(model), _DEFAULT_MODEL)
 
-    def next_reply(self, body: dict) -> ScriptedReply:
+    def next_reply(self, body: dict[str, Any]) -> ScriptedReply:
         with self._lock:
             script = self._script
             if not callable(script):

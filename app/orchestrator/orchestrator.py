@@ -179,7 +179,7 @@ class Orchestrator:
         sink: SpanSink,
         options: OrchestratorOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
-        events: queue.SimpleQueue | None = None,
+        events: queue.SimpleQueue[OrchestratorEvent] | None = None,
     ) -> None:
         self.backend = backend
         self.tools = tools
@@ -745,7 +745,8 @@ class Orchestrator:
     def _ms(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else round((b - a) * 1000.0, 3)
 
-    def _stages(self, turn: _Turn, first_audio: float | None = None) -> tuple:
+    def _stages(self, turn: _Turn, first_audio: float | None = None
+                ) -> tuple[float | None, ...]:
         ms = self._ms
         return (
             ms(turn.end_of_speech, turn.detected),

@@ -29,8 +29,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from app.engine import events as ev
 from app.engine.speech_engine import EngineOptions
@@ -44,12 +46,12 @@ TOKEN = "bench"
 ROUNDS = 5
 
 
-def _frame(index: int) -> np.ndarray:
+def _frame(index: int) -> npt.NDArray[np.float32]:
     t = (np.arange(FRAME_SAMPLES) + index * FRAME_SAMPLES) / SAMPLE_RATE
     return (0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
-def _stats(values: list[float]) -> dict:
+def _stats(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"median": None, "p95": None, "n": 0}
     return {"median": round(float(np.median(values)), 2),
@@ -99,7 +101,7 @@ async def _reference_round_trips(url: str, frames: int, audio: str = "pcm"
         return list(client.round_trips_ms), client.bytes_sent, client.bytes_received
 
 
-def opus_delay(frames: int = 50) -> dict:
+def opus_delay(frames: int = 50) -> dict[str, Any]:
     """Opus's own delay (samples and ms, one way) and the CPU per frame to encode and to
     decode, over a voiced, wavering tone."""
     from app.wire.opus import OpusFrameReader, OpusFrameWriter
@@ -184,7 +186,7 @@ async def transport_round_trips(frames: int) -> list[float]:
     return out
 
 
-async def network_round_trips(host: EngineHost, frames: int) -> dict:
+async def network_round_trips(host: EngineHost, frames: int) -> dict[str, Any]:
     server = EngineServer(host, ServerConfig(port=0, token=TOKEN))
     url = await server.start()
     try:
@@ -208,7 +210,7 @@ def _free_port() -> int:
 
 def _start_servers(count: int, model: str, device: str, chunk_limit: int | None,
                    folder: Path | None, threads: int
-                   ) -> tuple[list[subprocess.Popen], list[str]]:
+                   ) -> tuple[list[subprocess.Popen[str]], list[str]]:
     # `threads` torch threads per server, as Ray gives a replica with --cpus-per-replica:
     # k servers on c cores then share the cores instead of fighting over them.
     env = {**os.environ, "CONTEXTSPAN_SERVER_TOKEN": TOKEN, "OMP_NUM_THREADS": str(threads)}
@@ -251,7 +253,7 @@ async def _late_frames(url: str) -> tuple[int, int]:
     return sample("late_frames_total"), sample("frame_ms_count")
 
 
-async def _talk_at_once(urls: list[str], frames: int) -> dict:
+async def _talk_at_once(urls: list[str], frames: int) -> dict[str, Any]:
     runs = await asyncio.gather(*(_reference_round_trips(url, frames) for url in urls))
     counts = await asyncio.gather(*(_late_frames(url) for url in urls))
     rtts = [rtt for run in runs for rtt in run[0]]
@@ -261,7 +263,7 @@ async def _talk_at_once(urls: list[str], frames: int) -> dict:
 
 def concurrent_conversations(model: str, device: str, frames: int, most: int,
                              chunk_limit: int | None, folder: Path | None = None,
-                             threads: int = 1) -> list[dict]:
+                             threads: int = 1) -> list[dict[str, Any]]:
     """k = 1, 2, ... servers in their own processes, k conversations at once, until a
     frame is late (or `most`)."""
     rows = []
@@ -285,7 +287,7 @@ def concurrent_conversations(model: str, device: str, frames: int, most: int,
 
 def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125,
                      most_conversations: int = 4, chunk_limit: int | None = 16,
-                     folder: Path | None = None, threads: int = 1) -> dict:
+                     folder: Path | None = None, threads: int = 1) -> dict[str, Any]:
     """`threads`: torch threads of this process and of each server. On a shared CPU more
     than one makes every step wait for the slowest thread (OpenMP's barriers)."""
     import torch
@@ -316,7 +318,7 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
     seconds = frames * FRAME_S
     local_stats = _stats(local)
 
-    def added(values: list[float]) -> dict:
+    def added(values: list[float]) -> dict[str, Any]:
         stats = _stats(values)
         return {k: round(stats[k] - local_stats[k], 2) for k in ("median", "p95")}
 
@@ -350,7 +352,7 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
     }
 
 
-def format_server_bench(result: dict) -> str:
+def format_server_bench(result: dict[str, Any]) -> str:
     lines = [f"{result['model']} on {result['device']} ({result['cpu_count']} CPUs, "
              f"{result['torch_threads']} torch thread(s) per process, load "
              f"{result['load_average']:.1f}), {result['frames']} frames at 80 ms"]

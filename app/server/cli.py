@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
 from app.server.threads import parse_threads  # light: torch only when threads are set
@@ -24,7 +24,11 @@ if TYPE_CHECKING:  # the server's own modules load only when the command runs (s
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
 
 
-def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+# The parser class the caller's subparsers make (app/cli/main.py: its one-line-error parser).
+_Parser = TypeVar("_Parser", bound=argparse.ArgumentParser)
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser:
     serve = subparsers.add_parser(
         "serve", help="serve the engine over the network: moshi's /api/chat and the Context "
                       "Spanning reference's /ws (python main.py serve --help)",

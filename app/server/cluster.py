@@ -33,6 +33,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ray import serve
 from ray.serve import Application
@@ -241,7 +242,7 @@ ASGI_APP = Starlette(routes=[WebSocketRoute("/ws", _reference_ws),
 def build_application(settings: ClusterSettings) -> Application:
     """The Serve application: the engine deployment, its resources and its scaling."""
     settings.check()
-    options: dict = {
+    options: dict[str, Any] = {
         "name": DEPLOYMENT_NAME,
         # Its conversations plus room to answer `busy` at once (see the module's docstring).
         "max_ongoing_requests": settings.slots + 1,

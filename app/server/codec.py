@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from app.server.voice_clone import VoiceRecording
 from app.server.wire_socket import Incoming
@@ -15,7 +16,7 @@ from app.wire import events as wire
 
 @dataclass(frozen=True)
 class Frame:
-    pcm: np.ndarray  # float32 [1920] at 24 kHz, finite, within [-1, 1]
+    pcm: npt.NDArray[np.float32]  # [1920] at 24 kHz, finite, within [-1, 1]
     index: int  # among this connection's frames, from 0
 
 
@@ -45,5 +46,5 @@ class Codec(Protocol):
     def skip(self, message: Incoming) -> int | None:
         """A message refused unread (too big): the frame index it took, if it counts as one."""
     def ready(self, event: wire.Ready) -> list[bytes | str]: ...
-    def audio(self, pcm: np.ndarray) -> list[bytes | str]: ...
+    def audio(self, pcm: npt.NDArray[np.float32]) -> list[bytes | str]: ...
     def event(self, event: wire.ServerEvent) -> list[bytes | str]: ...

@@ -83,7 +83,7 @@ class Connection:
         self._out: asyncio.Queue[_Out | _Close] = asyncio.Queue()
         self._inbox: asyncio.Queue[Incoming] = asyncio.Queue(INBOX_MESSAGES)
         self._conversation: Conversation | None = None
-        self._forwarder: asyncio.Task | None = None
+        self._forwarder: asyncio.Task[None] | None = None
         self._stopping: asyncio.Future[bool] | None = None  # an engine being stopped
         self._number = 0
         self._talking = False  # a frame reached the current conversation
@@ -109,7 +109,7 @@ class Connection:
     async def run(self) -> str:
         """Serve until the connection ends; returns why it ended."""
         reason = "error"
-        tasks: list[asyncio.Task] = []
+        tasks: list[asyncio.Task[str]] = []
         try:
             # Reading starts before the engine is built (seconds for a large model), so the
             # heartbeat is answered from the first moment.

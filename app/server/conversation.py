@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 
 import numpy as np
+import numpy.typing as npt
 
 from app.conversation.pipeline import ConversationPipeline
 from app.engine.row_conversation import RowConversation
@@ -24,7 +25,7 @@ class LoopQueue:
     Once the loop is closed (the server is gone) events are dropped: the router thread must
     never die of it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Queue) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Queue[object]) -> None:
         self._loop = loop
         self._target = target
 
@@ -52,7 +53,7 @@ class Conversation:
     def start(self) -> None:
         self.pipeline.start()
 
-    def push_frame(self, pcm: np.ndarray) -> bool:
+    def push_frame(self, pcm: npt.NDArray[np.float32]) -> bool:
         """Never waits: False when the engine's queue is full (retry later)."""
         return self.pipeline.push_frame(pcm, 0.0)
 

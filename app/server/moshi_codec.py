@@ -121,7 +121,7 @@ class MoshiCodec:
         self._handshake_sent = True
         return [bytes([HANDSHAKE])]
 
-    def audio(self, pcm: np.ndarray) -> list[bytes | str]:
+    def audio(self, pcm: npt.NDArray[np.float32]) -> list[bytes | str]:
         pages = self._writer.append_pcm(np.asarray(pcm, dtype=np.float32))
         return [bytes([AUDIO]) + pages] if pages else []
 

@@ -12,6 +12,7 @@ it), and the server's audio goes out as Opus, the first preceded by the answer
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from aiohttp import WSCloseCode
 
 from app.frames import FRAME_SAMPLES
@@ -125,7 +126,7 @@ class ReferenceCodec:
     def ready(self, event: wire.Ready) -> list[bytes | str]:
         return [wire.encode_event(event)]
 
-    def audio(self, pcm: np.ndarray) -> list[bytes | str]:
+    def audio(self, pcm: npt.NDArray[np.float32]) -> list[bytes | str]:
         if self._opus_out is None:
             return [np.asarray(pcm, dtype="<f4").tobytes()]
         out: list[bytes | str] = []

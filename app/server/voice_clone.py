@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.wire import events as wire
@@ -41,7 +42,7 @@ CLONE_TYPE = "clone"  # {"type": "clone"}: the next binary message is a voice re
 
 @dataclass(frozen=True)
 class VoiceRecording:
-    pcm: np.ndarray  # float32 [n] at 24 kHz, finite, within [-1, 1], 2 to 30 s
+    pcm: npt.NDArray[np.float32]  # [n] at 24 kHz, finite, within [-1, 1], 2 to 30 s
 
 
 @dataclass(frozen=True)

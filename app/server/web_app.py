@@ -21,6 +21,7 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import WSCloseCode, web
 
@@ -97,7 +98,7 @@ def authorize(request: web.Request, config: ServerConfig, metrics: ServerMetrics
                                    headers={"WWW-Authenticate": "Bearer"})
 
 
-def health(host: EngineHost, metrics: ServerMetrics) -> dict:
+def health(host: EngineHost, metrics: ServerMetrics) -> dict[str, Any]:
     import torch  # loaded with the model already
 
     body = {"status": "error" if host.stuck else "ready", "model": host.model_id,

@@ -46,7 +46,7 @@ class LiveAutosave:
         self._version = 0  # changes to the current conversation's copy
         self._written = 0  # ... of which this many are on disk (or not worth a file)
         self._due: float | None = None  # monotonic time of the next write, when dirty
-        self._jobs: collections.deque[tuple[Future, Callable[[], Any]]] = collections.deque()
+        self._jobs: collections.deque[tuple[Future[Any], Callable[[], Any]]] = collections.deque()
         self._busy = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="autosave", daemon=True)
@@ -144,9 +144,9 @@ class LiveAutosave:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def submit(self, job: Callable[..., Any], *args: Any) -> Future:
+    def submit(self, job: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run `job(*args)` on the writer thread after the writes asked before it."""
-        future: Future = Future()
+        future: Future[Any] = Future()
         with self._cond:
             if self._closed:
                 future.set_exception(RuntimeError("the autosave has stopped"))
@@ -155,7 +155,7 @@ class LiveAutosave:
             self._cond.notify_all()
         return future
 
-    def write_now(self) -> Future:
+    def write_now(self) -> Future[int]:
         """Write the current copy now (after the writes asked before); the Future is done
         once it is on disk, with the version written."""
         return self.submit(self._write_current)
@@ -189,7 +189,7 @@ class LiveAutosave:
 
     def _run(self) -> None:
         while True:
-            future: Future
+            future: Future[Any]
             job: Callable[[], Any]
             with self._cond:
                 while True:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from moshi.models import MimiModel
 
@@ -29,11 +30,11 @@ log = logging.getLogger(__name__)
 class FrameCodec(Protocol):
     num_codebooks: int
 
-    def encode_frame(self, pcm: np.ndarray) -> np.ndarray:
+    def encode_frame(self, pcm: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
         """[1920] float32 PCM -> [num_codebooks] codes."""
         ...
 
-    def decode_frame(self, codes: np.ndarray) -> np.ndarray:
+    def decode_frame(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """[num_codebooks] codes -> [1920] float32 PCM."""
         ...
 
@@ -50,12 +51,12 @@ class TorchFrameCodec:
         self.num_codebooks = mimi.num_codebooks
 
     @torch.no_grad()
-    def encode_frame(self, pcm: np.ndarray) -> np.ndarray:
+    def encode_frame(self, pcm: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
         codes = self.mimi.encode(torch.from_numpy(pcm)[None, None])  # [1, 8, 1]
         return codes[0, :, 0].numpy()
 
     @torch.no_grad()
-    def decode_frame(self, codes: np.ndarray) -> np.ndarray:
+    def decode_frame(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         model_codes = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
         return self.mimi.decode(model_codes[None, :, None])[0, 0].float().numpy()  # [1920]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -79,7 +80,7 @@ class LmShape:
         return [self.text_initial_id] + [self.audio_initial_id] * self.n_q
 
     @classmethod
-    def from_config(cls, config: dict) -> LmShape:
+    def from_config(cls, config: dict[str, Any]) -> LmShape:
         """From moshi's LM kwargs (config.json less its file names, or architectures.py)."""
         unsupported = {
             "demux_second_text_stream": False, "text_card_out": None, "norm_emb": False,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+import numpy.typing as npt
 from moshi_mlx.models.mimi import Mimi, MimiConfig
 from moshi_mlx.modules import SeanetConfig, TransformerConfig
 from moshi_mlx.modules.transformer import ProjectedTransformer
@@ -249,7 +250,7 @@ class MlxMimi:
         for ring in (*self._encoder_rings, *self._decoder_rings):
             ring.reset()
 
-    def encode_frame(self, pcm: np.ndarray) -> np.ndarray:
+    def encode_frame(self, pcm: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
         """[1920] float32 PCM -> its [num_codebooks] codes (int64)."""
         if pcm.shape != (FRAME_SAMPLES,):
             raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
@@ -260,7 +261,7 @@ class MlxMimi:
         codes = model.quantizer.encode(x)  # [1, K, 1]
         return np.asarray(codes[0, :, 0], dtype=np.int64)
 
-    def decode_frame(self, codes: np.ndarray) -> np.ndarray:
+    def decode_frame(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """[num_codebooks] codes -> [1920] float32 PCM."""
         model = self.model
         x = model.quantizer.decode(mx.array(np.asarray(codes, dtype=np.int32))[None, :, None])

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import mlx.core as mx
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from app.engine.columns import LmLayout, StepColumns
@@ -62,12 +63,12 @@ class MlxRuntime:
     def reset_row(self, row: int) -> None:
         self._streams[row] = self.lm.new_stream(self._max_read)
 
-    def _forward(self, row: int, columns: np.ndarray) -> tuple[mx.array, mx.array]:
+    def _forward(self, row: int, columns: npt.NDArray[np.int64]) -> tuple[mx.array, mx.array]:
         """Columns [17, T] through the row's temporal stream in one call."""
         return self.lm.forward_text(mx.array(columns[None]), self._streams[row])
 
     def step(self, rows: Sequence[int], columns: Sequence[StepColumns]
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         s = self.sampling
         texts: list[int] = []
         codes: list[list[int]] = []
@@ -88,16 +89,16 @@ class MlxRuntime:
             codes.append([int(token[0]) for token in sampled])
         return np.asarray(texts, dtype=np.int64), np.asarray(codes, dtype=np.int64)
 
-    def _read(self, row: int, columns: np.ndarray) -> mx.array:
+    def _read(self, row: int, columns: npt.NDArray[np.int64]) -> mx.array:
         out, _text_logits = self._forward(row, np.asarray(columns, dtype=np.int64))
         mx.eval(out, *self._streams[row].arrays())
         return out
 
-    def read(self, row: int, columns: np.ndarray) -> None:
+    def read(self, row: int, columns: npt.NDArray[np.int64]) -> None:
         if columns.shape[-1]:
             self._read(row, columns)
 
-    def read_outputs(self, row: int, columns: np.ndarray) -> np.ndarray:
+    def read_outputs(self, row: int, columns: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         return np.asarray(self._read(row, columns)[0].astype(mx.float32))
 
     def replay_embeddings(self, row: int, embeddings: object) -> None:
@@ -134,11 +135,11 @@ class MlxCodec:
     def join(self, row: int) -> None:
         self._codec.reset()
 
-    def encode(self, rows: Sequence[int], pcm: np.ndarray) -> np.ndarray:
+    def encode(self, rows: Sequence[int], pcm: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
         return np.asarray(self._codec.encode_frame(np.asarray(pcm[0], np.float32)),
                           dtype=np.int64)[None]
 
-    def decode(self, rows: Sequence[int], codes: np.ndarray) -> np.ndarray:
+    def decode(self, rows: Sequence[int], codes: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         return np.asarray(self._codec.decode_frame(codes[0]), dtype=np.float32)[None]
 
     def unstreamed(self) -> AbstractContextManager[None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -102,7 +103,7 @@ def quantize(model: MlxLm, bits: int, group_size: int = 64, evaluate: bool = Tru
         raise ValueError(f"{bits}-bit weights: choose one of {QUANTIZE_BITS}")
     count = 0
 
-    def chosen(_path: str, module: nn.Module) -> bool | dict:
+    def chosen(_path: str, module: nn.Module) -> bool | dict[str, int]:
         nonlocal count
         if not isinstance(module, nn.Linear):
             return False
@@ -119,7 +120,7 @@ def quantize(model: MlxLm, bits: int, group_size: int = 64, evaluate: bool = Tru
     return count
 
 
-def lm_config_of(manifest: Manifest, folder: Path) -> tuple[dict, Path]:
+def lm_config_of(manifest: Manifest, folder: Path) -> tuple[dict[str, Any], Path]:
     """The LM's kwargs and weight file, resolved exactly as the torch loader resolves them."""
     info = checkpoint_info(manifest, folder)
     if info.raw_config and info.raw_config.get(RANDOM_WEIGHTS_MARKER):

@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -150,7 +151,7 @@ def cache_path(cache_dir: Path, manifest: Manifest, key: CacheKey) -> Path:
     return cache_dir / f"{manifest.id}-{key.text()}{_SUFFIX}"
 
 
-def _read_cached(path: Path, key: CacheKey, config: dict, bits: int | None) -> MlxLm:
+def _read_cached(path: Path, key: CacheKey, config: dict[str, Any], bits: int | None) -> MlxLm:
     """The LM from its cache file; ValueError (or mlx's own error) when it does not hold
     exactly this key's weights."""
     metadata = read_metadata(path, whole=True)
