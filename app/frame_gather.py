@@ -9,10 +9,34 @@ not waited for: it costs the others nothing.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from app.frames import FRAME_SAMPLES
+
+
+def queue_frame(frames: queue.Queue[object], pcm: npt.NDArray[np.float32],
+                timeout: float | None) -> bool:
+    """One 1920-sample frame into a row's queue, as float32. With timeout 0 (live audio) a
+    full queue refuses it at once; a file's feeder passes a timeout and waits for room.
+    False when it was refused (the row counts it as dropped)."""
+    if pcm.shape != (FRAME_SAMPLES,):
+        raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
+    frame = np.asarray(pcm, dtype=np.float32)
+    try:
+        if timeout == 0:
+            frames.put_nowait(frame)
+        else:
+            frames.put(frame, timeout=timeout)
+    except queue.Full:
+        return False
+    return True
 
 
 class FrameSource(Protocol):

@@ -28,8 +28,8 @@ from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.asr.kyutai_stt import KyutaiStreamingStt
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
 from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
+from app.frame_gather import queue_frame
 from app.frame_worker import END_OF_INPUT
-from app.frames import FRAME_SAMPLES
 
 if TYPE_CHECKING:
     from app.asr.recogniser import Recogniser
@@ -100,15 +100,7 @@ class StreamingAsr:
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
         """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
         frame and counts it; a file feeder passes a timeout and waits for room."""
-        if pcm.shape != (FRAME_SAMPLES,):
-            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        frame = np.asarray(pcm, dtype=np.float32)
-        try:
-            if timeout == 0:
-                self._input.put_nowait(frame)
-            else:
-                self._input.put(frame, timeout=timeout)
-        except queue.Full:
+        if not queue_frame(self._input, pcm, timeout):
             self.dropped_frames += 1
             return False
         self._recogniser.wake()

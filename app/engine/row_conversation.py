@@ -34,8 +34,9 @@ from app.engine.speech_engine import (
     EngineOptions,
     EngineStoppedError,
 )
+from app.frame_gather import queue_frame
 from app.frame_worker import END_OF_INPUT
-from app.frames import FRAME_MS, FRAME_SAMPLES
+from app.frames import FRAME_MS
 
 if TYPE_CHECKING:
     from app.checkpoints.loader import LoadedCheckpoint
@@ -161,15 +162,7 @@ class RowConversation:
         self._engine.request_join(self)
 
     def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool:
-        if pcm.shape != (FRAME_SAMPLES,):
-            raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        frame = np.asarray(pcm, dtype=np.float32)
-        try:
-            if timeout == 0:
-                self._input.put_nowait(frame)
-            else:
-                self._input.put(frame, timeout=timeout)
-        except queue.Full:
+        if not queue_frame(self._input, pcm, timeout):
             self.dropped_frames += 1
             return False
         self._engine.wake()
