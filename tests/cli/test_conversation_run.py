@@ -33,6 +33,9 @@ def _script(body: dict) -> ScriptedReply:
 def test_spoken_question_to_tool_call_to_injected_span(
     tiny_folder, data_dir, spoken_question, tmp_path
 ):
+    """Fed as fast as it goes, the LLM's latency replayed in frames: not `--realtime`, where
+    an engine that falls behind real time on a busy machine drops a frame and fails the run
+    (right for a microphone's run, but then the test's pass would depend on the load)."""
     transcript = tmp_path / "conversation.jsonl"
     with OllamaStandIn(script=_script) as standin:
         result = subprocess.run(
@@ -40,7 +43,7 @@ def test_spoken_question_to_tool_call_to_injected_span(
              "--input", str(spoken_question), "--output", str(tmp_path / "reply.wav"),
              "--transcript", str(transcript), "--asr", "tiny-stt", "--vad",
              "--llm", "ollama", "--llm-host", standin.url, "--llm-model", "standin:latest",
-             "--tools", "calculator,clock", "--realtime"],
+             "--tools", "calculator,clock"],
             cwd=REPO_ROOT, env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
             capture_output=True, text=True, timeout=300,
         )
@@ -96,3 +99,29 @@ def test_an_unreachable_llm_leaves_the_conversation_running(
     assert any("unreachable" in n for n in notices)
     assert records[-1]["type"] == "end" and records[-1]["frames"] == records[0]["frames"]
     assert not [r for r in records if r["type"] == "span"]
+
+
+def test_a_realtime_run_whose_engine_falls_behind_says_so_and_fails(
+    tiny_folder, data_dir, spoken_question, tmp_path
+):
+    """`--realtime` feeds the file as a microphone would: an engine slower than real time
+    (here 0.3 s more for every frame, slower than 80 ms on any machine) drops a frame, and
+    the run fails saying where instead of quietly hearing less."""
+    import time
+
+    from app.conversation.config import ConversationConfig
+    from app.conversation.headless import HeadlessRunError, run_headless
+
+    def slow(engine) -> None:
+        def sleep(_module, _inputs, logits):
+            if logits.shape[1] == 1 and engine.ready.is_set():
+                time.sleep(0.3)
+
+        engine.checkpoint.lm.text_linear.register_forward_hook(sleep)
+
+    transcript = tmp_path / "late.jsonl"
+    with pytest.raises(HeadlessRunError, match="fell behind real time at frame"):
+        run_headless("tiny", spoken_question, tmp_path / "late.wav", transcript, [], seed=1,
+                     conversation=ConversationConfig(realtime=True), engine_hook=slow)
+    last = json.loads(transcript.read_text().splitlines()[-1])
+    assert last["type"] == "error" and "fell behind real time" in last["message"]
