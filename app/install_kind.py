@@ -10,8 +10,11 @@ import sys
 
 from app.paths import REPO_ROOT
 
-# The engine's packages (pyproject.toml's `engine` extra) by the names they are imported as.
+# The engine's packages (pyproject.toml's `engine` extra) by the names they are imported as:
+# the two whose presence makes the full install, and every one whose absence means it is not.
 ENGINE_MODULES = ("torch", "moshi")
+ENGINE_EXTRA_MODULES = (*ENGINE_MODULES, "sentencepiece", "safetensors", "silero_vad",
+                        "bitsandbytes", "huggingface_hub")
 
 
 def engine_installed() -> bool:
@@ -40,6 +43,7 @@ def needs_full_install(what: str) -> str:
 
 
 def is_engine_module_missing(exc: BaseException) -> bool:
-    """An ImportError for one of the engine's packages (the thin client's install)."""
+    """An ImportError for one of the engine extra's packages (the thin client's install):
+    whichever of them a command happens to import first."""
     name = getattr(exc, "name", None) or ""
-    return isinstance(exc, ImportError) and name.split(".")[0] in ENGINE_MODULES
+    return isinstance(exc, ImportError) and name.split(".")[0] in ENGINE_EXTRA_MODULES

@@ -21,7 +21,7 @@ def main_py(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
 def test_usage_errors(tmp_path):
     data = tmp_path / "data"
     bare = main_py("eval", data_dir=data)
-    assert bare.returncode == 2 and "choose qa, make-set or fdb" in bare.stderr
+    assert bare.returncode == 2 and "choose qa, make-set, fdb or fdb3" in bare.stderr
     no_data = main_py("eval", "qa", "--out", str(tmp_path / "o"), data_dir=data)
     assert no_data.returncode == 1
     assert no_data.stderr.startswith("error: --data is needed to run")

@@ -1,5 +1,5 @@
 """The reference's `/ws` as its own browser page uses it (docs/PROTOCOL.md of the Context
-Spanning release, notes/context-spanning-reference.md section 9): the page sends its
+Spanning release): the page sends its
 context after every `ready` and on every edit, clones a voice from a recording, and waits
 for an answer to every `ret`. Here, from a script; tests/server/test_browser_page.py drives
 the same flow from a real browser."""
@@ -29,8 +29,11 @@ DEFAULT_PERSONA = "You are a wise and friendly teacher."  # tiny-cs's manifest
 def tiny_cs_host(tiny_cs_folder):
     checkpoint = load_checkpoint(get_manifest("tiny-cs"), tiny_cs_folder, device="cpu")
     # Random weights never ask: the model's <ret> is forced at frame 3 of each conversation.
-    return EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16,
+    host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16,
                                                 forced_ret_frames=frozenset({3})))
+    host.wait_warm()  # the engine warms once, when the server starts: busy until then
+    yield host
+    assert host.close(), "the host's engine did not stop"
 
 
 def speech_like(seconds: float, seed: int = 0) -> np.ndarray:

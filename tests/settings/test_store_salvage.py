@@ -26,12 +26,14 @@ def _flat(settings: AppSettings) -> dict[str, object]:
 def test_one_bad_byte_resets_only_the_setting_on_its_line(tmp_path: Path) -> None:
     store = SettingsStore(tmp_path / "settings.json")
     store.save(CUSTOM)
-    store.path.write_bytes(store.path.read_bytes().replace(b'"qwen3:4b"', b'"qwen3\xff4b"'))
+    saved = store.path.read_bytes()
+    line = saved[: saved.index(b'"qwen3:4b"')].count(b"\n") + 1  # wherever the schema puts it
+    store.path.write_bytes(saved.replace(b'"qwen3:4b"', b'"qwen3\xff4b"'))
     settings, notice = store.load()
     assert settings == replace(CUSTOM, llm=replace(CUSTOM.llm, model=LlmSettings().model))
     assert notice is not None
     assert "not valid JSON" in notice and "'llm.model'" in notice  # why, and what was reset
-    assert "line 18 could not be read" in notice
+    assert f"line {line} could not be read" in notice
     assert store.load() == (settings, None)  # repaired with what was kept
 
 
