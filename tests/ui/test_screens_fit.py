@@ -22,8 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCREEN = {"screens": [{"name": "1920x1080", "x": 0, "y": 0, "width": 1920, "height": 1080,
                        "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}
 EXPECTED = {"main-window", "main-window-saved-too-large", "main-window-saved-off-screen",
-            "settings-speech", "settings-audio", "settings-assistant", "first-run-moshi",
-            "first-run-gated-personaplex", "speech-recognition-download", "about",
+            "settings-speech", "settings-audio", "settings-assistant", "settings-tools",
+            "first-run-moshi", "first-run-gated-personaplex", "speech-recognition-download",
+            "about",
             "export-file-dialog", "saved-conversation", "close-question"}
 
 

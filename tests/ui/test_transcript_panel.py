@@ -322,9 +322,11 @@ def test_a_span_that_was_never_injected_does_not_read_as_injected(panel: Transcr
                               "read: the connection dropped"), said[2]
     for text in (*said.values(), to_plain_text([never, partly]), to_markdown([never, partly])):
         assert "Injected span" not in text and "not landed yet" not in text, text
-    # Still on its way: it says so.
+    # Still on its way: it says so, and it is an "Injected span" only once it landed.
     assert delegate.meta_text(queued) == "from text you typed · not landed yet"
-    assert "Injected span" in delegate.header_label(queued)
+    assert delegate.header_label(queued) == "⤵ Span …"
+    landed = TranscriptEntry(3, "span", "My notes", T0, 1.0, source="typed", landed_frame=40)
+    assert delegate.header_label(landed) == "⤵ Injected span"
 
 
 def test_the_cancel_button_stays_under_the_pointer_while_words_grow_below(
