@@ -73,6 +73,18 @@ class FrameGather:
         """A row that joins is waited for in its first tick."""
         self._talking.add(row)
 
+    def next_tick(self, live: Sequence[Source], joining: queue.SimpleQueue[Source],
+                  stop: threading.Event) -> list[tuple[Source, object]]:
+        """The items of the next tick (`take`), returned early when a row waits in
+        `joining` or one of `live` asks to leave (the caller's frame boundary comes first).
+        With no live row it waits up to 50 ms for one to join and returns nothing."""
+        if not live:
+            self._wake.wait(0.05)
+            self._wake.clear()
+            return []
+        return self.take(live, stop,
+                         lambda: not joining.empty() or any(s.leaving for s in live))
+
     def take(self, live: Sequence[Source], stop: threading.Event,
              something_else: Callable[[], bool]) -> list[tuple[Source, object]]:
         """One item from every live source that has one, in row order. Returns early

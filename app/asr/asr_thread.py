@@ -16,9 +16,7 @@ desktop, `run`); `Recogniser.open` gives one on a shared recogniser (`serve --sl
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,8 +26,7 @@ from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.asr.kyutai_stt import KyutaiStreamingStt
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
 from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
-from app.frame_gather import queue_frame
-from app.frame_worker import END_OF_INPUT
+from app.frame_row import FrameRow
 
 if TYPE_CHECKING:
     from app.asr.recogniser import Recogniser
@@ -47,7 +44,9 @@ class AsrOptions:
     input_queue_frames: int = 25  # 2 s of audio
 
 
-class StreamingAsr:
+class StreamingAsr(FrameRow[AsrEvent]):
+    runs_once = "a conversation's recognition runs once; open a new one"
+
     def __init__(self, stt: LoadedStt, options: AsrOptions | None = None, *,
                  recogniser: Recogniser | None = None, row: int = 0, owns: bool = False
                  ) -> None:
@@ -61,21 +60,14 @@ class StreamingAsr:
             recogniser = Recogniser(stt, 1)
             owns = True
             recogniser.hold(0, self)
+        super().__init__(recogniser, row, self.options.input_queue_frames, owns)
+        # `ready`: its row joined, frames are recognised.
         self._recogniser = recogniser
-        self.row = row
-        self.owns_recogniser = owns
         use_stt = stt.end_of_speech is not None and not self.options.force_vad
         self.end_of_turn_by = "stt" if use_stt else "vad"
-        self.events: queue.SimpleQueue[AsrEvent] = queue.SimpleQueue()
-        self.ready = threading.Event()  # its row joined: frames are recognised
-        self.dropped_frames = 0
         # Frames fully processed: their words, partials and finals are already in `events`.
         self.frames_done = 0
-        self._input: queue.Queue[object] = queue.Queue(self.options.input_queue_frames)
         self._progress = threading.Condition()
-        self._started = False
-        self._leave = threading.Event()
-        self._ended = threading.Event()
         self._stream: KyutaiStreamingStt | None = None
         self._vad: SileroTurnDetector | None = None
         self._words: list[AsrWord] = []  # the utterance so far
@@ -84,67 +76,6 @@ class StreamingAsr:
         self._missed_in_turn = 0  # frames dropped since the previous turn ended
 
     # ---- any thread -------------------------------------------------------------------
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    def start(self) -> None:
-        if self._started:
-            raise RuntimeError("a conversation's recognition runs once; open a new one")
-        self._started = True
-        if self.owns_recogniser and not self._recogniser.running:
-            self._recogniser.start()
-        self._recogniser.request_join(self)
-
-    def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
-        """Queue one 1920-sample frame. With timeout 0 (live audio) a full queue drops the
-        frame and counts it; a file feeder passes a timeout and waits for room."""
-        if not queue_frame(self._input, pcm, timeout):
-            self.dropped_frames += 1
-            return False
-        self._recogniser.wake()
-        return True
-
-    def finish_input(self, timeout: float | None = 10.0) -> None:
-        """No more frames: the queue is drained, the last words flushed, and it ends.
-
-        The end of input is not an end of turn: an utterance still open gets its words,
-        but no AsrFinal (pad a file with silence to have its last turn ended).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                self._input.put(END_OF_INPUT, timeout=0.2)
-                self._recogniser.wake()
-                return
-            except queue.Full:
-                if self._leave.is_set() or self._ended.is_set() or self._recogniser.stopped:
-                    return  # nobody will read it
-                if deadline is not None and time.monotonic() > deadline:
-                    raise
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """End now (queued frames are dropped) and wait. True once it has ended."""
-        self._leave.set()
-        self._recogniser.request_leave(self)
-        if self.owns_recogniser:
-            self._recogniser.stop(0.0)  # nobody else joins it: its thread ends after this
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        if not self._started and not self._leave.is_set():
-            return True
-        deadline = time.monotonic() + timeout
-        if not self._ended.wait(timeout):
-            return False
-        if self.owns_recogniser:
-            return self._recogniser.join(max(0.0, deadline - time.monotonic()))
-        return True
-
-    @property
-    def running(self) -> bool:
-        return self._started and not self._ended.is_set()
 
     def wait_frames(self, count: int, timeout: float) -> bool:
         """Block until `count` frames are processed, with every event they gave already in
@@ -156,24 +87,11 @@ class StreamingAsr:
 
     # ---- the recogniser's thread ----------------------------------------------------------
 
-    @property
-    def leaving(self) -> bool:
-        return self._leave.is_set()
-
-    def next_item(self) -> object | None:
-        try:
-            return self._input.get_nowait()
-        except queue.Empty:
-            return None
-
-    def emit(self, event: AsrEvent) -> None:
-        self.events.put(event)
-
     def ended(self) -> None:
         if self._stream is not None:
             self._stream.close()
         with self._progress:  # a waiter learns that no more frames will be counted
-            self._ended.set()
+            super().ended()
             self._progress.notify_all()
 
     def join_row(self) -> None:

@@ -124,7 +124,7 @@ class Recogniser(ThreadOwner):
             self._live.remove(asr)
         self._gather.forget(asr.row)
         asr.ended()
-        if asr.owns_recogniser:
+        if asr.owns_host:
             self._stop.set()
 
     def _fail(self, asr: StreamingAsr, exc: Exception) -> None:
@@ -152,17 +152,10 @@ class Recogniser(ThreadOwner):
             self._live.append(asr)
             self._gather.joined(asr.row)
 
-    def _at_boundary(self) -> bool:
-        return not self._joining.empty() or any(asr.leaving for asr in self._live)
-
     def _tick(self) -> None:
         self._boundary()
-        if not self._live:
-            self._wake_up.wait(0.05)
-            self._wake_up.clear()
-            return
         frames: list[tuple[StreamingAsr, np.ndarray]] = []
-        for asr, item in self._gather.take(self._live, self._stop, self._at_boundary):
+        for asr, item in self._gather.next_tick(self._live, self._joining, self._stop):
             if item is END_OF_INPUT:
                 try:
                     asr.end_of_input()

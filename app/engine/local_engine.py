@@ -375,7 +375,7 @@ class LocalEngine(ThreadOwner):
         self._gather.forget(conversation.row)
         conversation.emit(EngineStopped(conversation.frame_index, reason))
         conversation.ended()
-        if conversation.owns_engine:  # nobody else will ever join this engine
+        if conversation.owns_host:  # nobody else will ever join this engine
             self._stop.set()
 
     def _fail(self, conversation: RowConversation, exc: Exception) -> None:
@@ -440,18 +440,10 @@ class LocalEngine(ThreadOwner):
 
     # ---- one tick -----------------------------------------------------------------------
 
-    def _at_boundary(self) -> bool:
-        """A conversation waits to join or to leave."""
-        return not self._joining.empty() or any(c.leaving for c in self._live)
-
     def _tick(self) -> None:
         self._boundary()
-        if not self._live:
-            self._wake_up.wait(0.05)
-            self._wake_up.clear()
-            return
         frames: list[_Frame] = []
-        for conversation, item in self._gather.take(self._live, self._stop, self._at_boundary):
+        for conversation, item in self._gather.next_tick(self._live, self._joining, self._stop):
             if item is END_OF_INPUT:
                 self._free(conversation, "end of input")
             else:

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from app.engine.context_ledger import ContextLedger
 from app.engine.events import EngineEvent, SpanChunkInjected
@@ -34,8 +32,7 @@ from app.engine.speech_engine import (
     EngineOptions,
     EngineStoppedError,
 )
-from app.frame_gather import queue_frame
-from app.frame_worker import END_OF_INPUT
+from app.frame_row import FrameRow
 from app.frames import FRAME_MS
 
 if TYPE_CHECKING:
@@ -95,22 +92,17 @@ class _Figures:
         return ConversationStats(row, frames, late, p50, p99, spans, dropped_frames)
 
 
-class RowConversation:
+class RowConversation(FrameRow[Any]):
+    runs_once = "a conversation runs once; open a new one to start again"
+
     def __init__(self, engine: LocalEngine, row: int, options: EngineOptions,
                  events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
                  ) -> None:
+        super().__init__(engine, row, options.input_queue_frames, owns_engine, events)
+        # `ready`: its conversation start is in; frames are stepped.
         self.options = options
-        self.row = row
-        self.events: queue.SimpleQueue[Any] = events if events is not None else queue.SimpleQueue()
-        self.owns_engine = owns_engine
-        self.dropped_frames = 0
         self.frame_index = 0
-        self.ready = threading.Event()  # its conversation start is in; frames are stepped
         self._engine = engine
-        self._input: queue.Queue[object] = queue.Queue(options.input_queue_frames)
-        self._started = False
-        self._leave = threading.Event()  # asked to leave
-        self._ended = threading.Event()  # left: the row is free
         self.ledger = ContextLedger(engine.context_window)
         self.span_tokenizer = engine.new_span_tokenizer()
         # A block is never split: its limit is the longest block, whatever the chunk limit.
@@ -147,71 +139,14 @@ class RowConversation:
         this device, once the conversation is ready (0 before)."""
         return self.span_tokenizer.content_budget if self.ready.is_set() else 0
 
-    @property
-    def started(self) -> bool:
-        return self._started
-
     def start(self) -> None:
-        if self._started:
-            raise RuntimeError("a conversation runs once; open a new one to start again")
         if self._leave.is_set() or self._ended.is_set():
             raise EngineStoppedError("the conversation was stopped before it started")
-        self._started = True
-        if self.owns_engine and not self._engine.running:
-            self._engine.start()
-        self._engine.request_join(self)
-
-    def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool:
-        if not queue_frame(self._input, pcm, timeout):
-            self.dropped_frames += 1
-            return False
-        self._engine.wake()
-        return True
-
-    def finish_input(self, timeout: float | None = 10.0) -> None:
-        """No more frames: the conversation leaves once its queued frames are stepped.
-        Waits for room while it lives; raises queue.Full only when `timeout` passes with
-        the conversation alive and its queue full."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                self._input.put(END_OF_INPUT, timeout=0.2)
-                self._engine.wake()
-                return
-            except queue.Full:
-                if self._leave.is_set() or self._ended.is_set() or self._engine.stopped:
-                    return  # nobody will read it
-                if deadline is not None and time.monotonic() > deadline:
-                    raise
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Leave now (queued frames are dropped) and wait. True once the row is free (and,
-        for a conversation that owns its engine, the engine's thread has ended)."""
-        self._leave.set()
-        self._engine.request_leave(self)
-        if self.owns_engine:
-            self._engine.stop(0.0)  # nobody else joins it: its thread ends after this row
-        return self.join(timeout)
-
-    def join(self, timeout: float = 10.0) -> bool:
-        """Wait for the conversation to end (and, for one that owns its engine, for the
-        engine's thread: the model is free for another once this returns True)."""
-        if not self._started and not self._leave.is_set():
-            return True
-        deadline = time.monotonic() + timeout
-        if not self._ended.wait(timeout):
-            return False
-        if self.owns_engine:
-            return self._engine.join(max(0.0, deadline - time.monotonic()))
-        return True
-
-    @property
-    def running(self) -> bool:
-        return self._started and not self._ended.is_set()
+        super().start()
 
     def inject(self, text: str, source: str, at_frame: int = 0,
                origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
-        if self._leave.is_set() or self._ended.is_set() or self._engine.stopped:
+        if self._gone:
             raise EngineStoppedError(
                 f"the conversation has ended: the span from {source} was not injected")
         return self.injector.submit(text, source, not_before_frame=at_frame,
@@ -221,23 +156,6 @@ class RowConversation:
         return self.counters.snapshot(self.row, self.dropped_frames)
 
     # ---- the engine's thread ---------------------------------------------------------------
-
-    @property
-    def leaving(self) -> bool:
-        return self._leave.is_set()
-
-    def next_item(self) -> object | None:
-        """The next frame or END_OF_INPUT, or None when none is queued."""
-        try:
-            return self._input.get_nowait()
-        except queue.Empty:
-            return None
-
-    def emit(self, event: EngineEvent) -> None:
-        self.events.put(event)
-
-    def ended(self) -> None:
-        self._ended.set()
 
     def fit_to_budget(self, budget: ChunkBudget | None) -> None:
         """Its limits from the budget the engine measured at warm-up (it may ask for less):
