@@ -130,8 +130,7 @@ class DesktopApp(QObject):
                  model_dialog: Callable[..., ModelDialog] | None = None) -> None:
         from app.ui.download_dialog import ModelMissingDialog
 
-        super().__init__(window)
-        self.window = window
+        super().__init__(window)  # its parent: `window` below, held by no reference of ours
         self.controller = controller
         self.store = store
         self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
@@ -139,6 +138,12 @@ class DesktopApp(QObject):
         controller.preflight = self.preflight
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
+
+    @property
+    def window(self):
+        """The app's window (our parent: a reference of ours would make it cyclic garbage,
+        freed by the collector instead of when it closes)."""
+        return self.parent()
 
     # ---- settings ---------------------------------------------------------------------------
 
