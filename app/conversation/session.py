@@ -2,8 +2,10 @@
 
 No Qt here: the desktop app wraps a session in a QObject that turns the listener's calls
 into signals. Loading and running happen on the session's own thread; every call from the
-GUI thread returns at once: what it asks is a message (session_messages.py) that the
-session's thread handles, in order, so the transcript has one writer. The model's voice
+GUI thread returns at once: what it asks is a message in the session's one inbox
+(session_messages.py), where the pipeline's events, the LLM probe's verdict and the audio's
+failures arrive too; the session's thread handles them in order, so the transcript has one
+writer. The model's voice
 does not wait on that thread: the pipeline's router hands each frame to the speaker.
 
 Text always works. Without a microphone the model hears silence at a microphone's pace
@@ -41,9 +43,11 @@ from app.conversation.llm_probe import LlmProbed, probe_in_background
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
     ApplySettings,
+    AudioFailed,
     InjectText,
+    ResumeAsked,
     SendText,
-    SessionMessage,
+    StopAsked,
 )
 from app.conversation.transcript.builder import TranscriptBuilder, llm_label
 from app.conversation.transcript.entries import TranscriptEntry
@@ -109,6 +113,9 @@ class SessionStatus:
     bytes_sent: int = 0
     bytes_received: int = 0
 
+
+# The GUI thread's requests: handled once the engine is up, in the order posted.
+_REQUESTS = (ApplySettings, SendText, InjectText)
 
 class SessionListener(Protocol):
     # loading / running / paused (audio off, text on) / stopped / error / model_missing
@@ -207,16 +214,17 @@ class ConversationSession:
         self._status = SessionStatus()
         self._muted = False
         self._audio_error: str | None = None  # set from the audio's error callback
-        self._resume = threading.Event()
-        # The GUI thread's requests, in the order asked; handled once the engine is up.
-        self._control: queue.SimpleQueue[SessionMessage] = queue.SimpleQueue()
+        # The one inbox (session_messages.py): the GUI thread's requests, the pipeline's
+        # events, the LLM probe's verdicts, the audio's failures, resume and stop.
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # Taken from the inbox before the engine was up: handled once it is, in order.
+        self._deferred: list[object] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             ApplySettings: self._on_apply_settings, SendText: self._on_send_text,
             InjectText: self._on_inject_text,
         }
         self._audio_missing: tuple[str, ...] = ()  # "microphone", "speaker": not in use now
         self._audio_said: set[tuple[str, ...]] = set()  # no-device notices already shown
-        self._probes: queue.SimpleQueue[LlmProbed] = queue.SimpleQueue()  # the LLM's answers
         self._probing: object | None = None  # the backend the latest probe asks
 
     # ---- GUI thread (returns at once) -------------------------------------------------
@@ -230,6 +238,7 @@ class ConversationSession:
     def request_stop(self) -> None:
         """Ask the session to wind down on its own thread; returns at once."""
         self._stop.set()
+        self._inbox.put(StopAsked())  # the session's wait ends at once
         pipeline = self._pipeline
         if pipeline is not None and pipeline.orchestrator is not None:
             pipeline.orchestrator.cancel_pending("the conversation stopped")
@@ -258,7 +267,7 @@ class ConversationSession:
     def resume(self) -> None:
         """After an audio device problem: open the devices again, same conversation; after
         a dropped connection to the speech server: try it again now."""
-        self._resume.set()
+        self._inbox.put(ResumeAsked())
 
     def set_muted(self, muted: bool) -> None:
         self._muted = muted
@@ -275,30 +284,34 @@ class ConversationSession:
         """Apply at once what can be (the LLM side, tools, echo mode, voice levelling; mute
         is `set_muted`); returns what applies only after a restart, in words."""
         needs_restart = restart_needed(self._started_with, settings)
-        self._control.put(ApplySettings(settings))  # before what is typed after it
+        self._inbox.put(ApplySettings(settings))  # before what is typed after it
         return needs_restart
 
     def send_text(self, text: str) -> None:
         """A typed question: shown as the user's, and asked to the LLM."""
         text = text.strip()
         if text:
-            self._control.put(SendText(text))
+            self._inbox.put(SendText(text))
 
     def inject_text(self, text: str, source: str) -> None:
         """'Read this': text the user pasted or dropped goes in as a span, as-is."""
-        self._control.put(InjectText(text, source))
+        self._inbox.put(InjectText(text, source))
 
     # ---- session thread: the GUI thread's requests, one handler each --------------------
 
-    def _run_control(self) -> None:
-        """What the GUI thread asked since the last time, in order (a question typed after
-        new settings goes to the new LLM)."""
-        while True:
-            try:
-                message = self._control.get_nowait()
-            except queue.Empty:
-                return
-            self._handlers[type(message)](message)
+    def _run_deferred(self, requests_only: bool) -> None:
+        """What arrived while the engine loaded, in order (a question typed after new
+        settings goes to the new LLM). `requests_only`: the GUI's requests now, the rest
+        (resume, an audio failure) once the audio runs."""
+        kept: list[object] = []
+        for message in self._deferred:
+            if isinstance(message, _REQUESTS):
+                self._handlers[type(message)](message)
+            elif requests_only:
+                kept.append(message)
+            else:
+                self._dispatch(message)
+        self._deferred = kept
 
     def _on_apply_settings(self, message: ApplySettings) -> None:
         self._apply(message.settings)
@@ -405,10 +418,11 @@ class ConversationSession:
             orchestrator = pipeline.orchestrator
             self._pipeline = pipeline
             pipeline.set_audio_sink(self._play)  # the voice never waits on this thread
+            pipeline.events = self._inbox  # its router posts its events into the inbox
             pipeline.start()
-            self._wait_ready(pipeline)
+            self._wait_ready()
             self._engine = engine
-            self._run_control()  # what was asked while the engine loaded, in order
+            self._run_deferred(requests_only=True)  # asked while the engine loaded, in order
             self._status = self._first_status(engine, orchestrator is not None)
             if orchestrator is not None:  # is the LLM there? said before the first question
                 self._probe_llm(config)
@@ -431,11 +445,13 @@ class ConversationSession:
         """What was typed or dropped but never reached the conversation (the model did not
         load, or it stopped first) is shown, with why, not lost."""
         unsent = False
+        left, self._deferred = self._deferred, []
         while True:
             try:
-                message = self._control.get_nowait()
+                left.append(self._inbox.get_nowait())
             except queue.Empty:
                 break
+        for message in left:
             if isinstance(message, SendText):
                 for entry in self._builder.typed(message.text):
                     self._listener.on_entry(entry)
@@ -468,23 +484,26 @@ class ConversationSession:
                              llm_state=llm_state,
                              server=self.settings.engine.server_url.strip() if remote else "")
 
-    def _wait_ready(self, pipeline: ConversationPipeline) -> None:
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 600.0  # a 7B warm-up on a slow GPU, generously
         while not self._stop.is_set() and time.monotonic() < deadline:
-            event = self._next(pipeline, 0.1)
-            if isinstance(event, ev.EngineReady):
+            message = self._next(min(1.0, max(0.0, deadline - time.monotonic())))
+            if isinstance(message, ev.EngineReady):
                 return
-            if isinstance(event, ev.EngineError):
-                raise RuntimeError(event.message)
-            if event is not None:
-                self._handle(event)
+            if isinstance(message, ev.EngineError):
+                raise RuntimeError(message.message)
+            if isinstance(message, (*_REQUESTS, ResumeAsked,
+                                    AudioFailed)):
+                self._deferred.append(message)  # once the engine is up
+            elif message is not None and not isinstance(message, StopAsked):
+                self._handle(message)
         if not self._stop.is_set():
             raise TimeoutError("the speech model did not get ready within 10 minutes")
 
-    @staticmethod
-    def _next(pipeline: ConversationPipeline, timeout: float) -> object | None:
+    def _next(self, timeout: float) -> object | None:
+        """The inbox's next message, or None after `timeout` seconds."""
         try:
-            return pipeline.events.get(timeout=timeout)
+            return self._inbox.get(timeout=timeout)
         except queue.Empty:
             return None
 
@@ -498,7 +517,8 @@ class ConversationSession:
         return audio
 
     def _on_audio_error(self, message: str) -> None:
-        self._audio_error = message
+        self._audio_error = message  # read at once while the devices open
+        self._inbox.put(AudioFailed(message))  # handled by the session's thread
 
     def _start_audio(self, pipeline: ConversationPipeline) -> None:
         """Open the devices; what cannot be opened is a mode (see the module docstring)."""
@@ -652,55 +672,61 @@ class ConversationSession:
         except ValueError:
             return  # said when the conversation's own backend was built
         self._probing = backend
-        probe_in_background(backend, self.settings.llm.host, self._probes.put)
+        probe_in_background(backend, self.settings.llm.host, self._inbox.put)
 
-    def _take_probes(self) -> None:
+    def _take_probe(self, probed: LlmProbed) -> None:
         """The probe's verdict, applied on this thread; stale once the backend changed."""
-        while True:
-            try:
-                probed = self._probes.get_nowait()
-            except queue.Empty:
-                return
-            pipeline = self._pipeline
-            orchestrator = pipeline.orchestrator if pipeline is not None else None
-            if orchestrator is None or probed.backend is not self._probing:
-                continue  # the LLM was changed or turned off since
-            if self._status.llm_state not in ("idle", "off"):  # a question went meanwhile
-                continue
-            self._status = _with(self._status, llm_state=probed.state,
-                                 llm_message=probed.message)
-            self._listener.on_status(self._status)
-            if probed.state != "idle":
-                self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
-                             f"speech model talks on; check {SETTINGS_HOST}.", "warning")
+        pipeline = self._pipeline
+        orchestrator = pipeline.orchestrator if pipeline is not None else None
+        if orchestrator is None or probed.backend is not self._probing:
+            return  # the LLM was changed or turned off since
+        if self._status.llm_state not in ("idle", "off"):  # a question went meanwhile
+            return
+        self._status = _with(self._status, llm_state=probed.state,
+                             llm_message=probed.message)
+        self._listener.on_status(self._status)
+        if probed.state != "idle":
+            self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
+                         f"speech model talks on; check {SETTINGS_HOST}.", "warning")
 
     # ---- the event loop -----------------------------------------------------------------
 
-    def _pump(self, pipeline: ConversationPipeline) -> None:
-        last_status = 0.0
-        while not self._stop.is_set():
-            self._run_control()
-            self._take_probes()
-            if self._audio_error is not None:
+    def _dispatch(self, message: object) -> None:
+        """One message of the inbox, on the session's thread (the engine is up)."""
+        pipeline = self._pipeline
+        if isinstance(message, _REQUESTS):
+            self._handlers[type(message)](message)
+        elif isinstance(message, LlmProbed):
+            self._take_probe(message)
+        elif isinstance(message, AudioFailed):
+            if self._audio_error is not None and pipeline is not None:  # not yet handled
                 self._lose_audio(pipeline)
-            if self._resume.is_set():
-                self._resume.clear()
-                if self._audio_missing:
-                    self._reopen_audio(pipeline)
-                if self._remote_down and self._remote is not None:
-                    self._remote.reconnect_now()
+        elif isinstance(message, ResumeAsked):
+            if self._audio_missing and pipeline is not None:
+                self._reopen_audio(pipeline)
+            if self._remote_down and self._remote is not None:
+                self._remote.reconnect_now()
+        elif not isinstance(message, StopAsked):
+            self._handle(message)  # an event of the pipeline
+
+    def _pump(self, pipeline: ConversationPipeline) -> None:
+        self._run_deferred(requests_only=False)  # a resume asked while it loaded, say
+        next_status = 0.0  # the status bar's first figures at once
+        while not self._stop.is_set():
+            wait = max(0.0, next_status - time.monotonic())
+            message = self._next(min(wait, self._status_interval_s))
+            if isinstance(message, ev.EngineStopped):
+                if message.reason == "error":
+                    raise RuntimeError("the speech engine stopped after an error")
+                return
+            if message is not None:
+                self._dispatch(message)
             audio = self._audio
-            event = self._next(pipeline, 0.05)
-            if event is not None:
-                if isinstance(event, ev.EngineStopped):
-                    if event.reason == "error":
-                        raise RuntimeError("the speech engine stopped after an error")
-                    return
-                else:
-                    self._handle(event)
             now = time.monotonic()
-            if now - last_status >= self._status_interval_s and audio is not None:
-                last_status = now
+            if now < next_status:
+                continue
+            next_status = now + self._status_interval_s
+            if audio is not None:
                 mic, speaker = audio.levels()
                 counters = audio.counters()
                 self._status = _with(self._status, mic_db=mic, speaker_db=speaker,

@@ -1,9 +1,17 @@
-"""What the GUI thread asks of a running session: one frozen message per request.
+"""The session's one inbox: every kind of message its thread handles, each a frozen type.
 
-The GUI thread posts these and returns at once; the session's thread handles them in the
-order posted, one handler per type, once the speech engine is up (those posted while it
-loads wait in the queue, in order). Everything they change (the transcript's entries, the
-LLM side, the engine's spans) is then changed by the session's thread alone.
+Every source posts into the one queue and the session's thread alone reads it, one message
+at a time, waiting with a timeout (the status bar's interval) when it is empty, as the
+orchestrator reads its own (app/orchestrator/messages.py):
+
+- the GUI thread's requests (`ApplySettings`, `SendText`, `InjectText`), which return at
+  once; handled in the order posted once the speech engine is up (those posted while it
+  loads wait, in order), so the transcript has one writer;
+- the pipeline's events (engine, recogniser, orchestrator, a server's link): the pipeline's
+  router posts them here (`ConversationPipeline.events` is this queue);
+- the LLM probe's verdict (`app.conversation.llm_probe.LlmProbed`), from its thread;
+- `AudioFailed` from the audio's callback, `ResumeAsked` and `StopAsked` from the GUI
+  thread: they wake the wait at once instead of being noticed at the next poll.
 """
 
 from __future__ import annotations
@@ -35,4 +43,22 @@ class InjectText:
     source: str
 
 
+@dataclass(frozen=True)
+class AudioFailed:
+    """An audio device failed (its stream's callback said so): go on without audio."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ResumeAsked:
+    """Resume: open the audio devices again, or reconnect to the speech server now."""
+
+
+@dataclass(frozen=True)
+class StopAsked:
+    """Stop: wakes the session's wait (the stop itself is its stop event)."""
+
+
+# What the GUI thread asks: handled once the engine is up, in order.
 SessionMessage = ApplySettings | SendText | InjectText

@@ -6,6 +6,7 @@ import importlib.metadata
 import platform
 
 from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 
@@ -38,5 +39,6 @@ def about_box(parent: QWidget, model: str, device: str, llm: str = "") -> QMessa
     """The About box, shown window-modal without blocking (close it with OK or Esc)."""
     box = QMessageBox(QMessageBox.Icon.Information, "About ContextSpan",
                       about_text(model, device, llm), QMessageBox.StandardButton.Ok, parent)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)  # closed, it dies (GUI thread)
     box.open()
     return box

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -86,7 +87,8 @@ def run_app(screenshot: Path | None = None,
     app.setApplicationName("ContextSpan")
     from app.ui.gui_thread_gc import GuiThreadCollector
 
-    GuiThreadCollector(app).start()  # background threads never destroy our widgets
+    collector = GuiThreadCollector(app)
+    collector.start()  # background threads never destroy our widgets
     if screenshot is not None:
         return _screenshot_in_throwaway_dirs(app, screenshot)
     store = SettingsStore()
@@ -104,10 +106,16 @@ def run_app(screenshot: Path | None = None,
     _install_error_hooks(window)
     desktop = DesktopApp(window, controller, store)
     window.show()
-    QTimer.singleShot(0, lambda: desktop.first_run(notice))
+    QTimer.singleShot(0, partial(_started, desktop, notice, collector))
     if script is not None:
         QTimer.singleShot(0, lambda: script(window, controller))
     return desktop.finish(app.exec())
+
+
+def _started(desktop: DesktopApp, notice: str | None, collector) -> None:
+    """The window is up: the first run's questions, then start-up is over (gc.freeze)."""
+    desktop.first_run(notice)
+    collector.freeze_after_start_up()
 
 
 class DesktopApp(QObject):
@@ -122,8 +130,7 @@ class DesktopApp(QObject):
                  model_dialog: Callable[..., ModelDialog] | None = None) -> None:
         from app.ui.download_dialog import ModelMissingDialog
 
-        super().__init__(window)
-        self.window = window
+        super().__init__(window)  # its parent: `window` below, held by no reference of ours
         self.controller = controller
         self.store = store
         self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
@@ -131,6 +138,12 @@ class DesktopApp(QObject):
         controller.preflight = self.preflight
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
+
+    @property
+    def window(self):
+        """The app's window (our parent: a reference of ours would make it cyclic garbage,
+        freed by the collector instead of when it closes)."""
+        return self.parent()
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -155,8 +168,13 @@ class DesktopApp(QObject):
                                 play_test_tone=play_test_tone_blocking,
                                 conversation_running=self.controller.running,
                                 device_survey=survey_devices)
-        if dialog.exec():
-            self.settings_accepted(dialog.settings())
+        try:
+            if dialog.exec():
+                self.settings_accepted(dialog.settings())
+        finally:
+            # Built afresh at each opening (it shows the settings of now, its tabs start
+            # their jobs anew) and deleted once closed, on this thread.
+            dialog.deleteLater()
 
     def settings_accepted(self, settings) -> None:
         """Saved; the running conversation applies what it can now, the window offers a
@@ -223,7 +241,10 @@ class DesktopApp(QObject):
         shown = {"notice": notice} if notice else {}
         dialog = self.model_dialog(manifest, parent=self.window, folder=folder,
                                    plan_settings=self.window.settings, **shown)
-        chosen = dialog.chosen() if dialog.exec() else None  # accepted: a choice was made
+        try:
+            chosen = dialog.chosen() if dialog.exec() else None  # accepted: a choice was made
+        finally:
+            _delete_later(dialog)
         if chosen is None:
             self.window.show_error(f"{manifest.display_name} is not on disk: open Settings to "
                                    "pick another model, or press Start again to download it.")
@@ -266,7 +287,10 @@ class DesktopApp(QObject):
         except CheckpointMissingError:
             pass
         dialog = self.model_dialog(manifest, parent=self.window)
-        chosen = dialog.chosen() if dialog.exec() else None
+        try:
+            chosen = dialog.chosen() if dialog.exec() else None
+        finally:
+            _delete_later(dialog)
         if chosen is not None and chosen[0] == "none":
             self.use_settings(replace(self.window.settings,
                                       llm=replace(llm, stt_model="none")))
@@ -305,6 +329,12 @@ class DesktopApp(QObject):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _delete_later(dialog: object) -> None:
+    """A closed dialog dies on the GUI thread (a caller's own stand-in may be no QObject)."""
+    if isinstance(dialog, QObject):
+        dialog.deleteLater()
 
 
 def welcome_text(settings) -> str:

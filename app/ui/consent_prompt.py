@@ -55,9 +55,9 @@ class ConsentPrompt(QFrame):
             row.addWidget(button)
         row.addStretch(1)
         layout.addLayout(row)
-        self.allow_button.clicked.connect(lambda: self._answer("allow"))
-        self.session_button.clicked.connect(lambda: self._answer("allow_session"))
-        self.deny_button.clicked.connect(lambda: self._answer("deny"))
+        self.allow_button.clicked.connect(self._allow)
+        self.session_button.clicked.connect(self._allow_for_session)
+        self.deny_button.clicked.connect(self._deny)
         self.hide()
         self._detach = self.broker.attach_prompt()
         self.destroyed.connect(self._detach)  # the detach holds the broker, not this widget
@@ -92,6 +92,15 @@ class ConsentPrompt(QFrame):
             text += f" ({more} more waiting after this one.)"
         self.question.setText(visible_controls(text))
         self.show()
+
+    def _allow(self, *_checked: object) -> None:
+        self._answer("allow")
+
+    def _allow_for_session(self, *_checked: object) -> None:
+        self._answer("allow_session")
+
+    def _deny(self, *_checked: object) -> None:
+        self._answer("deny")
 
     def _answer(self, decision: Decision) -> None:
         request = self._request

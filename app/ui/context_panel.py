@@ -56,10 +56,12 @@ class ContextPanel(QWidget):
         self._entries: dict[tuple[str, int], TranscriptEntry] = {}
         self._ended: set[tuple[str, int]] = set()  # their session ended
         model.rowsInserted.connect(self._rows_changed)
-        model.dataChanged.connect(lambda first, last, *_: self._rows_changed(
-            QModelIndex(), first.row(), last.row()))
+        model.dataChanged.connect(self._data_changed)
         model.modelReset.connect(self.clear)
         self._summarise()
+
+    def _data_changed(self, first: QModelIndex, last: QModelIndex, *_roles: object) -> None:
+        self._rows_changed(QModelIndex(), first.row(), last.row())
 
     def _rows_changed(self, _parent: QModelIndex | QPersistentModelIndex, first: int,
                       last: int) -> None:

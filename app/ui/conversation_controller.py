@@ -1,8 +1,10 @@
 """The GUI side of a session: its listener calls become Qt signals carrying plain data.
 
-Signals emitted from the session's thread reach slots on the GUI thread as queued calls,
-so the GUI thread only draws. Start, stop, a second start, a restart and the shutdown on
-close are all non-blocking: sessions wind down on their own threads and a timer notices.
+The session's threads reach the GUI thread through the one bridge (gui_bridge.py): its
+listener is a plain object that posts each call, and the controller emits the signal on the
+GUI thread, so no signal is emitted from another thread and the GUI thread only draws.
+Start, stop, a second start, a restart and the shutdown on close are all non-blocking:
+sessions wind down on their own threads and a timer notices.
 """
 
 from __future__ import annotations
@@ -18,11 +20,38 @@ from app.conversation.audio_source import AudioSource
 from app.conversation.session import CheckpointCache, ConversationSession, SessionStatus
 from app.conversation.transcript.entries import TranscriptEntry
 from app.settings.schema import AppSettings
+from app.ui.gui_bridge import ToGui
 
 # Threads a conversation runs; what is still alive of these is named when closing is slow.
 CONVERSATION_THREADS = ("conversation", "duplex-engine", "orchestrator", "pipeline-router",
                         "llm-turn-", "llm-retrieval-", "streaming-asr", "user-levelling",
                         "silent-microphone", "live-audio", "file-audio", "remote-engine")
+
+
+# The states a session ends in by itself (the last it says before its threads end).
+ENDED_STATES = ("stopped", "error", "model_missing")
+
+
+class _SessionListener:
+    """What a session's threads call: plain Python, no Qt object. Each call is posted to the
+    controller on the GUI thread; the entry sinks (the autosave) run here, at once."""
+
+    def __init__(self, controller: ConversationController) -> None:
+        self.state = ToGui(controller._state_from_session)
+        self.entry = ToGui(controller._entry_from_session)
+        self.status = ToGui(controller._status_from_session)
+        self.entry_sinks = controller.entry_sinks  # the same list: sinks added later count
+
+    def on_state(self, state: str, detail: str) -> None:
+        self.state.post(state, detail)
+
+    def on_entry(self, entry: TranscriptEntry) -> None:
+        for sink in self.entry_sinks:  # e.g. the autosave: it must not wait for the GUI
+            sink(entry)
+        self.entry.post(entry)
+
+    def on_status(self, status: SessionStatus) -> None:
+        self.status.post(status)
 
 
 class ConversationController(QObject):
@@ -38,6 +67,7 @@ class ConversationController(QObject):
         self._cache = CheckpointCache()
         self._session: ConversationSession | None = None
         self._stopping: list[ConversationSession] = []
+        self._listeners: dict[ConversationSession, _SessionListener] = {}
         self._closing: list[ConversationSession] = []
         self._start_when_stopped: AppSettings | None = None
         self.state = "idle"
@@ -53,16 +83,16 @@ class ConversationController(QObject):
         self._reaper.timeout.connect(self._reap)
         self.state_changed.connect(self._remember_state)
 
-    # Listener interface, called on the session's thread: only emit.
-    def on_state(self, state: str, detail: str) -> None:
+    # What the session's listener posted, on the GUI thread.
+    def _state_from_session(self, state: str, detail: str) -> None:
         self.state_changed.emit(state, detail)
+        if state in ENDED_STATES:  # its threads wind down: the reaper notices the end
+            self._reaper.start()
 
-    def on_entry(self, entry: TranscriptEntry) -> None:
-        for sink in self.entry_sinks:  # e.g. the autosave: it must not wait for the GUI
-            sink(entry)
+    def _entry_from_session(self, entry: TranscriptEntry) -> None:
         self.entry.emit(entry)
 
-    def on_status(self, status: SessionStatus) -> None:
+    def _status_from_session(self, status: SessionStatus) -> None:
         self.status.emit(status)
 
     @Slot(str, str)
@@ -89,7 +119,11 @@ class ConversationController(QObject):
             if checked is None:
                 return
             settings = checked
-        self._session = ConversationSession(settings, self, self._audio_factory, self._cache)
+        listener = _SessionListener(self)
+        self._session = ConversationSession(settings, listener, self._audio_factory,
+                                            self._cache)
+        self._listeners[self._session] = listener
+        listener.state.expect()  # the bridge polls until this session has ended
         self.state_changed.emit("loading", "Starting…")
         self._session.start()
 
@@ -111,13 +145,21 @@ class ConversationController(QObject):
         self._reaper.start()
 
     def _reap(self) -> None:
+        self._forget_ended()
         self._stopping = [s for s in self._stopping if s.running]
-        if self._stopping:
+        ending = self._session in self._listeners and self.state in ENDED_STATES
+        if self._stopping or ending:
             return
         self._reaper.stop()
         settings, self._start_when_stopped = self._start_when_stopped, None
         if settings is not None and self._session is None:
             self.start(settings)
+
+    def _forget_ended(self) -> None:
+        """Sessions whose threads ended: the bridge stops waiting for them (what they posted
+        is still delivered)."""
+        for session in [s for s in self._listeners if not s.running]:
+            self._listeners.pop(session).state.settle()
 
     def apply_settings(self, settings: AppSettings) -> tuple[str, ...]:
         """Settings changed (dialog OK): the running conversation applies what it can at
@@ -147,7 +189,9 @@ class ConversationController(QObject):
     def wait_shutdown(self, timeout: float) -> bool:
         """After begin_shutdown: wait (bounded) for the sessions; True when all ended."""
         deadline = time.monotonic() + timeout
-        return all([s.join(deadline - time.monotonic()) for s in self._closing])
+        ended = all([s.join(deadline - time.monotonic()) for s in self._closing])
+        self._forget_ended()
+        return ended
 
     @staticmethod
     def live_threads() -> list[str]:

@@ -38,6 +38,7 @@ from app.conversation.transcript.saved import (
     worth_keeping,
 )
 from app.settings.schema import AppSettings
+from app.ui.gui_bridge import ToGui
 from app.ui.transcript_panel import TranscriptPanel
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,6 @@ class _Archived:
 class ConversationKeeper(QObject):
     listChanged = Signal()  # a conversation was saved for the first time, started, deleted
     saveFailed = Signal(str)
-    _done = Signal(str, int, str)  # from the writer's thread: (id, changes, error or "")
-    _draft_done = Signal(str, str)  # from the writer's thread: (the draft written, error)
 
     def __init__(self, panel: TranscriptPanel, store: ConversationStore,
                  settings: Callable[[], AppSettings], parent: QObject | None = None,
@@ -112,7 +111,11 @@ class ConversationKeeper(QObject):
         self._listed = False  # the current conversation has a file (it is in the list)
         self._listed_title = ""  # the title it was last written with
         # The current conversation's copy and the store's one writer (its own thread).
-        self._autosave = LiveAutosave(store, autosave_ms / 1000, on_written=self._done.emit)
+        # The writer's thread reports through the bridge: (id, changes, error or "") and
+        # (the draft written, error or "").
+        self._done = ToGui(self._written)
+        self._draft_done = ToGui(self._draft_written_out)
+        self._autosave = LiveAutosave(store, autosave_ms / 1000, on_written=self._done.post)
         self._pending: Future | None = None
         self._error: str | None = None
         self._draft = ""  # the input box's unsent text, as last noted
@@ -123,8 +126,6 @@ class ConversationKeeper(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(autosave_ms)
         self._timer.timeout.connect(self.save)
-        self._done.connect(self._written)
-        self._draft_done.connect(self._draft_written_out)
         self._autosave.set_header(self._header_base())
 
     # ---- what arrives -------------------------------------------------------------------
@@ -254,7 +255,9 @@ class ConversationKeeper(QObject):
         future = self._autosave.submit(self.store.save, header, entries)
         self._pending = future  # writes run in order: waiting for the last waits for all
         conversation_id = header.conversation_id
-        future.add_done_callback(lambda f: self._done.emit(
+        done = self._done  # the callback holds the bridge's handle, not the keeper
+        done.expect()
+        future.add_done_callback(lambda f: done.post_last(
             conversation_id, -1, "" if f.exception() is None else str(f.exception())))
 
     @Slot(str, int, str)
@@ -290,7 +293,9 @@ class ConversationKeeper(QObject):
         future = self._autosave.submit(self.store.save_draft, text)
         self._pending = future
         self._pending_draft = (future, text)
-        future.add_done_callback(lambda f: self._draft_done.emit(
+        draft_done = self._draft_done
+        draft_done.expect()
+        future.add_done_callback(lambda f: draft_done.post_last(
             text, "" if f.exception() is None else str(f.exception())))
 
     @Slot(str, str)

@@ -59,8 +59,8 @@ class ConversationList(QWidget):
         self.new_button.clicked.connect(self.new_requested)
         self.open_button.clicked.connect(self._open)
         self.delete_button.clicked.connect(self._delete)
-        self.list.itemActivated.connect(lambda _item: self._open())
-        self.list.currentItemChanged.connect(lambda *_: self._enable())
+        self.list.itemActivated.connect(self._activated)
+        self.list.currentItemChanged.connect(self._current_changed)
         self._enable()
 
     def show_conversations(self, current_id: str, current_title: str,
@@ -95,6 +95,12 @@ class ConversationList(QWidget):
     def selected_id(self) -> str | None:
         item = self.list.currentItem()
         return item.data(_ID_ROLE) if item is not None else None
+
+    def _activated(self, _item: object) -> None:
+        self._open()
+
+    def _current_changed(self, *_items: object) -> None:
+        self._enable()
 
     def _enable(self) -> None:
         chosen = self.selected_id()

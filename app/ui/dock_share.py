@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QWidget
@@ -23,7 +24,6 @@ class DockShare(QObject):
     def __init__(self, window: QMainWindow, kept: QWidget, docks: Sequence[QDockWidget],
                  share: float = TRANSCRIPT_SHARE) -> None:
         super().__init__(window)
-        self._window = window
         self._kept = kept  # the widget whose share of the width is kept
         self._docks = tuple(docks)
         self._share = share
@@ -35,12 +35,19 @@ class DockShare(QObject):
         self._timer.timeout.connect(self.adjust)
         window.installEventFilter(self)
         for dock in self._docks:
-            dock.visibilityChanged.connect(lambda _visible: self._timer.start())
-            dock.dockLocationChanged.connect(lambda _area: self._timer.start())
-            dock.topLevelChanged.connect(lambda _floating: self._timer.start())
+            dock.visibilityChanged.connect(self._adjust_soon)
+            dock.dockLocationChanged.connect(self._adjust_soon)
+            dock.topLevelChanged.connect(self._adjust_soon)
+
+    def _adjust_soon(self, *_what_changed: object) -> None:
+        self._timer.start()
+
+    def _window(self) -> QMainWindow:
+        """The window (our parent; held by no reference of ours, so it is no cycle)."""
+        return cast(QMainWindow, self.parent())
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if watched is not self._window:
+        if watched is not self.parent():
             return False
         kind = event.type()
         if kind in (QEvent.Type.Resize, QEvent.Type.Show):
@@ -63,7 +70,7 @@ class DockShare(QObject):
         columns = []
         for area in _SIDES:
             column = [d for d in self._docks if d.isVisible() and not d.isFloating()
-                      and self._window.dockWidgetArea(d) == area]
+                      and self._window().dockWidgetArea(d) == area]
             if column:
                 columns.append(column)
         return columns
@@ -71,8 +78,8 @@ class DockShare(QObject):
     def adjust(self) -> None:
         """Narrow (or widen back) the side panels so the kept widget has its share."""
         columns = self.side_columns()
-        width = self._window.width()
-        if not columns or not self._window.isVisible():
+        width = self._window().width()
+        if not columns or not self._window().isVisible():
             return
         for dock in (d for column in columns for d in column):
             self._wanted.setdefault(dock, dock.width())
@@ -88,7 +95,7 @@ class DockShare(QObject):
             return
         docks = [d for column in columns for d in column]
         widths = [w for column, w in zip(columns, target, strict=True) for _ in column]
-        self._window.resizeDocks(docks, widths, Qt.Orientation.Horizontal)
+        self._window().resizeDocks(docks, widths, Qt.Orientation.Horizontal)
 
 
 def fit_widths(wanted: Sequence[int], least: Sequence[int], room: int) -> list[int]:

@@ -16,7 +16,6 @@ and the tiny demo model to try the app; the download and the settings' notice co
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -26,7 +25,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -61,6 +60,7 @@ from app.settings.schema import AppSettings, EngineSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
 from app.ui.background_jobs import BackgroundJobs
+from app.ui.gui_bridge import ToGui
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 from app.ui.screen_fit import keep_on_screen
 
@@ -97,37 +97,44 @@ def _size_of(manifest: Manifest, folder: Path) -> float | None:
     return (shape.linear_params + shape.other_params) / 1e9
 
 
-class _Job(QObject):
-    """One blocking call on a daemon thread. Its signals are emitted from that thread and
-    reach the dialog's slots queued, on the GUI thread (the dialog is their receiver)."""
+def _ignored(*_args: object) -> None:
+    """A report a job's caller does not show."""
 
-    progress = Signal(object, object, str)  # done bytes, total bytes, file name
-    stage = Signal(str, str)  # stage, file name
-    succeeded = Signal(object)
-    failed = Signal(object)  # the exception
 
-    def __init__(self, work: Callable[[_Job], Any], name: str) -> None:
-        super().__init__()
+class _Job:
+    """One blocking call on a daemon thread; what it reports (progress, stage, its result
+    or its exception) reaches the dialog's methods on the GUI thread through the bridge
+    (gui_bridge.py), and a dialog closed by then gets nothing."""
+
+    def __init__(self, work: Callable[[_Job], Any], name: str, *,
+                 succeeded: Callable[[Any], None], failed: Callable[[Exception], None],
+                 progress: Callable[[int, int, str], None] = _ignored,
+                 stage: Callable[[str, str], None] = _ignored) -> None:
         self.cancel = threading.Event()
         self._work = work
-        # Not `thread`: that would hide QObject.thread(), the QThread the object lives in.
+        self._succeeded, self._failed = ToGui(succeeded), ToGui(failed)
+        self._progress, self._stage = ToGui(progress), ToGui(stage)
         self.worker = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
+        self._succeeded.expect()  # the bridge polls until the result is in
         self.worker.start()
+
+    def progress(self, done: int, total: int, file_name: str) -> None:
+        """The worker's thread: done bytes, total bytes, file name."""
+        self._progress.post(done, total, file_name)
+
+    def stage(self, stage: str, file_name: str) -> None:
+        """The worker's thread."""
+        self._stage.post(stage, file_name)
 
     def _run(self) -> None:
         try:
             result = self._work(self)
         except Exception as exc:  # reported to the user, never raised into Qt
-            self._emit(self.failed, exc)
+            self._failed.post_last(exc)
         else:
-            self._emit(self.succeeded, result)
-
-    @staticmethod
-    def _emit(signal: Any, *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the dialog was closed and deleted
-            signal.emit(*args)
+            self._succeeded.post_last(result)
 
 
 class ModelMissingDialog(QDialog):
@@ -435,9 +442,8 @@ class ModelMissingDialog(QDialog):
         """Ask the hub (off the GUI thread) how big the download is and what is already here."""
         downloader = self._downloader()
         self.size_label.setText(f"{self._source_text()} · checking the download size…")
-        job = self._new_job(lambda job: downloader.plan(), "model-size-check")
-        job.succeeded.connect(self._on_planned)
-        job.failed.connect(self._on_plan_failed)
+        job = self._new_job(lambda job: downloader.plan(), "model-size-check",
+                            succeeded=self._on_planned, failed=self._on_plan_failed)
         job.start()
 
     def start_download(self) -> None:
@@ -454,15 +460,13 @@ class ModelMissingDialog(QDialog):
 
         def work(job: _Job) -> DownloadResult:
             return downloader.download(
-                cancel=job.cancel, on_progress=job.progress.emit, on_stage=job.stage.emit
+                cancel=job.cancel, on_progress=job.progress, on_stage=job.stage
             )
 
-        job = self._new_job(work, "model-download")
+        job = self._new_job(work, "model-download", succeeded=self._on_downloaded,
+                            failed=self._on_download_failed, progress=self._on_progress,
+                            stage=self._on_stage)
         self._download_job = job
-        job.progress.connect(self._on_progress)
-        job.stage.connect(self._on_stage)
-        job.succeeded.connect(self._on_downloaded)
-        job.failed.connect(self._on_download_failed)
         job.start()
 
     def cancel_download(self) -> None:
@@ -505,9 +509,8 @@ class ModelMissingDialog(QDialog):
             manifest = tiny or get_manifest(TINY_MODEL_ID)
             return Path(build(manifest))
 
-        job = self._new_job(work, "tiny-model-build")
-        job.succeeded.connect(self._on_tiny_ready)
-        job.failed.connect(self._on_tiny_failed)
+        job = self._new_job(work, "tiny-model-build", succeeded=self._on_tiny_ready,
+                            failed=self._on_tiny_failed)
         job.start()
 
     # -- Qt overrides -------------------------------------------------------------------------
@@ -642,10 +645,10 @@ class ModelMissingDialog(QDialog):
     def _source_text(self) -> str:
         return f"{self.manifest.hf_repo} · licence {self.manifest.licence}"
 
-    def _new_job(self, work: Callable[[_Job], Any], name: str) -> _Job:
-        """A job to connect, then start (a quick one could finish before a late connect)."""
-        job = _Job(work, name)
-        self._jobs.append(job)  # kept: a finished job's queued signals may still be due
+    def _new_job(self, work: Callable[[_Job], Any], name: str, **reports: Any) -> _Job:
+        """A job, to start; `reports`: the dialog's methods that take what it reports."""
+        job = _Job(work, name, **reports)
+        self._jobs.append(job)  # kept: closing the dialog cancels it, `shutdown` waits for it
         return job
 
     def _fit(self) -> None:

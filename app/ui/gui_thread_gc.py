@@ -1,17 +1,36 @@
-"""Python's cyclic garbage collector runs on whichever thread happens to allocate when a
-generation's count crosses its threshold. A closed dialog or tab is often cyclic garbage
-(a lambda slot that holds its own widget), and when the thread that trips the collection is
-a background one (a memory plan building a 7B model on meta, the frame loop, a connection
-test), those Qt objects are destroyed on that thread while the GUI thread may be painting or
-delivering events to them. Qt does not allow that; PySide then crashes later, on the GUI
-thread (seen: segfaults in the settings and window tests at varying places, each time with
-memory-plan threads in flight).
+"""A safety net: Python's cyclic garbage collector runs on whichever thread happens to
+allocate when a generation's count crosses its threshold. A Qt object caught in a reference
+cycle is freed by that collection, and when the thread that trips it is a background one (a
+memory plan building a 7B model on meta, the frame loop, a connection test), the object is
+destroyed on that thread while the GUI thread may be painting or delivering events to it. Qt
+does not allow that; PySide then crashes later, on the GUI thread (seen here: segfaults in
+the settings and window tests at varying places, each time with memory-plan threads in
+flight).
+
+The app's own dialogs, tabs and windows are no cyclic garbage any more: they are deleted on
+the GUI thread when they close (deleteLater, WA_DeleteOnClose), and their slots are bound
+methods that hold nothing of theirs in a cycle (tests/ui/test_qt_ownership.py checks it
+with gc.DEBUG_SAVEALL). This collector stays for what is not ours (a library's cycle, a
+future slip), as other PyQt/PySide applications do, for the same reason:
+- napari, "python garbage collector can trigger in any thread":
+  https://github.com/napari/napari/issues/1029 (the failure, and the timer-driven
+  collection on the GUI thread discussed there);
+- novelWriter, "Pin Python garbage collection to the main GUI thread":
+  https://github.com/saga-soft/novelWriter/issues/2927, done in "Run the Python GC on a
+  timer": https://github.com/saga-soft/novelWriter/pull/2940;
+- OpenCue's CueGUI, "Stop qtimer wrong thread segfault":
+  https://github.com/AcademySoftwareFoundation/OpenCue/pull/598, after
+  https://www.riverbankcomputing.com/pipermail/pyqt/2011-August/030378.html.
 
 So while the desktop app runs, automatic collection is off and the GUI thread collects on a
 timer, by the rule CPython's own collector follows: the oldest generation whose count passed
 its threshold, and the oldest one (a full collection: about 120 ms with the window built, on
 a 2-core VM, holding the GIL the frame loop needs too) only once the objects promoted since
 the last full one reach a quarter of those that were long-lived then.
+
+After start-up (`freeze_after_start_up`) what the app built to run (modules, the window,
+their caches) is moved out of the collector's sight with gc.freeze(): a full collection then
+walks only what was made since. `python -m app.bench.gc_bench` measures both.
 """
 
 from __future__ import annotations
@@ -50,6 +69,14 @@ class GuiThreadCollector(QObject):
         gc.collect()
         if self._was_enabled:
             gc.enable()
+
+    def freeze_after_start_up(self) -> None:
+        """Start-up is over: collect once, then keep everything alive now out of later
+        collections (it lives as long as the app; gc.freeze)."""
+        gc.collect()
+        gc.freeze()
+        self._long_lived = len(gc.get_objects(generation=2))
+        self._promoted = 0
 
     @Slot()
     def collect_due(self) -> int:

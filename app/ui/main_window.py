@@ -124,7 +124,7 @@ class MainWindow(QMainWindow):
         self.cancel_request_action.triggered.connect(controller.cancel_pending_turn)
         self.cancel_turn_requested.connect(controller.cancel_pending_turn)  # the entry's button
         self.addAction(self.cancel_request_action)  # Esc anywhere in the window
-        self.restart_banner.restart_requested.connect(lambda: controller.restart(self.settings))
+        self.restart_banner.restart_requested.connect(self._restart)
         controller.state_changed.connect(self.restart_banner.on_state)
         self.closed_at: float | None = None  # monotonic time the user closed the window
         # Menus, conversations (entries reach the transcript through it), what the model
@@ -194,6 +194,9 @@ class MainWindow(QMainWindow):
         self.status_line.show_status(status)
         self.mic_meter.set_level(status.mic_db)
         self.speaker_meter.set_level(status.speaker_db)
+
+    def _restart(self) -> None:
+        self.controller.restart(self.settings)
 
     def show_error(self, message: str) -> None:
         """A clear message in the window (never a crash, never a modal for every hiccup);

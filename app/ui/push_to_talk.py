@@ -17,7 +17,6 @@ PTT_KEY_NAME = "F8"
 class PushToTalk(QObject):
     def __init__(self, window: QWidget, mute_action: QAction) -> None:
         super().__init__(window)
-        self._window = window
         self._mute = mute_action
         self.enabled = False
         self.held = False
@@ -32,14 +31,14 @@ class PushToTalk(QObject):
         self._mute.setChecked(enabled)
 
     def _ours(self, watched: QObject) -> bool:
-        return isinstance(watched, QWidget) and watched.window() is self._window
+        return isinstance(watched, QWidget) and watched.window() is self.parent()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         if not self.enabled:
             return False
         kind = event.type()
         if kind == QEvent.Type.ApplicationDeactivate or (
-                kind == QEvent.Type.WindowDeactivate and watched is self._window):
+                kind == QEvent.Type.WindowDeactivate and watched is self.parent()):
             self._release()
             return False
         if kind not in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease,

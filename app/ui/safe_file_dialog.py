@@ -13,8 +13,10 @@ Every file dialog of the app goes through `save_file_name` or `existing_director
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from PySide6.QtCore import QFileInfo, QMimeDatabase
@@ -86,12 +88,17 @@ def special_path_reason(path: Path) -> str | None:
     return None
 
 
-def _dialog(parent: QWidget | None, caption: str, start: str) -> QFileDialog:
+@contextlib.contextmanager
+def _dialog(parent: QWidget | None, caption: str, start: str) -> Iterator[QFileDialog]:
+    """Our file dialog, deleted (on the GUI thread) once the question is answered."""
     dialog = QFileDialog(parent, caption, start)
     dialog.setOptions(_DIALOG_OPTIONS)
     fit_when_shown(dialog)  # Qt's own size for it may exceed a small or scaled screen
     dialog.setIconProvider(NameOnlyIconProvider())
-    return dialog
+    try:
+        yield dialog
+    finally:
+        dialog.deleteLater()
 
 
 def save_file_name(parent: QWidget | None, caption: str, start: str,
@@ -99,61 +106,61 @@ def save_file_name(parent: QWidget | None, caption: str, start: str,
     """QFileDialog.getSaveFileName's answer, ("", "") when cancelled; a special path is
     refused with a message and the dialog asked again."""
     start_path = Path(start)
-    dialog = _dialog(parent, caption, str(start_path.parent))
-    dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
-    dialog.setFileMode(QFileDialog.FileMode.AnyFile)
-    # Asked here, after the special-file check: Qt would offer to "replace" a FIFO.
-    dialog.setOption(QFileDialog.Option.DontConfirmOverwrite, True)
-    dialog.setNameFilters(filters.split(";;"))
-    dialog.selectFile(start_path.name)
-    while dialog.exec():
-        chosen = dialog.selectedFiles()
-        if not chosen:
-            return "", ""
-        target = Path(chosen[0])
-        reason = special_path_reason(target)
-        if reason is not None:
-            QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
-            continue
-        if target.exists() and QMessageBox.question(
-                parent, caption, f"{target.name} already exists. Replace it?"
-        ) != QMessageBox.StandardButton.Yes:
-            continue
-        return str(target), dialog.selectedNameFilter()
-    return "", ""
+    with _dialog(parent, caption, str(start_path.parent)) as dialog:
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setFileMode(QFileDialog.FileMode.AnyFile)
+        # Asked here, after the special-file check: Qt would offer to "replace" a FIFO.
+        dialog.setOption(QFileDialog.Option.DontConfirmOverwrite, True)
+        dialog.setNameFilters(filters.split(";;"))
+        dialog.selectFile(start_path.name)
+        while dialog.exec():
+            chosen = dialog.selectedFiles()
+            if not chosen:
+                return "", ""
+            target = Path(chosen[0])
+            reason = special_path_reason(target)
+            if reason is not None:
+                QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
+                continue
+            if target.exists() and QMessageBox.question(
+                    parent, caption, f"{target.name} already exists. Replace it?"
+            ) != QMessageBox.StandardButton.Yes:
+                continue
+            return str(target), dialog.selectedNameFilter()
+        return "", ""
 
 
 def existing_directory(parent: QWidget | None, caption: str, start: str = "") -> str:
     """Ask for a folder: its path, or "" when cancelled (special folders refused)."""
-    dialog = _dialog(parent, caption, start)
-    dialog.setFileMode(QFileDialog.FileMode.Directory)
-    dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
-    while dialog.exec():
-        chosen = dialog.selectedFiles()
-        if not chosen:
-            return ""
-        absolute = Path(os.path.abspath(chosen[0]))
-        root = _special_root(Path(os.path.realpath(absolute)))
-        if root is None:
-            return str(absolute)
-        QMessageBox.warning(parent, caption, f"Choose another folder: {absolute} is inside "
-                                             f"{root}, the system's own files.")
-    return ""
+    with _dialog(parent, caption, start) as dialog:
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        while dialog.exec():
+            chosen = dialog.selectedFiles()
+            if not chosen:
+                return ""
+            absolute = Path(os.path.abspath(chosen[0]))
+            root = _special_root(Path(os.path.realpath(absolute)))
+            if root is None:
+                return str(absolute)
+            QMessageBox.warning(parent, caption, f"Choose another folder: {absolute} is inside "
+                                                 f"{root}, the system's own files.")
+        return ""
 
 
 def open_file_name(parent: QWidget | None, caption: str, start: str, filters: str) -> str:
     """Ask for an existing file to read: its path, or "" when cancelled (a special file is
     refused with a message and the dialog asked again). The file is not opened here."""
-    dialog = _dialog(parent, caption, start)
-    dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
-    dialog.setNameFilters(filters.split(";;"))
-    while dialog.exec():
-        chosen = dialog.selectedFiles()
-        if not chosen:
-            return ""
-        reason = special_path_reason(Path(chosen[0]))
-        if reason is None:
-            return str(Path(chosen[0]))
-        QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
-    return ""
+    with _dialog(parent, caption, start) as dialog:
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.setNameFilters(filters.split(";;"))
+        while dialog.exec():
+            chosen = dialog.selectedFiles()
+            if not chosen:
+                return ""
+            reason = special_path_reason(Path(chosen[0]))
+            if reason is None:
+                return str(Path(chosen[0]))
+            QMessageBox.warning(parent, caption, f"Choose another file: {reason}.")
+        return ""
 

@@ -37,10 +37,10 @@ class SearchBar(QWidget):
         layout.addWidget(self.count)
         for button in (self.previous_button, self.next_button, self.close_button):
             layout.addWidget(button)
-        self.field.textChanged.connect(lambda _text: self.find(True, fresh=True))
+        self.field.textChanged.connect(self._find_fresh)
         self.field.installEventFilter(self)
-        self.next_button.clicked.connect(lambda: self.find(True))
-        self.previous_button.clicked.connect(lambda: self.find(False))
+        self.next_button.clicked.connect(self.find_next)
+        self.previous_button.clicked.connect(self.find_previous)
         self.close_button.clicked.connect(self.close_bar)
         self.hide()
 
@@ -55,6 +55,15 @@ class SearchBar(QWidget):
 
     # QWidget.find(id) is Qt's static lookup of a widget by window id, which nothing calls
     # on this bar: the name says what the bar does.
+    def _find_fresh(self, _text: str) -> None:
+        self.find(True, fresh=True)
+
+    def find_next(self, *_checked: object) -> None:
+        self.find(True)
+
+    def find_previous(self, *_checked: object) -> None:
+        self.find(False)
+
     def find(  # type: ignore[override]
             self, forward: bool = True, fresh: bool = False) -> tuple[int, int]:
         """Select the next (or previous) matching entry; `fresh`: the text changed, so the

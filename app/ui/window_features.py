@@ -8,8 +8,10 @@ Kept apart from `main_window.py` so the window itself stays a small list of its 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QEvent, QObject, Qt, Slot
 from PySide6.QtGui import QAction, QKeySequence
@@ -39,6 +41,7 @@ from app.ui.search_bar import SearchBar
 from app.ui.ui_state import UiState
 
 if TYPE_CHECKING:  # the window imports its features
+    from app.settings.schema import AppSettings
     from app.ui.main_window import MainWindow
 
 RUNNING_STATES = ("loading", "running", "paused")
@@ -57,16 +60,24 @@ def _action(window: QWidget, text: str, shortcut: QKeySequence | str | None,
     return action
 
 
+def _settings_of(window: weakref.ref[MainWindow]) -> AppSettings:
+    alive = window()
+    assert alive is not None, "asked after its window was freed"
+    return alive.settings
+
+
 class WindowFeatures(QObject):
     def __init__(self, window: MainWindow, state: UiState | None = None,
                  store: ConversationStore | None = None) -> None:
         super().__init__(window)
-        self.window = window
         self.state = state or UiState()
         controller = window.controller
         panel = window.transcript
+        # The window's settings, asked through a weak reference: holding the window here
+        # (the window holds its features) would make the window cyclic garbage, freed by
+        # the collector instead of when it closes.
         self.keeper = ConversationKeeper(panel, store or ConversationStore(),
-                                         lambda: window.settings, self)
+                                         partial(_settings_of, weakref.ref(window)), self)
         self.context_panel = ContextPanel(panel.model, window)
         self.conversation_list = ConversationList(window)
         self.search_bar = SearchBar(panel, window)
@@ -90,16 +101,14 @@ class WindowFeatures(QObject):
 
         controller.entry.connect(self.keeper.on_entry)
         controller.entry_sinks.append(self.keeper.from_session)  # autosave: no GUI wait
-        editor = window.input_box.editor
-        editor.textChanged.connect(lambda: self.keeper.note_draft(editor.toPlainText()))
+        window.input_box.editor.textChanged.connect(self._note_draft)
         controller.state_changed.connect(self._on_state)
         controller.status.connect(self._on_status)
-        panel.cancel_requested.connect(lambda _entry: window.cancel_turn_requested.emit())
+        panel.cancel_requested.connect(self._cancel_turn)
         panel.zoomChanged.connect(self._remember_zoom)
         window.mute_action.toggled.connect(self._show_muted)
         self.keeper.listChanged.connect(self.refresh_list)
-        self.keeper.saveFailed.connect(
-            lambda error: window.show_error(f"The conversation could not be saved: {error}"))
+        self.keeper.saveFailed.connect(self._save_failed)
         self.conversation_list.new_requested.connect(self.new_conversation)
         self.conversation_list.open_requested.connect(self.open_saved)
         self.conversation_list.delete_requested.connect(self.delete_saved)
@@ -151,8 +160,7 @@ class WindowFeatures(QObject):
         self.zoom_in_action = _action(w, "Zoom &in", "Ctrl++", w.transcript.zoom_in)
         self.zoom_in_action.setShortcuts([QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
         self.zoom_out_action = _action(w, "Zoom &out", "Ctrl+-", w.transcript.zoom_out)
-        self.zoom_reset_action = _action(w, "&Actual size", "Ctrl+0",
-                                         lambda: w.transcript.set_zoom(0))
+        self.zoom_reset_action = _action(w, "&Actual size", "Ctrl+0", self._actual_size)
         self.focus_input_action = _action(w, "&Type a message", "Ctrl+L", self.focus_input)
         self.about_action = _action(w, "&About ContextSpan", "F1", self.show_about)
         self.context_action = self.context_dock.toggleViewAction()
@@ -246,11 +254,31 @@ class WindowFeatures(QObject):
             self.refresh_list()
             return None
         viewer = SavedConversationWindow(header, entries, self.state, None)
-        viewer.destroyed.connect(lambda: self.viewers.remove(viewer)
-                                 if viewer in self.viewers else None)
+        # Its id, not the viewer: a slot holding the viewer would keep it alive (a cycle).
+        viewer.destroyed.connect(partial(self._forget_viewer, id(viewer)))
         self.viewers.append(viewer)
         viewer.show()
         return viewer
+
+    @property
+    def window(self) -> MainWindow:
+        """The window these features belong to (their parent: no reference of ours)."""
+        return cast("MainWindow", self.parent())
+
+    def _actual_size(self, *_checked: object) -> None:
+        self.window.transcript.set_zoom(0)
+
+    def _forget_viewer(self, viewer_id: int, *_destroyed: object) -> None:
+        self.viewers = [v for v in self.viewers if id(v) != viewer_id]
+
+    def _note_draft(self) -> None:
+        self.keeper.note_draft(self.window.input_box.editor.toPlainText())
+
+    def _cancel_turn(self, _entry: object) -> None:
+        self.window.cancel_turn_requested.emit()
+
+    def _save_failed(self, error: str) -> None:
+        self.window.show_error(f"The conversation could not be saved: {error}")
 
     def _restore_draft(self) -> None:
         """What the user typed and never sent, last time (a close, a Quit, a crash): back in

@@ -204,11 +204,11 @@ def main(out: Path) -> int:
     report("about", box)
     box.close()
 
-    files = safe_file_dialog._dialog(main_window, "Export the conversation", str(out))
-    files.show()
-    _settle(app)
-    report("export-file-dialog", files)
-    files.reject()
+    with safe_file_dialog._dialog(main_window, "Export the conversation", str(out)) as files:
+        files.show()
+        _settle(app)
+        report("export-file-dialog", files)
+        files.reject()
 
     now = time.time()
     viewer = SavedConversationWindow(

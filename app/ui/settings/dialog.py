@@ -7,7 +7,8 @@ Everything slow runs off the GUI thread inside the tabs (background_jobs.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,18 @@ RESTART_NOTE = (
     "applies after a restart of the conversation, which the window offers after OK (the "
     "transcript stays)."
 )
+
+
+def _weak_call(method: Callable[[], AppSettings]) -> Callable[[], AppSettings]:
+    """`method`, called through a weak reference to its object (alive while it is asked)."""
+    weak = weakref.WeakMethod(method)
+
+    def call() -> AppSettings:
+        alive = weak()
+        assert alive is not None, "asked after its dialog was freed"
+        return alive()
+
+    return call
 
 
 class SettingsDialog(QDialog):
@@ -81,7 +94,8 @@ class SettingsDialog(QDialog):
         self.engine_box = self.speech_tab.engine_box
         # The memory plan counts the LLM tab's model too: it plans for the whole dialog, and
         # again when the speech tab is shown after the other tabs were changed.
-        self.speech_tab.plan_settings = self.settings
+        # Held weakly: the tab holding the dialog's own method would make them a cycle.
+        self.speech_tab.plan_settings = _weak_call(self.settings)
 
         self.tabs = ScrollingTabs()  # a page taller than the screen scrolls; OK stays seen
         self.tabs.addTab(self.speech_tab, "Speech model")

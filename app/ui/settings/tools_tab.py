@@ -136,7 +136,7 @@ class ToolsTab(QWidget):
         self.remove_button.clicked.connect(self.remove_selected)
         self.import_button.clicked.connect(self._import_clicked)
         self.restart_button.clicked.connect(self.restart_selected)
-        self.server_list.currentRowChanged.connect(lambda _row: self._draw_selected())
+        self.server_list.currentRowChanged.connect(self._row_chosen)
         self.server_list.itemChanged.connect(self._server_checked)
         self.tool_list.itemChanged.connect(self._tool_checked)
         self.consent_combo.currentIndexChanged.connect(self._consent_chosen)
@@ -223,8 +223,11 @@ class ToolsTab(QWidget):
 
     def _add_clicked(self) -> None:
         dialog = McpServerDialog(McpServerSettings(), self._servers, parent=self)
-        if dialog.exec():
-            self.add_server(dialog.server())
+        try:
+            if dialog.exec():
+                self.add_server(dialog.server())
+        finally:
+            dialog.deleteLater()  # closed: it dies on the GUI thread
 
     def _edit_clicked(self) -> None:
         row = self.server_list.currentRow()
@@ -232,8 +235,11 @@ class ToolsTab(QWidget):
             return
         others = self._servers[:row] + self._servers[row + 1:]
         dialog = McpServerDialog(self._servers[row], others, parent=self)
-        if dialog.exec():
-            self.replace_server(row, dialog.server())
+        try:
+            if dialog.exec():
+                self.replace_server(row, dialog.server())
+        finally:
+            dialog.deleteLater()
 
     # ---- importing a file ---------------------------------------------------------------
 
@@ -335,6 +341,9 @@ class ToolsTab(QWidget):
                 self.server_list.setCurrentRow(min(max(row, 0), len(self._servers) - 1))
         finally:
             self._drawing = False
+        self._draw_selected()
+
+    def _row_chosen(self, _row: int) -> None:
         self._draw_selected()
 
     def _draw_selected(self) -> None:
