@@ -84,11 +84,10 @@ class RunSummary:
     text: str
 
 
-def _write(out: TextIO, record: RunRecord | dict[str, Any]) -> None:
+def _write(out: TextIO, record: RunRecord) -> None:
     # The file is opened with errors="backslashreplace": a lone surrogate (odd bytes in an
     # argument or a file name) comes out as a JSON \\udcxx escape, never a failed run.
-    line = record if isinstance(record, dict) else to_json_object(record)
-    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    out.write(json.dumps(to_json_object(record), ensure_ascii=False) + "\n")
 
 
 def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
@@ -126,7 +125,7 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, unfinished: list[
                       spans_pending: Callable[[], bool], stopped: ev.EngineStopped | None,
                       failure: list[str], done: int, frames: int,
                       finish: Callable[[], None] | None = None,
-                      last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                      last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
     """The transcript's last lines, then its final name.
 
     Spans the input ended in the middle of are recorded with the chunks that did land
@@ -372,7 +371,7 @@ class _Follower:
 
     def __init__(self, spans_pending: Callable[[], bool], pipeline: ConversationPipeline,
                  frames: int, header: dict[str, Any],
-                 last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
         """`spans_pending`: whether spans still wait to land (said at the end);
         `last_lines`: records written just before the last line."""
         self.spans_pending = spans_pending
