@@ -36,12 +36,21 @@ from app.conversation.assembly import (
 )
 from app.conversation.config import ConversationConfig
 from app.conversation.pipeline import ConversationPipeline, PipelineStalled
+from app.conversation.run_records import (
+    EndRecord,
+    ErrorRecord,
+    NoticeRecord,
+    RunRecord,
+    RunRecorder,
+    SpanRecord,
+)
 from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
+from app.wire.named_json import to_json_object
 
 if TYPE_CHECKING:  # torch: `run --server` runs in the thin client's install, without it
     from app.asr.stt_catalog import LoadedStt
@@ -75,10 +84,10 @@ class RunSummary:
     text: str
 
 
-def _write(out: TextIO, record: dict[str, Any]) -> None:
+def _write(out: TextIO, record: RunRecord) -> None:
     # The file is opened with errors="backslashreplace": a lone surrogate (odd bytes in an
     # argument or a file name) comes out as a JSON \\udcxx escape, never a failed run.
-    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    out.write(json.dumps(to_json_object(record), ensure_ascii=False) + "\n")
 
 
 def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
@@ -112,80 +121,11 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
                                    f"made and filled: {exc.strerror or exc})") from exc
 
 
-def _record(event: object, frame: int) -> dict[str, Any] | None:
-    """The transcript line for an event of the LLM side (or a retrieval event of the
-    engine), or None. `frame`: the newest frame out (the conversation's clock; in a replay,
-    the frame a turn was asked at)."""
-    from app.asr.events import AsrError, AsrFinal
-    from app.orchestrator import events as oe
-
-    if isinstance(event, AsrFinal):
-        return {"type": "user", "text": event.text, "start": round(event.start_s, 3),
-                "end": round(event.end_s, 3), "end_of_turn_by": event.detected_by,
-                "detected_at": round(event.detected_at_s, 3)}
-    if isinstance(event, AsrError):
-        return {"type": "notice", "message": f"speech recognition: {event.message}"}
-    if isinstance(event, oe.TurnStarted):
-        return {"type": "turn", "turn_id": event.turn_id, "question": event.question,
-                "trigger": event.trigger, "frame": frame}
-    if isinstance(event, oe.ToolCalled):
-        return {"type": "tool_call", "turn_id": event.turn_id, "tool": event.tool,
-                "server": event.server, "server_tool": event.server_tool,
-                "arguments": dict(event.arguments), "ok": event.ok, "error": event.error,
-                "source": event.source, "chars": event.chars, "truncated": event.truncated,
-                "cuts": [cut.describe() for cut in event.cuts], "result": event.result,
-                "elapsed_ms": event.elapsed_ms, "frame": frame}
-    if isinstance(event, oe.ToolWaiting):
-        return {"type": "tool_waiting", "turn_id": event.turn_id, "tool": event.tool,
-                "server": event.server, "text": event.text, "span_id": event.span_id}
-    if isinstance(event, oe.SpanQueued):
-        return {"type": "span_queued", "turn_id": event.turn_id, "span_id": event.span_id,
-                "text": event.text, "source": event.source,
-                "cuts": [cut.describe() for cut in event.cuts]}
-    if isinstance(event, oe.AnswerNotInjected):
-        return {"type": "notice", "turn_id": event.turn_id, "text": event.text,
-                "message": f"the LLM's answer was not injected: {event.reason}"}
-    if isinstance(event, oe.TurnLatency):
-        return {"type": "latency", **{k: v for k, v in vars(event).items()}}
-    if isinstance(event, oe.TurnFailed):
-        return {"type": "notice", "turn_id": event.turn_id,
-                "message": f"LLM {event.kind}: {event.message}"}
-    if isinstance(event, oe.TurnCancelled):
-        return {"type": "turn_cancelled", "turn_id": event.turn_id, "reason": event.reason}
-    if isinstance(event, oe.LlmStatus) and event.state == "error":
-        return {"type": "llm_status", "state": event.state, "message": event.message}
-    if isinstance(event, oe.RetrievalQuestion):
-        return {"type": "question", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
-                "question": event.question, "plan": event.plan, "waited_ms": event.waited_ms}
-    if isinstance(event, oe.RetrievalIgnored):
-        return {"type": "ret_ignored", "ret_frame": event.ret_frame, "reason": event.reason}
-    if isinstance(event, oe.NoSpan):
-        return {"type": "no_span", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
-                "question": event.question, "reason": event.reason}
-    if isinstance(event, oe.RetrievalLate):
-        return {"type": "late", "turn_id": event.turn_id, "ret_frame": event.ret_frame,
-                "question": event.question, "seconds": event.seconds, "source": event.source,
-                "dropped_by": "orchestrator"}
-    if isinstance(event, ev.SpanLate):
-        return {"type": "late", "span_id": event.span_id, "ret_frame": event.origin_frame,
-                "text": event.text, "seconds": event.seconds, "source": event.source,
-                "dropped_by": "engine"}
-    if isinstance(event, ev.RetToken):
-        return {"type": "ret", "frame": event.frame_index,
-                "time": round(event.frame_index / FRAME_RATE, 3)}
-    if isinstance(event, ev.BlockSlot):
-        return {"type": "slot", "span_id": event.span_id, "frame": event.frame_index,
-                "positions": event.positions, "prefill_ms": round(event.prefill_ms, 3),
-                "step_ms": round(event.step_ms, 3), "total_ms": round(event.total_ms, 3),
-                "over_budget": event.over_budget}
-    return None
-
-
-def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, dict[str, Any]],
+def _close_transcript(out: TextIO, partial: Path, final: Path, unfinished: list[SpanRecord],
                       spans_pending: Callable[[], bool], stopped: ev.EngineStopped | None,
                       failure: list[str], done: int, frames: int,
                       finish: Callable[[], None] | None = None,
-                      last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                      last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
     """The transcript's last lines, then its final name.
 
     Spans the input ended in the middle of are recorded with the chunks that did land
@@ -193,12 +133,11 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
     audio) runs once every frame came back, before the last line: the last line is "end"
     only when it all succeeded; otherwise "error" with the first reason."""
     try:
-        for record in spans.values():
-            if record["chunks"]:
-                _write(out, record | {"complete": False})
+        for record in unfinished:
+            _write(out, record)
         if stopped is not None and spans_pending():
-            _write(out, {"type": "notice", "message": "the input ended before every queued "
-                         "span was injected"})
+            _write(out, NoticeRecord(message="the input ended before every queued span was "
+                                             "injected"))
         if not failure and stopped is not None and done != frames:
             failure.append(f"the engine returned {done} of {frames} frames")
         if not failure and stopped is None:
@@ -208,13 +147,13 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, spans: dict[int, 
                 finish()
             except Exception as exc:  # a full disk at the very end is still the run's failure
                 failure.append(str(exc) or type(exc).__name__)
-        for record in last_lines() if last_lines is not None else []:
-            _write(out, record)
+        for line in last_lines() if last_lines is not None else []:
+            _write(out, line)
         if failure:
-            _write(out, {"type": "error", "message": failure[0], "frames": done})
+            _write(out, ErrorRecord(failure[0], done))
         else:
             assert stopped is not None
-            _write(out, {"type": "end", "frames": stopped.frames, "reason": stopped.reason})
+            _write(out, EndRecord(stopped.frames, stopped.reason))
     finally:
         out.close()
         os.replace(partial, final)
@@ -432,7 +371,7 @@ class _Follower:
 
     def __init__(self, spans_pending: Callable[[], bool], pipeline: ConversationPipeline,
                  frames: int, header: dict[str, Any],
-                 last_lines: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
         """`spans_pending`: whether spans still wait to land (said at the end);
         `last_lines`: records written just before the last line."""
         self.spans_pending = spans_pending
@@ -442,7 +381,7 @@ class _Follower:
         self.header = header
         self.out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
         self.failure: list[str] = []
-        self.spans: dict[int, dict[str, Any]] = {}
+        self.recorder = RunRecorder(header["input"], frames, header["paced"], header["trigger"])
         self.text_parts: list[str] = []
         self.done = 0
         self.landed = 0
@@ -478,63 +417,24 @@ class _Follower:
             self.pipeline.stop(10.0)
             feeder.stop(10.0)
             self.failure.extend(feeder.failure)
-            _close_transcript(out, partial, transcript_path, self.spans, self.spans_pending,
+            _close_transcript(out, partial, transcript_path, self.recorder.unfinished(),
+                              self.spans_pending,
                               self.stopped, self.failure, self.done, self.frames, finish,
                               self.last_lines)
 
     def _on_event(self, event: object, out: TextIO) -> None:
-        if isinstance(event, ev.EngineReady):
-            _write(out, {
-                "type": "run", "model": event.model_id, "device": event.device,
-                "dtype": event.dtype, "input": self.header["input"],
-                "frames": self.frames, "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE,
-                "chunk_limit": event.chunk_limit, "step_ms": event.step_ms,
-                "context_window": event.context_window, "prompt_frames": event.prompt_frames,
-                "paced": self.header["paced"], "trigger": self.header["trigger"],
-            })
-        elif isinstance(event, ev.AudioOut):
+        if isinstance(event, ev.AudioOut):
             first = event.frame_index * FRAME_SAMPLES
             self.out_pcm[first : first + FRAME_SAMPLES] = event.pcm
             self.done += 1
             self.last_frame = event.frame_index
         elif isinstance(event, ev.TextPiece):
             self.text_parts.append(event.text)
-            _write(out, {"type": "text", "frame": event.frame_index,
-                         "time": round(event.frame_index / FRAME_RATE, 3), "text": event.text})
-        elif isinstance(event, ev.SpanAccepted):
-            self.spans[event.span_id] = {
-                "type": "span", "span_id": event.span_id, "source": event.source,
-                "text": event.text, "positions": event.tokens, "chunks": [],
-                "truncated": event.truncated,
-            }
-            if event.truncated:
-                _write(out, {
-                    "type": "notice", "span_id": event.span_id,
-                    "message": f"span {event.span_id} from {event.source} was "
-                               f"truncated: {event.kept_content_tokens} of "
-                               f"{event.original_content_tokens} tokens kept",
-                })
-        elif isinstance(event, ev.SpanChunkInjected):
-            self.spans[event.span_id]["chunks"].append(
-                {"before_frame": event.before_frame, "k": event.k,
-                 "prefill_ms": round(event.prefill_ms, 3)})
         elif isinstance(event, ev.SpanInjected):
-            record = self.spans.pop(event.span_id)
-            if event.origin_frame is not None:
-                record["ret_frame"] = event.origin_frame
-                record["latency_from_ret_s"] = round(
-                    (event.last_frame - event.origin_frame) / FRAME_RATE, 3)
             self.landed += 1
-            _write(out, record)
-        elif isinstance(event, ev.SpanRejected):
-            _write(out, {"type": "notice", "span_id": event.span_id,
-                         "message": f"span {event.span_id} from {event.source} was "
-                                    f"not injected: {event.reason}"})
         elif isinstance(event, ev.EngineError):
             self.failure.append(event.message)
         elif isinstance(event, ev.EngineStopped):
             self.stopped = event
-        else:
-            line = _record(event, self.last_frame)
-            if line is not None:
-                _write(out, line)
+        for record in self.recorder.records(event, self.last_frame):
+            _write(out, record)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,7 @@ from app.conversation.headless import (
     _Follower,
 )
 from app.conversation.pipeline import ConversationPipeline
+from app.conversation.run_records import LinkRecord
 from app.frames import FRAME_RATE, FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 
@@ -110,18 +111,18 @@ def _recogniser(config: ConversationConfig) -> tuple[ConversationConfig, Device]
     return config, choose_device(config.device)
 
 
-def _link_line(engine: RemoteEngine, frames: int) -> dict[str, Any]:
+def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
     """What the link carried, each way, over the input's duration."""
     stats = engine.network_stats()
     seconds = max(frames * FRAME_S, FRAME_S)
-    return {"type": "link", "audio_codec": stats.audio_codec,
-            "bytes_sent": stats.bytes_sent, "bytes_received": stats.bytes_received,
-            "kbit_s_up": round(stats.bytes_sent * 8 / seconds / 1000, 1),
-            "kbit_s_down": round(stats.bytes_received * 8 / seconds / 1000, 1),
-            "frame_rtt_ms": _round(stats.frame_rtt_ms),
-            "network_rtt_ms": _round(stats.network_rtt_ms),
-            "late_frames": stats.late_frames, "most_in_flight": engine.most_in_flight,
-            "frames_not_sent": engine.dropped_frames}
+    return LinkRecord(
+        audio_codec=stats.audio_codec, bytes_sent=stats.bytes_sent,
+        bytes_received=stats.bytes_received,
+        kbit_s_up=round(stats.bytes_sent * 8 / seconds / 1000, 1),
+        kbit_s_down=round(stats.bytes_received * 8 / seconds / 1000, 1),
+        frame_rtt_ms=_round(stats.frame_rtt_ms), network_rtt_ms=_round(stats.network_rtt_ms),
+        late_frames=stats.late_frames, most_in_flight=engine.most_in_flight,
+        frames_not_sent=engine.dropped_frames)
 
 
 def _round(value: float | None) -> float | None:

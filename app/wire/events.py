@@ -14,17 +14,20 @@ reference's page) never sees a change; one whose server does not know the messag
 
 On `/ws` each is one text message; on `/api/chat` one binary message of kind 0x10 followed
 by the same JSON, for clients that asked for it (moshi_codec.py). Unknown fields are
-ignored both ways, so either side can grow a field without breaking the other.
+ignored both ways, so either side can grow a field without breaking the other: the one
+serialiser and parser of named types (app/wire/named_json.py) reads and writes them, as it
+does a run's JSONL records.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+from app.wire.named_json import NamedJsonError, from_json_object, registry, to_json_object
 
 PCM = "pcm"  # the reference's float32 frames
 OPUS = "opus"  # Ogg/Opus pages, one frame's per message (app/wire/opus.py)
@@ -214,9 +217,9 @@ ServerEvent = (
     Ready | Busy | Text | UserText | Ret | Question | SpanQueued | SpanAccepted | Span
     | SpanRejected | NoSpan | Late | Slot | Voice | AudioCodec | Error
 )
-_SERVER_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
+_SERVER_TYPES: dict[str, type[ServerEvent]] = registry((
     Ready, Busy, Text, UserText, Ret, Question, SpanQueued, SpanAccepted, Span, SpanRejected,
-    NoSpan, Late, Slot, Voice, AudioCodec, Error)}
+    NoSpan, Late, Slot, Voice, AudioCodec, Error))
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ class UnknownEvent:
 
 
 def encode_event(event: ServerEvent) -> str:
-    return json.dumps({"type": event.TYPE, **asdict(event)}, ensure_ascii=False)
+    return json.dumps(to_json_object(event), ensure_ascii=False)
 
 
 def decode_event(text: str | bytes) -> ServerEvent | UnknownEvent:
@@ -236,15 +239,11 @@ def decode_event(text: str | bytes) -> ServerEvent | UnknownEvent:
     obj = json.loads(text)
     if not isinstance(obj, dict):
         return UnknownEvent("", {"value": obj})
-    kind = str(obj.get("type", ""))
-    cls = _SERVER_TYPES.get(kind)
-    if cls is None:
-        return UnknownEvent(kind, obj)
-    known = {f.name for f in fields(cls)}
     try:
-        return cls(**{k: v for k, v in obj.items() if k in known})
-    except TypeError:
-        return UnknownEvent(kind, obj)
+        event = from_json_object(obj, _SERVER_TYPES)
+    except (NamedJsonError, TypeError):
+        event = None
+    return UnknownEvent(str(obj.get("type", "")), obj) if event is None else event
 
 
 # ---- client -> server ------------------------------------------------------------------
@@ -292,8 +291,8 @@ class AudioCodecRequest:
 
 
 def encode_request(message: ClientMessage | AudioCodecRequest) -> str:
-    body = {k: v for k, v in asdict(message).items() if v is not None}
-    return json.dumps({"type": message.TYPE, **body}, ensure_ascii=False)
+    body = {k: v for k, v in to_json_object(message).items() if v is not None}
+    return json.dumps(body, ensure_ascii=False)
 
 
 def _text_field(obj: dict, key: str, limit: int, stage: str) -> str | None:

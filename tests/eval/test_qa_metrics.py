@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.conversation.run_records import read_records
 from app.eval.judge import NOT_ATTEMPTED, UNREADABLE, Judge, majority, read_verdict
 from app.eval.qa_events import text_stream, trigger_events
 from app.eval.qa_metrics import ItemOutcome, item_row, summarise
@@ -36,7 +37,7 @@ def ret_item() -> list[dict]:
 
 
 def test_ret_events_and_latencies():
-    records = ret_item()
+    records = read_records(ret_item())
     events = trigger_events(records)
     assert [(e["t"], e["outcome"], e["inject"]) for e in events] == [
         (4.0, "span", "Lima is the capital."), (8.0, "late", None)]
@@ -50,7 +51,7 @@ def test_ret_events_and_latencies():
 
 
 def test_end_of_turn_events_come_from_turns():
-    records = [
+    records = read_records([
         {"type": "turn", "turn_id": 3, "question": "who wrote hamlet", "trigger": "end_of_turn",
          "frame": 30},
         {"type": "span_queued", "turn_id": 3, "span_id": 1, "text": "Shakespeare.",
@@ -60,7 +61,7 @@ def test_end_of_turn_events_come_from_turns():
         {"type": "turn", "turn_id": 4, "question": "hm", "trigger": "end_of_turn", "frame": 90},
         {"type": "no_span", "turn_id": 4, "ret_frame": 90, "question": "hm",
          "reason": "the LLM found no information"},
-    ]
+    ])
     events = trigger_events(records)
     assert [(e["t"], e["t_inj"], e["outcome"]) for e in events] == [
         (2.4, 3.2, "span"), (7.2, None, "no span: the LLM found no information")]
@@ -69,12 +70,12 @@ def test_end_of_turn_events_come_from_turns():
 def test_a_retrieval_still_in_flight_at_the_end_is_not_a_completed_one():
     """ret_rate counts retrievals whose answer came back, as the reference's runner records
     a retrieval only then; one the input ended before is counted apart."""
-    records = [
+    records = read_records([
         {"type": "question", "turn_id": 1, "ret_frame": 50, "question": "capital of peru"},
         {"type": "no_span", "turn_id": 1, "ret_frame": 50, "question": "capital of peru",
          "reason": "the LLM found no information"},
         {"type": "question", "turn_id": 2, "ret_frame": 150, "question": "and bolivia"},
-    ]  # turn 2's answer had not come back when the input ended
+    ])  # turn 2's answer had not come back when the input ended
     events = trigger_events(records)
     assert [e["outcome"] for e in events] == ["no span: the LLM found no information",
                                               "in flight when the input ended"]

@@ -20,11 +20,22 @@ Extra keys say what else a reader needs (the model, the run's transcript file).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from app.eval.qa_events import text_stream
+from app.conversation.run_records import (
+    EndRecord,
+    ErrorRecord,
+    RunRecord,
+    SpanQueuedRecord,
+    SpanRecord,
+    TextRecord,
+    ToolCallRecord,
+    of_type,
+)
+from app.eval.qa_events import strip_markers
 from app.frames import FRAME_S, SAMPLE_RATE
 
 VOICED_DBFS = -45.0
@@ -47,15 +58,13 @@ def user_speech_end(pcm: np.ndarray, rate: int = SAMPLE_RATE) -> float | None:
     return round((last + 1) * 0.02, 3)
 
 
-def agent_words(records: list[dict]) -> list[dict[str, Any]]:
+def agent_words(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
     """The model's words, each with the time its first and last pieces came."""
     words: list[dict[str, Any]] = []
     current, start, end = "", 0.0, 0.0
-    for record in records:
-        if record.get("type") != "text":
-            continue
-        time_s = float(record.get("time", record.get("frame", 0) * FRAME_S))
-        for char in str(record.get("text", "")):
+    for record in of_type(records, TextRecord):
+        time_s = float(record.time)
+        for char in record.text:
             if char.isspace():
                 if current:
                     words.append({"text": current, "timestamp": [start, round(end, 3)]})
@@ -67,40 +76,37 @@ def agent_words(records: list[dict]) -> list[dict[str, Any]]:
             end = time_s + FRAME_S
     if current:
         words.append({"text": current, "timestamp": [start, round(end, 3)]})
-    return [w for w in words if text_stream([{"type": "text", "text": w["text"]}])]
+    return [w for w in words if strip_markers(w["text"])]
 
 
-def _landed_at(records: list[dict]) -> dict[int, float]:
+def _landed_at(records: Sequence[RunRecord]) -> dict[int, float]:
     """turn id -> when its span reached the model (its last chunk), in seconds."""
-    span_of_turn = {r["turn_id"]: r["span_id"] for r in records
-                    if r.get("type") == "span_queued"}
+    span_of_turn = {r.turn_id: r.span_id for r in of_type(records, SpanQueuedRecord)}
     landed = {}
-    for record in records:
-        if record.get("type") == "span" and record.get("chunks"):
-            landed[record["span_id"]] = record["chunks"][-1]["before_frame"] * FRAME_S
+    for record in of_type(records, SpanRecord):
+        if record.landed_before is not None:
+            landed[record.span_id] = record.landed_before * FRAME_S
     return {turn: round(landed[span], 3) for turn, span in span_of_turn.items()
             if span in landed}
 
 
-def tool_calls(records: list[dict]) -> list[dict[str, Any]]:
+def tool_calls(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
     landed = _landed_at(records)
     calls = []
-    for record in records:
-        if record.get("type") != "tool_call":
-            continue
-        called_at = round(max(0, record.get("frame", 0) + 1) * FRAME_S, 3)
+    for record in of_type(records, ToolCallRecord):
+        called_at = round(max(0, record.frame + 1) * FRAME_S, 3)
         calls.append({
-            "function": record.get("server_tool") or record.get("tool"),
-            "args": record.get("arguments", {}),
-            "timestamp_start": landed.get(int(record.get("turn_id") or 0), called_at),
-            "called_at": called_at, "ok": record.get("ok"), "error": record.get("error"),
-            "result": record.get("result", ""), "elapsed_ms": record.get("elapsed_ms"),
-            "server": record.get("server", "")})
+            "function": record.server_tool or record.tool,
+            "args": dict(record.arguments),
+            "timestamp_start": landed.get(int(record.turn_id or 0), called_at),
+            "called_at": called_at, "ok": record.ok, "error": record.error,
+            "result": record.result, "elapsed_ms": record.elapsed_ms,
+            "server": record.server})
     return calls
 
 
 def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
-                records: list[dict], input_pcm: np.ndarray, extra: dict) -> dict[str, Any]:
+                records: Sequence[RunRecord], input_pcm: np.ndarray, extra: dict) -> dict[str, Any]:
     words = agent_words(records)
     user_end = user_speech_end(input_pcm)
     calls = tool_calls(records)
@@ -121,9 +127,9 @@ def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
         result["audio_agent_speech_start"] = words[0]["timestamp"][0]
         if user_end is not None:
             result["perceived_total_latency"] = round(words[0]["timestamp"][0] - user_end, 3)
-    end = next((r for r in reversed(records) if r.get("type") in ("end", "error")), None)
-    if end is not None and end.get("type") == "error":
+    end = next((r for r in reversed(records) if isinstance(r, (EndRecord, ErrorRecord))), None)
+    if isinstance(end, ErrorRecord):
         result["status"] = "run_error"
-        result["error"] = end.get("message", "")
+        result["error"] = end.message
     result["contextspan"] = extra
     return result
