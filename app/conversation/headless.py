@@ -40,6 +40,7 @@ from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
+from app.orchestrator.replay_clock import ReplayClock
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 
@@ -330,7 +331,8 @@ def run_conversation(
     has_llm = backend is not None
     pace = PACE_REALTIME if config.realtime else PACE_REPLAY if has_llm else PACE_FAST
     pipeline = build_pipeline(engine, config, checkpoint.device,
-                              replay=pace == PACE_REPLAY, stt=stt, backend=backend)
+                              replay=ReplayClock() if pace == PACE_REPLAY else None, stt=stt,
+                              backend=backend)
     for injection in injections:
         engine.inject(injection.text, injection.source,
                       at_frame=int(injection.at_seconds * FRAME_RATE))
