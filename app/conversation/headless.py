@@ -5,9 +5,10 @@ pieces with their frame index, and each span with its source and the frame befor
 each of its chunks landed, with K.
 
 Pace: without an LLM side the frames go in as fast as the engine takes them. With one, the
-run replays the LLM's latency in frames (the pipeline in lock-step, see app/pipeline.py): the
-answer lands at the frame it would have reached in real time, so the transcript is the same
-on a slow laptop and a fast GPU. `realtime` feeds at a microphone's pace instead.
+run replays the LLM's latency in frames (the pipeline in lock-step on a ReplayClock, see
+app/orchestrator/replay_clock.py and docs/replay.md): the answer lands at the frame it would
+have reached in real time, so the transcript is the same on a slow laptop and a fast GPU.
+`realtime` feeds at a microphone's pace instead.
 """
 
 from __future__ import annotations
