@@ -44,7 +44,6 @@ from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
 READY_TIMEOUT_S = 600.0
-MAX_DRAIN_FRAMES = 400  # after the measured frames, at most this many for spans to land
 FRAME_TIMEOUT_S = 120.0
 SPAN_SENTENCE = ("the quick brown fox jumps over the lazy dog while the river runs past "
                  "the old mill and the bells ring across the valley")
@@ -62,6 +61,7 @@ INCLUDES = {
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
     "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
                     "landed (a span of positions goes in chunks of what fits a frame now)",
+    "span_positions": "the positions one span takes, its wrapping included",
     "frames_per_s": "N conversations' frames a second, lock-step: N * 1000 / frame_ms p50",
 }
 
@@ -158,6 +158,19 @@ class _SlotLog:
                 raise RuntimeError(f"slot {self.slot.row}: {event.message}")
 
 
+def span_positions(slot: RowConversation, text: str) -> int:
+    """The positions a span of `text` takes in `slot` (its wrapping included)."""
+    tokenizer = slot.span_tokenizer
+    return len(tokenizer.cut(text, tuple(tokenizer.content(text))).ids)
+
+
+def drain_bound(spans_sent: int, count: int, positions: int) -> int:
+    """Unmeasured frames within which every span sent lands, on any machine: a frame with a
+    span pending injects at least one position of it (the chunk limit never goes under 1,
+    however busy the device), and a slot's spans go in one after the other."""
+    return -(-spans_sent // count) * positions
+
+
 def _memory(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
@@ -166,14 +179,17 @@ def _memory(device: torch.device) -> int | None:
 
 
 def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_every: int,
-                   text: str, warm_frames: int = 3, seed: int = 0) -> dict[str, Any]:
-    """One slot count: N conversations talking in lock-step, a span every `span_every`."""
+                   text: str, warm_frames: int = 3, seed: int = 0,
+                   chunk_limit: int | None = None) -> dict[str, Any]:
+    """One slot count: N conversations talking in lock-step, a span every `span_every`.
+    `chunk_limit`: the most positions of a span a frame takes (None: what fits the frame
+    budget here, following the load)."""
     device = checkpoint.device
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     before = _memory(device)
-    options = EngineOptions(seed=seed, greedy=True)
+    options = EngineOptions(seed=seed, greedy=True, chunk_limit=chunk_limit)
     engine = LocalEngine(checkpoint, count, options)
     started = time.perf_counter()
     engine.start()
@@ -216,9 +232,12 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
                     span_walls.append(wall)
         # Unmeasured frames until every span sent has landed: a span of positions goes in
         # chunks of what fits a frame now (the chunk limit follows the load), so on a busy
-        # machine its last chunks can land after the measured frames.
+        # machine its last chunks land after the measured frames, at one position a frame
+        # at worst: the bound is in frames, never in the machine's time.
         extra = 0
-        while sum(log.spans for log in logs) < spans_sent and extra < MAX_DRAIN_FRAMES:
+        positions = span_positions(slots[0], text)
+        bound = drain_bound(spans_sent, count, positions)
+        while sum(log.spans for log in logs) < spans_sent and extra < bound:
             index = warm_frames + frames + extra
             for slot in slots:
                 if not slot.push_frame(_tone(index), timeout=FRAME_TIMEOUT_S):
@@ -240,6 +259,7 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
             "late_frames": sum(ms > FRAME_MS for ms in walls),
             "spans_sent": spans_sent,
             "spans_landed": sum(log.spans for log in logs),
+            "span_positions": positions,
             "drain_frames": extra,
             "span_frame_ms_max": round(max(span_walls), 3) if span_walls else None,
             "block_plus_tick_ms_max": round(max(ms for log in logs

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from app.checkpoints.loader import LoadedCheckpoint
     from app.engine.row_conversation import RowConversation
     from app.orchestrator.orchestrator import Orchestrator
+    from app.orchestrator.replay_clock import ReplayClock
     from app.remote.remote_engine import RemoteEngine
     from app.tools.base import ToolRegistry
 
@@ -191,10 +192,11 @@ def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBa
 
 
 def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend: LLMBackend,
-                       tools: ToolRegistry, *, replay: bool = False,
+                       tools: ToolRegistry, *, replay: ReplayClock | None = None,
                        **options: Any) -> Orchestrator:
     """The LLM side over `engine` (this machine's, or a server's).
-    `replay`: the LLM's latency replayed in frames (a pipeline fed in lock-step);
+    `replay`: a file's run, the LLM's latency replayed in frames on this clock (a pipeline
+    fed in lock-step); None, a live conversation;
     `options`: OrchestratorOptions fields to pin (a benchmark's turn rules)."""
     from app.orchestrator.orchestrator import Orchestrator, OrchestratorOptions
     from app.orchestrator.retrieval import user_profile
@@ -210,7 +212,7 @@ def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend
     return Orchestrator(backend, tools, engine, OrchestratorOptions(
         max_span_chars=span_chars(facts.max_span_tokens), retrieval=retrieval,
         span_tokens=engine.span_tokens, profile=user_profile(facts.user_name, facts.user_city),
-        replay_llm_latency=replay, **options))
+        **options), replay_clock=replay)
 
 
 def connect_remote(config: ConversationConfig, connect_timeout_s: float,
@@ -235,12 +237,13 @@ def connect_remote(config: ConversationConfig, connect_timeout_s: float,
 
 
 def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
-                   replay: bool = False, stt: LoadedStt | None = None,
+                   replay: ReplayClock | None = None, stt: LoadedStt | None = None,
                    asr: StreamingAsr | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
                    live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
-    """The whole conversation around `engine`, not started. `replay`: fed in lock-step, the
-    LLM's latency replayed as frames; `stt`: the recogniser's model, already loaded;
+    """The whole conversation around `engine`, not started. `replay`: a file's run, fed in
+    lock-step, the LLM's latency replayed as frames on this clock (None: live); `stt`:
+    the recogniser's model, already loaded;
     `asr`: the conversation's recognition, already made (a row of a server's shared
     recogniser), instead of one of its own; `backend`: an LLM backend to ask instead of
     `config.backend`'s; `notice`: see the module's docstring; `live`: a conversation
@@ -264,11 +267,11 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
 
 
 def join_stages(engine: SpeechEngine, config: ConversationConfig, asr: StreamingAsr | None,
-                orchestrator: Orchestrator | None, *, replay: bool = False,
+                orchestrator: Orchestrator | None, *, replay: ReplayClock | None = None,
                 live: bool = False) -> ConversationPipeline:
     """The pipeline over stages already built. A live conversation always has the
     levelling stage (Settings switches it on and off while it runs); a run has it only
     when it levels."""
     leveller = config.level_voice if live else (True if config.level_voice else None)
     return ConversationPipeline(engine, asr, orchestrator, leveller,
-                                replay=replay and orchestrator is not None)
+                                replay=replay if orchestrator is not None else None)

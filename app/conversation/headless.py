@@ -5,9 +5,10 @@ pieces with their frame index, and each span with its source and the frame befor
 each of its chunks landed, with K.
 
 Pace: without an LLM side the frames go in as fast as the engine takes them. With one, the
-run replays the LLM's latency in frames (the pipeline in lock-step, see app/pipeline.py): the
-answer lands at the frame it would have reached in real time, so the transcript is the same
-on a slow laptop and a fast GPU. `realtime` feeds at a microphone's pace instead.
+run replays the LLM's latency in frames (the pipeline in lock-step on a ReplayClock, see
+app/orchestrator/replay_clock.py and docs/replay.md): the answer lands at the frame it would
+have reached in real time, so the transcript is the same on a slow laptop and a fast GPU.
+`realtime` feeds at a microphone's pace instead.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
+from app.orchestrator.replay_clock import ReplayClock
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 from app.wire.named_json import to_json_object
@@ -269,7 +271,8 @@ def run_conversation(
     has_llm = backend is not None
     pace = PACE_REALTIME if config.realtime else PACE_REPLAY if has_llm else PACE_FAST
     pipeline = build_pipeline(engine, config, checkpoint.device,
-                              replay=pace == PACE_REPLAY, stt=stt, backend=backend)
+                              replay=ReplayClock() if pace == PACE_REPLAY else None, stt=stt,
+                              backend=backend)
     for injection in injections:
         engine.inject(injection.text, injection.source,
                       at_frame=int(injection.at_seconds * FRAME_RATE))

@@ -35,6 +35,7 @@ from app.audio.levelling_stage import FrameConsumer, LevellingStage
 from app.engine.events import AudioOut, EngineStopped
 from app.engine.speech_engine import SpeechEngine
 from app.orchestrator.orchestrator import Orchestrator
+from app.orchestrator.replay_clock import ReplayClock
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,11 @@ _END_OF_LOCK_STEP = object()
 class ConversationPipeline:
     def __init__(self, engine: SpeechEngine, asr: AsrStage | None = None,
                  orchestrator: Orchestrator | None = None,
-                 leveller: bool | None = None, replay: bool = False) -> None:
+                 leveller: bool | None = None, replay: ReplayClock | None = None) -> None:
         """`leveller`: None, no levelling stage; True or False, a stage that levels (or
-        passes frames through; `set_level_voice` switches it while running). `replay`: fed
-        in lock-step through `wait_for_frame` (see the module's docstring)."""
+        passes frames through; `set_level_voice` switches it while running). `replay`: a
+        file's run, fed in lock-step through `wait_for_frame` on this clock (see the
+        module's docstring); None, a live conversation."""
         self.engine = engine
         self.replay = replay
         self.asr = asr
@@ -96,7 +98,7 @@ class ConversationPipeline:
         self._frames_routed = 0
         self._engine_stopped = False
         self._held: list[object] = []  # replay: recogniser events until the next barrier
-        self._holding = replay
+        self._holding = replay is not None
         self._audio_sink: AudioSink | None = None
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
@@ -170,7 +172,7 @@ class ConversationPipeline:
 
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames. A file passes timeout None: it waits as long as the stages live."""
-        if self.replay:  # the recogniser's last events go on as they come
+        if self.replay is not None:  # the recogniser's last events go on as they come
             self._merged.put(_END_OF_LOCK_STEP)
         if self.leveller is not None:
             self.leveller.finish_input(timeout)
@@ -217,7 +219,7 @@ class ConversationPipeline:
             raise PipelineStalled(f"the speech recognition did not get through frame "
                                   f"{index - 1} within {timeout:g} s (or has stopped)")
         orchestrator = self.orchestrator
-        if orchestrator is None:
+        if orchestrator is None or self.replay is None:
             return
         fence = _Fence(threading.Event())
         self._merged.put(fence)
@@ -225,7 +227,7 @@ class ConversationPipeline:
             if self._stop.is_set() or left() <= 0:
                 raise PipelineStalled(f"the orchestrator did not handle frame {index - 1} "
                                       f"within {timeout:g} s (or has stopped)")
-        if not orchestrator.wait_until_feedable(index, left()):
+        if not self.replay.wait_until_feedable(index, left()):
             raise PipelineStalled(f"an LLM request held the conversation before frame {index} "
                                   f"for more than {timeout:g} s")
 

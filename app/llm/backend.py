@@ -40,6 +40,11 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()  # role == "assistant": the calls it asked for
 
 
+# The stand-in Ollama scripts its time and says so in this reply header (a real server never
+# sends it): a replay counts the declared time, not the machine's (orchestrator/replay_clock.py).
+DECLARED_LATENCY_HEADER = "X-Standin-Declared-Latency"
+
+
 @dataclass(frozen=True)
 class ChatResult:
     content: str
@@ -48,6 +53,9 @@ class ChatResult:
     total_s: float
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # The request's time as its server scripted it (the stand-in Ollama's declared delays,
+    # its X-Standin-Declared-Latency header); None: a real LLM, whose time is measured.
+    declared_s: float | None = None
 
 
 @dataclass(frozen=True)

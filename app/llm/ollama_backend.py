@@ -19,6 +19,7 @@ import ollama
 import pydantic
 
 from app.llm.backend import (
+    DECLARED_LATENCY_HEADER,
     BackendHealth,
     ChatMessage,
     ChatResult,
@@ -33,6 +34,16 @@ from app.llm.ndjson_safe_transport import LineSeparatorSafeTransport
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 DEFAULT_MODEL = "qwen3:4b"  # small, local, and trained for tool calls
+
+
+_declared = threading.local()  # the header of this thread's last reply (httpx hooks run here)
+
+
+def _note_declared_latency(response: httpx.Response) -> None:
+    try:
+        _declared.seconds = float(response.headers[DECLARED_LATENCY_HEADER])
+    except (KeyError, ValueError):
+        _declared.seconds = None
 
 
 def _host_from_env() -> str:
@@ -60,6 +71,7 @@ class OllamaBackend(LLMBackend):
     def __init__(self, settings: OllamaSettings | None = None) -> None:
         self.settings = settings or OllamaSettings()
         options = client_options()  # a cancel closes the request's connection at once
+        options["event_hooks"]["response"] = [_note_declared_latency]
         # Lines split at "\n" only, as Ollama writes them (ndjson_safe_transport.py); the
         # transport is given its own copy of the connection limits, which httpx would
         # otherwise apply to its default transport.
@@ -99,6 +111,7 @@ class OllamaBackend(LLMBackend):
         cancel: threading.Event | None,
     ) -> ChatResult:
         start = time.monotonic()
+        _declared.seconds = None
         # Builds and validates the request now; the HTTP exchange starts on the first next().
         # ollama annotates the stream as an Iterator; it is a generator (closed below).
         stream = cast(Generator[ollama.ChatResponse, None, None], self._client.chat(
@@ -141,6 +154,7 @@ class OllamaBackend(LLMBackend):
             total_s=time.monotonic() - start,
             prompt_tokens=final.prompt_eval_count,
             completion_tokens=final.eval_count,
+            declared_s=getattr(_declared, "seconds", None),
         )
 
     def list_models(self) -> list[str]:

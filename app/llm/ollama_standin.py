@@ -5,7 +5,10 @@ the pipeline benchmark run the real `ollama` client against this server instead.
 Ollama's API as Ollama documents it (docs/api.md in github.com/ollama/ollama): NDJSON
 streaming on /api/chat, /api/tags, /api/show, /api/ps, and
 `{"error": ...}` bodies for failures. Each /api/chat reply is a `ScriptedReply`: what to say,
-which tools to call, how slowly, and which fault to inject.
+which tools to call, how slowly, and which fault to inject. Its reply headers declare
+the scripted time (`X-Standin-Declared-Latency`, seconds: the first-token delay plus the
+chunk delays), so that a replayed run counts that time and not the busy machine's
+(app/orchestrator/replay_clock.py).
 
 It ships in the package (not under tests/) because the product runs it too: `python main.py
 --screenshot` (whose answer is this server's scripted text, and says so), the `bench
@@ -28,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from app.llm.backend import DECLARED_LATENCY_HEADER
 from app.llm.result_references import MISSING, parse_result, resolve_arguments
 
 _STOP_JOIN_S = 2.0  # how long stop() waits for each thread before giving up on it
@@ -184,15 +188,13 @@ class _Handler(BaseHTTPRequestHandler):
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 message["tool_calls"] = _wire_tool_calls(reply.tool_calls)
-            self._send_json(200, {**_line(model, message, done=True), **counters})
+            self._send_json(200, {**_line(model, message, done=True), **counters},
+                            declared_s=reply.first_token_delay_s)
             return
         self._stream(model, reply, counters)
 
     def _stream(self, model: str, reply: ScriptedReply, counters: dict[str, Any]) -> None:
         standin = self.server.standin
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-ndjson")
-        self.end_headers()
         size = max(1, reply.chunk_chars)
         fragments = [reply.content[i : i + size] for i in range(0, len(reply.content), size)]
         lines: list[bytes] = []
@@ -211,7 +213,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             final = _line(model, {"role": "assistant", "content": ""}, done=True)
             lines.append(_ndjson({**final, **counters}))
+        declared = reply.first_token_delay_s + reply.chunk_delay_s * (len(lines) - 1)
         try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header(DECLARED_LATENCY_HEADER, f"{declared!r}")
+            self.end_headers()
             for index, line in enumerate(lines):
                 if index and not self._wait(reply.chunk_delay_s):
                     return
@@ -255,14 +262,17 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return body if isinstance(body, dict) else None
 
-    def _send_json(self, status: int, payload: Any) -> None:
+    def _send_json(self, status: int, payload: Any, declared_s: float | None = None) -> None:
         data = b"" if payload is None else json.dumps(payload).encode()
-        self._send_bytes(status, data, "application/json; charset=utf-8")
+        self._send_bytes(status, data, "application/json; charset=utf-8", declared_s)
 
-    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+    def _send_bytes(self, status: int, data: bytes, content_type: str,
+                    declared_s: float | None = None) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
+            if declared_s is not None:
+                self.send_header(DECLARED_LATENCY_HEADER, f"{declared_s!r}")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":

@@ -80,6 +80,9 @@ class TurnAnswer:
     arrival_frame: int | None = None  # replay: the frame it would have reached in real time
     posted_at: float = 0.0  # the orchestrator's clock when it was posted (span ready)
     cuts: tuple[Cut, ...] = ()  # what was cut from the reply (or a tool's) to make `text`
+    # The latency its LLM's server scripted (the stand-in's), tools' time included; None: a
+    # real LLM, whose latency a replay measures (replay_clock.py).
+    declared_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,18 @@ for models never trained to ask, or the model's own <ret> token (retrieval.py) f
 Context Spanning checkpoint, whose answers carry a deadline in conversation time. Typed
 questions start a turn either way.
 
-Replay (`replay_llm_latency`, for runs fed from a file faster than real time, in lock-step
-with the pipeline's barrier): each LLM request holds the conversation's clock where it was
-asked and lets it advance one frame per 80 ms of the request's wall time (the feeder
-waits in `wait_until_feedable`). Its answer is handled when the conversation reaches the
-frame it would have reached in real time (after that frame's other events), and lands
-before it. A slow laptop and a fast GPU then give the same conversation for the same LLM
-latency.
+Replay (a run fed from a file faster than real time passes a `ReplayClock`,
+replay_clock.py; a live conversation passes none): each LLM request holds the
+conversation's clock where it was asked; its answer is handled when the conversation
+reaches the frame it would have reached in real time (after that frame's other events), and
+lands before it. A slow laptop and a fast GPU then give the same conversation for the same
+LLM latency, and a scripted LLM's (the stand-in's) for the same script.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import math
 import queue
 import threading
 import time
@@ -81,6 +79,7 @@ from app.orchestrator.messages import (
     TurnError,
     Typed,
 )
+from app.orchestrator.replay_clock import ReplayClock
 from app.orchestrator.retrieval import (
     UtteranceTracker,
     frames_of,
@@ -120,10 +119,6 @@ class OrchestratorOptions:
     # What starts a turn (the checkpoint's manifest); None: the user's end of turn.
     retrieval: Retrieval | None = None
     profile: str = ""  # the user's name and city, for the retrieval router
-    # Conversation time from frames, the LLM's wall-clock latency replayed as frames (see
-    # the module's docstring): only with a pipeline fed in lock-step (its `replay`); off:
-    # frames come in real time, like a microphone's.
-    replay_llm_latency: bool = False
     # The engine's span budget when it was measured before this orchestrator was made (the
     # LLM turned on mid-conversation, after EngineReady); 0: learnt from EngineReady.
     span_tokens: int = 0
@@ -162,15 +157,6 @@ class _PendingRetrieval:
     span_id: int | None = None
 
 
-@dataclass
-class _Hold:
-    """Replay: an LLM request in flight holds the conversation's clock."""
-
-    asked_frame: int  # the newest frame the engine had produced when it was asked
-    started: float  # clock time it was asked
-    frozen: int | None = None  # the answer is back: the last frame before it lands
-
-
 class Orchestrator:
     def __init__(
         self,
@@ -180,7 +166,10 @@ class Orchestrator:
         options: OrchestratorOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         events: queue.SimpleQueue[OrchestratorEvent] | None = None,
+        replay_clock: ReplayClock | None = None,
     ) -> None:
+        """`replay_clock`: a run fed from a file faster than real time (the LLM's latency
+        replayed in frames, see the module's docstring); None: frames come in real time."""
         self.backend = backend
         self.tools = tools
         self._retired: list[tuple[LLMBackend, ToolRegistry]] = []  # replaced by reconfigure
@@ -200,10 +189,7 @@ class Orchestrator:
         self._tracker = UtteranceTracker(retrieval.window_s if retrieval else 12.0)
         self._retrieval: _PendingRetrieval | None = None
         self._frame = -1  # the newest frame the engine produced: the conversation's clock
-        self._holds: dict[int, _Hold] = {}  # replay: turn id -> its request's hold
-        self._holds_changed = threading.Condition()
-        self._due: list[TurnAnswer | TurnError] = []  # replay: not reached yet
-        self._fenced = 0  # replay: every event of the frames before this one is handled
+        self.replay_clock = replay_clock
         # The engine's span budget once it is ready (EngineReady.span_tokens): 0, unknown.
         self._span_tokens = 0
         self._max_span_chars = self.options.max_span_chars
@@ -266,9 +252,8 @@ class Orchestrator:
         joins share one deadline."""
         deadline = time.monotonic() + timeout
         self._inbox.put(Stop())
-        with self._holds_changed:  # a feeder waiting on the clock is let go
-            self._holds.clear()
-            self._holds_changed.notify_all()
+        if self.replay_clock is not None:  # a feeder waiting on the clock is let go
+            self.replay_clock.stop()
         if self._current is not None:
             self._current.cancel.set()
         pending = self._retrieval
@@ -296,44 +281,6 @@ class Orchestrator:
                     except Exception:  # closing must not stop the rest from closing
                         log.exception("closing %r failed", close)
 
-    def wait_until_feedable(self, frame: int, timeout: float) -> bool:
-        """Replay: block until `frame` may be fed (False when `timeout` passed first)."""
-        deadline = time.monotonic() + timeout
-        with self._holds_changed:
-            while True:
-                limit = self._limit_locked()
-                if limit is None or frame <= limit:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                # A running request's limit grows with time: wake when it may reach
-                # `frame`; a frozen one changes only when its answer is handled (notify).
-                self._holds_changed.wait(min(remaining, self._until_reached(frame)))
-
-    def _limit_locked(self) -> int | None:
-        """Replay: the last frame the feeder may feed while LLM requests are in flight
-        (asked frame + one frame per 80 ms of wall time, or the frame before the answer
-        lands once it is back); None when nothing holds the clock."""
-        if not self._holds:
-            return None
-        now = self._clock()
-        return min(h.frozen if h.frozen is not None
-                   else h.asked_frame + int(max(0.0, now - h.started) / FRAME_S)
-                   for h in self._holds.values())
-
-    def _until_reached(self, frame: int) -> float:
-        """Seconds until every hold allows `frame` (a frozen one: until its release)."""
-        now = self._clock()
-        wait = 0.001
-        for hold in self._holds.values():
-            if hold.frozen is not None:
-                if hold.frozen < frame:
-                    return 1.0  # its release notifies; checked again each second anyway
-            else:
-                wait = max(wait, hold.started + (frame - hold.asked_frame) * FRAME_S - now)
-        return wait
-
     def idle(self) -> bool:
         """No turn in flight and nothing waiting in the inbox (for tests and benchmarks)."""
         return (self._inbox.empty() and self._current is None and self._retrieval is None
@@ -347,15 +294,13 @@ class Orchestrator:
     def _hold(self, turn: _Turn) -> None:
         """Replay: `turn`'s request (about to start) holds the clock from the newest frame
         (a <ret>'s own frame: its token comes before that frame's audio)."""
-        if self.options.replay_llm_latency:
+        if self.replay_clock is not None:
             asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
-            with self._holds_changed:
-                self._holds[turn.turn_id] = _Hold(asked, self._clock())
+            self.replay_clock.hold(turn.turn_id, asked)
 
     def _release(self, turn_id: int) -> None:
-        with self._holds_changed:
-            if self._holds.pop(turn_id, None) is not None:
-                self._holds_changed.notify_all()
+        if self.replay_clock is not None:
+            self.replay_clock.release(turn_id)
 
     def _run(self) -> None:
         while True:
@@ -400,13 +345,9 @@ class Orchestrator:
 
     def _on_fence(self, fence: Fence) -> None:
         try:
-            self._fenced = self._frame + 1
-            due, self._due = self._due, []
-            for result in due:
-                if (result.arrival_frame or 0) <= self._fenced:
+            if self.replay_clock is not None:
+                for result in self.replay_clock.due(self._frame):
                     self._settle(result)
-                else:
-                    self._due.append(result)
         finally:
             fence.callback()
 
@@ -438,10 +379,9 @@ class Orchestrator:
         return waiting
 
     def _on_result(self, result: TurnAnswer | TurnError) -> None:
-        if result.arrival_frame is None or result.arrival_frame <= self._fenced:
+        # Replay: an answer due at a later frame is handled at the barrier before it.
+        if self.replay_clock is None or not self.replay_clock.defer(result):
             self._settle(result)
-        else:  # replay: handled at the barrier before its arrival frame
-            self._due.append(result)
 
     def _settle(self, result: TurnAnswer | TurnError) -> None:
         try:
@@ -697,7 +637,7 @@ class Orchestrator:
         tools = (answer.tool,) if answer.tool and answer.text else ()
         self._post(TurnAnswer(turn.turn_id, answer.text, tools,
                                first_token[0] if first_token else None, answer.no_information,
-                               cuts=answer.cuts))
+                               cuts=answer.cuts, declared_s=answer.declared_s))
 
     def _retrieval_turn(self, turn_id: int) -> bool:
         pending = self._retrieval
@@ -765,14 +705,12 @@ class Orchestrator:
 
     def _post(self, result: TurnAnswer | TurnError) -> None:
         """A request's outcome to the control thread. Replay: first the clock is frozen
-        where the answer lands, asked frame + ceil(wall latency / 80 ms): the feeder feeds
-        up to the frame before, and the control thread injects at that frame."""
-        with self._holds_changed:
-            hold = self._holds.get(result.turn_id)
-            if hold is not None:
-                elapsed = max(0.0, self._clock() - hold.started)
-                arrival = hold.asked_frame + max(1, math.ceil(elapsed / FRAME_S))
-                hold.frozen = arrival - 1
+        where the answer lands (replay_clock.py): the feeder feeds up to the frame before,
+        and the control thread injects at that frame."""
+        if self.replay_clock is not None:
+            declared = result.declared_s if isinstance(result, TurnAnswer) else None
+            arrival = self.replay_clock.answered(result.turn_id, declared)
+            if arrival is not None:
                 result = replace(result, arrival_frame=arrival)
         self._inbox.put(replace(result, posted_at=self._clock()))
 
@@ -796,6 +734,7 @@ class Orchestrator:
         messages = [ChatMessage("system", system), *history]
         first_token: list[float] = []
         used: list[str] = []
+        declared = _DeclaredTime()
 
         def on_delta(_fragment: str) -> None:
             if not first_token:
@@ -808,13 +747,15 @@ class Orchestrator:
             started = self._clock()
             allow_tools = specs if round_index < self.options.max_tool_rounds else []
             result = backend.chat(messages, allow_tools, on_delta, turn.cancel)
+            declared.add(result.declared_s)
             if not first_token and result.first_token_s is not None:
                 first_token.append(started + result.first_token_s)
             if not result.tool_calls or not allow_tools:
                 text, cuts = speakable_span_cut(result.content, self._max_span_chars)
                 if text:
                     return TurnAnswer(turn.turn_id, text, tuple(dict.fromkeys(used)),
-                                       first_token[0] if first_token else None, cuts=cuts)
+                                       first_token[0] if first_token else None, cuts=cuts,
+                                       declared_s=declared.seconds)
                 # Nothing to say is a failed turn the user sees, never a silent one: the
                 # last round (tools withheld) still asking for tools, or an empty answer.
                 if result.tool_calls or round_index == self.options.max_tool_rounds:
@@ -825,6 +766,7 @@ class Orchestrator:
             for call in result.tool_calls[: self.options.max_calls_per_round]:
                 outcome = tools.call(call.name, call.arguments, turn.cancel,
                                      on_wait=self._waiter(turn, tools, call.name))
+                declared.add_tool(outcome)
                 self.events.put(_tool_called(turn.turn_id, call.name, dict(call.arguments),
                                              outcome))
                 if outcome.ok:
@@ -833,6 +775,23 @@ class Orchestrator:
                 messages.append(ChatMessage("tool", content, tool_name=call.name))
         raise LLMError("malformed", f"{backend.name} kept calling tools after "
                                     f"{self.options.max_tool_rounds} rounds and gave no answer")
+
+
+class _DeclaredTime:
+    """A turn's latency as its LLM's server scripted it (the stand-in's declared delays),
+    plus its tools' own time; None once one round's server declared nothing (a real LLM:
+    the replay measures the turn instead)."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = 0.0
+
+    def add(self, declared_s: float | None) -> None:
+        self.seconds = None if declared_s is None or self.seconds is None \
+            else self.seconds + declared_s
+
+    def add_tool(self, outcome: ToolResult) -> None:
+        if self.seconds is not None:
+            self.seconds += (outcome.elapsed_ms or 0.0) / 1000.0
 
 
 def _tool_called(turn_id: int, name: str, arguments: dict[str, Any],

@@ -128,6 +128,7 @@ class RetrievalAnswer:
     tool: str | None
     no_information: bool  # the LLM said it found nothing (nothing injected)
     cuts: tuple[Cut, ...] = ()  # what the tool's bounds and the span's took out of it
+    declared_s: float | None = None  # its server's scripted latency (TurnAnswer.declared_s)
 
 
 def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_said: str,
@@ -148,21 +149,26 @@ def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_
     parts.append(f"The user said: {question[-CONTEXT_CHARS:]}")
     messages = [ChatMessage("system", system), ChatMessage("user", "\n".join(parts))]
     result = backend.chat(messages, tools.specs(), on_delta, cancel)
+    declared = result.declared_s
     if result.tool_calls:
         call = result.tool_calls[0]
         outcome = tools.call(call.name, call.arguments, cancel,
                              on_wait=on_wait(call.name) if on_wait is not None else None)
+        if declared is not None:  # a scripted LLM's tool still takes its own time
+            declared += (outcome.elapsed_ms or 0.0) / 1000.0
         if on_tool is not None:
             on_tool(call.name, dict(call.arguments), outcome)
         if not outcome.ok:
-            return RetrievalAnswer("", f"llm+{call.name}", call.name, False)
+            return RetrievalAnswer("", f"llm+{call.name}", call.name, False,
+                                   declared_s=declared)
         body, cut = speakable_span_cut(outcome.content, max(1, max_chars - len(TOOL_PREFIX)),
                                        f"{call.name}'s result")
         if not body:
-            return RetrievalAnswer("", f"llm+{call.name}", call.name, False)
+            return RetrievalAnswer("", f"llm+{call.name}", call.name, False,
+                                   declared_s=declared)
         return RetrievalAnswer(TOOL_PREFIX + body, f"llm+{call.name}", call.name, False,
-                               outcome.cuts + cut)
+                               outcome.cuts + cut, declared_s=declared)
     text, cut = speakable_span_cut(result.content, max_chars)
     if not text or is_no_information(text):
-        return RetrievalAnswer("", "llm", None, True)
-    return RetrievalAnswer(text, "llm", None, False, cut)
+        return RetrievalAnswer("", "llm", None, True, declared_s=declared)
+    return RetrievalAnswer(text, "llm", None, False, cut, declared_s=declared)

@@ -16,10 +16,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def main_py(*args: str, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python main.py ARGS` in a child. One torch thread: on a busy machine a second one
+    spins at every parallel op waiting for a core (the injection bench took 3.4x longer at
+    load 6 with two, and ran past 300 s at load 10)."""
     return subprocess.run(
         [sys.executable, "main.py", *args],
         cwd=REPO_ROOT,
-        env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
+        env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -65,9 +65,17 @@ def slowed(hook, seconds_per_frame: float):
 
 
 def run(tiny_cs_folder, stt_dir, question: Path, tmp_path: Path, reply: ScriptedReply,
-        seconds_per_frame: float = 0.0) -> tuple[list[dict], list[dict]]:
+        seconds_per_frame: float = 0.0, busy_llm_s: float = 0.0
+        ) -> tuple[list[dict], list[dict]]:
+    """`busy_llm_s`: each request takes that much longer than its script (a busy machine)."""
     transcript = tmp_path / f"t-{len(list(tmp_path.glob('t-*.jsonl')))}.jsonl"
-    with OllamaStandIn(models=("standin:latest",), script=[reply]) as standin:
+
+    def busy(_body: dict) -> ScriptedReply:
+        time.sleep(busy_llm_s)
+        return reply
+
+    script = busy if busy_llm_s else [reply]
+    with OllamaStandIn(models=("standin:latest",), script=script) as standin:
         summary = run_headless(
             "tiny-cs", question, tmp_path / "reply.wav", transcript, [], seed=3,
             conversation=ConversationConfig(stt_model="tiny-stt", end_of_turn="vad",
@@ -159,8 +167,9 @@ def conversation(records: list[dict]) -> dict[str, list]:
     return {kind: [pick(r) for r in records if r["type"] == kind] for kind, pick in keep.items()}
 
 
-# Latencies a little past a frame boundary (a request adds a few ms of its own): the answer
-# reaches the conversation after ceil(latency / 80 ms) frames.
+# Scripted latencies a little past a frame boundary: the answer reaches the conversation
+# after ceil(latency / 80 ms) frames, the stand-in's declared time (the request's own time on
+# the machine, a few ms or, on a busy one, more than a frame, is not counted).
 FAST_LLM_S, SLOW_LLM_S = 0.41, 1.21
 
 
@@ -187,3 +196,17 @@ def test_the_llm_latency_is_replayed_in_frames_whatever_the_engine_speed(
     # Up to the first answer the two conversations are the same.
     assert [t for t in conversation(slower_llm)["text"] if t[0] < landed] == [
         t for t in conversation(fast)["text"] if t[0] < landed]
+
+
+def test_a_scripted_llm_lands_at_the_same_frame_however_long_the_machine_takes(
+        tiny_cs_folder, stt, spoken_question, tmp_path):
+    """A busy machine stretches each request well past the script (here 0.3 s, almost four
+    frames): the replay counts the stand-in's declared time, so the span lands at the same
+    frame and the conversation is the same."""
+    answer = "Canberra is the capital city of Australia."
+    quick, _ = run(tiny_cs_folder, stt, spoken_question, tmp_path,
+                   ScriptedReply(content=answer, first_token_delay_s=FAST_LLM_S))
+    busy, _ = run(tiny_cs_folder, stt, spoken_question, tmp_path,
+                  ScriptedReply(content=answer, first_token_delay_s=FAST_LLM_S),
+                  busy_llm_s=0.3)
+    assert of("span", busy) and conversation(busy) == conversation(quick)
