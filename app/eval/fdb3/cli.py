@@ -17,6 +17,7 @@ from pathlib import Path
 
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
+from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -25,7 +26,7 @@ def _add_judge(parser: argparse.ArgumentParser) -> None:
     judge = parser.add_argument_group(
         "the LLM judge (without it, arguments are matched exactly and responses are not "
         "judged, as the benchmark's scripts do without --use-llm)")
-    judge.add_argument("--judge", choices=["ollama", "openai"], default=None,
+    judge.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
                        help="the judge's backend (the benchmark's judge is gpt-4o)")
     judge.add_argument("--judge-host", default=None,
                        help="Ollama host or an OpenAI-compatible base URL (key: "
@@ -80,7 +81,7 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="longest a sample may take")
     side = run.add_argument_group("the LLM side")
-    side.add_argument("--llm", choices=["ollama", "openai", "standin"], default="ollama",
+    side.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, "standin"], default=OLLAMA,
                       help="the LLM that calls the tools; standin: the stand-in Ollama "
                            "plays the demo samples' own calls (make-demo)")
     side.add_argument("--llm-host", default=None,

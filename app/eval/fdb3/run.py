@@ -33,6 +33,7 @@ import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k
 from app.conversation.config import ConversationConfig
+from app.conversation.run_request import HeadlessRun
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.agent_prompt import AgentPromptBackend, agent_prompt
 from app.eval.fdb3.layout import Fdb3Sample, check_provider, find_samples
@@ -42,6 +43,7 @@ from app.eval.fdb3.result import make_result, user_speech_end
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript
 from app.frames import FRAME_RATE, SAMPLE_RATE
+from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 from app.settings.schema import McpServerSettings
 
 TAIL_S = 6.0  # silence after the input: the reference's
@@ -65,7 +67,7 @@ class Fdb3RunOptions:
     seed: int | None = REFERENCE_SEED
     voice: str | None = None
     role: str | None = None
-    llm: str = "ollama"  # "ollama", "openai" or "standin" (the demo's plans)
+    llm: str = OLLAMA  # an LLM backend (app/llm_backends.py) or "standin" (the demo's plans)
     llm_host: str | None = None
     llm_model: str | None = None
     llm_timeout_s: float = 30.0
@@ -85,8 +87,8 @@ class Fdb3RunOptions:
 
     def check(self) -> None:
         check_provider(self.provider)
-        if self.llm not in ("ollama", "openai", STANDIN):
-            raise ValueError(f"--llm {self.llm!r}: ollama, openai or standin")
+        if self.llm not in (*LLM_BACKEND_NAMES, STANDIN):
+            raise ValueError(f"--llm {self.llm!r}: {', '.join(LLM_BACKEND_NAMES)} or {STANDIN}")
         if self.latency not in LATENCY_PROFILES:
             raise ValueError(f"--latency must be one of {', '.join(LATENCY_PROFILES)}")
         if not 0 <= self.tail_s <= 60:
@@ -147,7 +149,7 @@ def _standin_server(options: Fdb3RunOptions) -> Iterator[Any]:
 
 
 def _conversation(options: Fdb3RunOptions, host: str | None) -> ConversationConfig:
-    backend = "ollama" if options.llm == STANDIN else options.llm
+    backend = OLLAMA if options.llm == STANDIN else options.llm
     return ConversationConfig(
         model_id=options.model, custom_folder=str(options.folder) if options.folder else None,
         device=options.device or "auto", dtype=options.dtype or "auto", voice=options.voice,
@@ -242,10 +244,10 @@ def _run_sample(sample: Fdb3Sample, options: Fdb3RunOptions, conversation: Conve
         config = replace(conversation, mcp_servers=(mock_server_settings(profile, calls_log),))
         backend = AgentPromptBackend(build_backend(config), prompt)
         started = time.perf_counter()
-        summary = run_conversation(
-            checkpoint, pcm, tmp / "output.wav", tmp / "run.jsonl", engine,
-            conversation=config, timeout_s=options.timeout_s, input_name=str(sample.input),
-            stt=stt, backend=backend)
+        run = HeadlessRun(sample.input, tmp / "output.wav", tmp / "run.jsonl",
+                          timeout_s=options.timeout_s)
+        summary = run_conversation(checkpoint, pcm, config, run, engine, stt=stt,
+                                   backend=backend)
         records = read_transcript(tmp / "run.jsonl")
         result = make_result(sample.example_id, sample.speaker, sample.scenario, provider,
                              records, heard, {
