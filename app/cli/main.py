@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
-from app.conversation.options import add_conversation_options  # light: no torch
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.engine.precision import MLX_PRECISIONS  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 # The ConversationConfig fields `run` chooses (their options: app/conversation/config.py).
 SPEECH_MODEL_OPTIONS = ("model_id", "device", "dtype", "custom_folder", "voice", "role",
                         "user_name", "user_city", "precision")
-RUN_LLM_OPTIONS = ("stt_model", "end_of_turn", "backend", "host", "model", "timeout_s",
-                   "tools", "search_folders", "mcp_servers", "realtime", "level_voice")
+RUN_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "realtime",
+                   "level_voice")
 
 
 def contextspan_version() -> str:

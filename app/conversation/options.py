@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 CLI_KEY = "cli"  # the field metadata's key
 _ABSENT = object()  # no command-line default declared: the flag's absence means the field's
 
+# The LLM side's fields every command that runs one offers (`run`, `serve`, `eval qa`,
+# `eval fdb`); each adds its own (e.g. run's --realtime). A new LLM option joins here.
+LLM_SIDE_OPTIONS = ("stt_model", "end_of_turn", "backend", "host", "model", "timeout_s",
+                    "tools")
+
 # What a parsed value becomes: (the parsed value, the fields chosen so far) → the field's value.
 ToField = Callable[[Any, Mapping[str, Any]], Any]
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.conversation.config import ConversationConfig
-from app.conversation.options import add_conversation_options  # light: no torch
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.eval.qa_runner import QA_CONVERSATION, TAIL_S, QaRunOptions
 from app.llm_backends import LLM_BACKEND_NAMES
 
@@ -23,8 +23,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # The ConversationConfig fields `eval qa` chooses (their options: app/conversation/config.py).
 QA_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
                      "user_name", "user_city")
-QA_LLM_OPTIONS = ("stt_model", "end_of_turn", "backend", "host", "model", "timeout_s",
-                  "ret_deadline_s", "tools")
+QA_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "ret_deadline_s")
 
 
 def _qa_defaults(fields: tuple[str, ...]) -> dict[str, object]:

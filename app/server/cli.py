@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from app.conversation.options import add_conversation_options  # light: no torch
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.server.threads import parse_threads  # light: torch only when threads are set
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
@@ -24,8 +24,7 @@ TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
 # The ConversationConfig fields `serve` chooses (their options: app/conversation/config.py).
 SERVE_SPEECH_OPTIONS = ("model_id", "device", "dtype", "precision", "custom_folder", "voice",
                         "role", "user_name", "user_city")
-SERVE_LLM_OPTIONS = ("stt_model", "end_of_turn", "backend", "host", "model", "timeout_s",
-                     "tools", "search_folders", "mcp_servers", "level_voice")
+SERVE_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "level_voice")
 
 
 # The parser class the caller's subparsers make (app/cli/main.py: its one-line-error parser).

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.conversation.options import add_conversation_options  # light: no torch
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.eval.fdb.layout import (
     CONVERSATION_PROMPT,
     PROFILE_CITY,
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED = 0, 1
 # The ConversationConfig fields `eval fdb` chooses (their options: app/conversation/config.py).
 FDB_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "user_name", "user_city")
-FDB_LLM_OPTIONS = ("backend", "host", "model", "timeout_s", "stt_model", "end_of_turn",
-                   "tools", "search_folders", "level_voice")
+FDB_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "level_voice")
 
 
 def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
