@@ -18,6 +18,7 @@ from app.conversation.config import ConversationConfig
 from app.conversation.options import conversation_from_args, declared_options
 from app.eval import cli as eval_cli
 from app.eval.fdb import cli as fdb_cli
+from app.eval.fdb3 import cli as fdb3_cli
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM, LlmBackendName
 from app.server.cli import SERVE_LLM_OPTIONS, SERVE_SPEECH_OPTIONS
 
@@ -44,10 +45,13 @@ def _commands() -> dict[str, tuple[argparse.ArgumentParser, tuple[str, ...], dic
                                                 "ret_deadline_s": 10.0}),
         "eval fdb": (_subparser(evals, "fdb"), fdb_cli.FDB_SPEECH_OPTIONS + ("voice",)
                      + fdb_cli.FDB_LLM_OPTIONS, {"user_city": "Seoul"}),
+        "eval fdb3": (_subparser(evals, "fdb3", "run"), fdb3_cli.FDB3_SPEECH_OPTIONS
+                      + fdb3_cli.FDB3_LLM_OPTIONS, {"user_city": "Seoul",
+                                                    "stt_model": "kyutai-stt-1b-en_fr"}),
     }
 
 
-@pytest.mark.parametrize("command", ["run", "serve", "eval qa", "eval fdb"])
+@pytest.mark.parametrize("command", ["run", "serve", "eval qa", "eval fdb", "eval fdb3"])
 def test_every_option_a_command_chooses_has_the_declared_flags_default_and_choices(command):
     parser, fields, own_defaults = _commands()[command]
     by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
@@ -69,7 +73,9 @@ def test_every_option_a_command_chooses_has_the_declared_flags_default_and_choic
 def test_the_backend_choices_are_the_registrys_in_every_command():
     for command, (parser, _, _) in _commands().items():
         llm = next(a for a in parser._actions if "--llm" in a.option_strings)
-        assert tuple(llm.choices) == LLM_BACKEND_NAMES == ("ollama", "openai"), command
+        own = ("standin",) if command == "eval fdb3" else ()  # the demo's scripted LLM
+        assert tuple(llm.choices) == (*LLM_BACKEND_NAMES, *own), command
+    assert LLM_BACKEND_NAMES == ("ollama", "openai")
 
 
 def test_run_reads_every_flag_into_the_conversation_the_user_asked_for():
@@ -113,6 +119,16 @@ def test_serve_and_eval_read_the_same_flags_the_same_way():
     assert (served.model_id, served.host, served.model, served.stt_model) == (
         asked.model_id, asked.host, asked.model, asked.stt_model) == (
         "tiny-cs", "http://h:1", "q", "tiny-stt")
+    # eval fdb3: the benchmark's tools are the only ones; --llm standin is Ollama's wire
+    from app.eval.fdb3.run import Fdb3RunOptions, _conversation
+
+    fdb3 = eval_cli.build_parser().parse_args(["fdb3", "run", "d", "--provider", "p",
+                                               "--llm", "openai", "--llm-model", "q",
+                                               "--vad", "--asr", "tiny-stt"])
+    chosen = _conversation(Fdb3RunOptions("p", conversation_from_args(fdb3),
+                                          llm=fdb3.llm), None)
+    assert (chosen.backend, chosen.host, chosen.model, chosen.tools, chosen.end_of_turn,
+            chosen.stt_model) == ("openai", "", "q", (), "vad", "tiny-stt")
     # eval fdb: with --llm and no --asr, the samples are heard by the --stt model
     fdb = eval_cli.build_parser().parse_args(["fdb", "--out", "o", "--llm", "ollama"])
     assert fdb_cli.conversation_config(fdb).stt_model == fdb.stt
