@@ -34,6 +34,7 @@ from app.conversation.pipeline import ConversationPipeline
 from app.engine.events import AudioOut, EngineReady, SpanInjected
 from app.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.llm_backends import OLLAMA
 from app.orchestrator.events import SpanQueued, TurnCancelled, TurnFailed, TurnLatency
 from app.paths import REPO_ROOT
 
@@ -303,7 +304,7 @@ def run_pipeline_bench(model_id: str = "tiny", turns: int = 20, device: str | No
     ensure_built_in_child(STT_MODEL)
     # The stand-in's address is known once it runs: the LLM side is filled in below.
     config = ConversationConfig(model_id=model_id, device=device or "auto", stt_model=STT_MODEL,
-                                end_of_turn="vad", backend="ollama", model="standin:latest",
+                                end_of_turn="vad", backend=OLLAMA, model="standin:latest",
                                 timeout_s=10.0, tools=("calculator",))
     checkpoint = assembly.load_speech_model(config)
     torch_device = checkpoint.device

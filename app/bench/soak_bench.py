@@ -30,6 +30,7 @@ from app.conversation.session import CheckpointCache, ConversationSession, Sessi
 from app.conversation.transcript.entries import TranscriptEntry
 from app.frames import SAMPLE_RATE
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.llm_backends import OLLAMA
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 
 QUESTIONS = (
@@ -168,7 +169,7 @@ def _llm_requests(requests: list[dict]) -> dict:
 def _settings(model_id: str, llm_url: str) -> AppSettings:
     return AppSettings(
         speech=SpeechModelSettings(model_id=model_id, device="cpu"),
-        llm=LlmSettings(backend="ollama", host=llm_url, model="standin:latest", timeout_s=10.0,
+        llm=LlmSettings(backend=OLLAMA, host=llm_url, model="standin:latest", timeout_s=10.0,
                         tools_enabled=True, tools=("calculator",), stt_model=STT_MODEL,
                         end_of_turn="vad"),
     )

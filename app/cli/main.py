@@ -23,16 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
-from app.engine.precision import (  # light: no torch
-    MLX_PRECISIONS,
-    PRECISION_CHOICES,
-    PRECISION_HELP,
-)
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.engine.precision import MLX_PRECISIONS  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
 from app.paths import REPO_ROOT
-from app.tools.mcp.servers_file import MCP_CONFIG_HELP  # light: no SDK until a server starts
 
 if TYPE_CHECKING:
     from app.asr.stt_catalog import SttManifest
@@ -48,6 +44,12 @@ HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "minimalegl", "eglfs", "linuxfb
                          "vkkhrdisplay")
 
 log = logging.getLogger(__name__)
+
+# The ConversationConfig fields `run` chooses (their options: app/conversation/config.py).
+SPEECH_MODEL_OPTIONS = ("model_id", "device", "dtype", "custom_folder", "voice", "role",
+                        "user_name", "user_city", "precision")
+RUN_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "realtime",
+                   "level_voice")
 
 
 def contextspan_version() -> str:
@@ -120,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=1234)
 
     run = commands.add_parser("run", help="process an audio file through the engine, headless")
-    _add_model_args(run, mlx=True)
+    add_conversation_options(run, SPEECH_MODEL_OPTIONS, notes={
+        "device": "or mlx: the MLX engine (mlx on Apple Silicon where it is installed)"})
     run.add_argument("--server", default=None, metavar="URL",
                      help="the speech model of a `serve` at URL instead of this computer's "
                           "(no torch needed here); --asr server: its speech recognition too")
@@ -139,50 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="force the model's <ret> at this time (repeatable): models with "
                           "random weights never ask on their own (context-spanning-7b, tiny-cs)")
     run.add_argument("--seed", type=int, default=None)
-    run.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
-    run.add_argument("--voice", default=None,
-                     help="voice prompt: a name from the checkpoint's voices, or a file "
-                          "(Mimi codes .pt or a recording) (persona checkpoints)")
-    run.add_argument("--role", "--persona", dest="role", default=None,
-                     help="persona text (persona checkpoints; default: the manifest's)")
-    run.add_argument("--user-name", default=None,
-                     help="your name, for checkpoints trained on it (context-spanning-7b)")
-    run.add_argument("--user-city", default=None,
-                     help="your city, for checkpoints trained on it (context-spanning-7b)")
     run.add_argument("--chunk-limit", type=int, default=None,
                      help="most positions per frame (default: measured on this device)")
-    run.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
-                     help=PRECISION_HELP)
     run.add_argument("--mimi", default="auto", choices=["auto", "mlx", "torch"],
                      help="with --device mlx: the audio codec's framework (default: mlx on "
                           "Apple Silicon, torch on other CPUs, where it is the faster)")
-    llm = run.add_argument_group("the LLM side (speech recognition, LLM, tools)")
-    llm.add_argument("--asr", default=None, metavar="STT_MODEL",
-                     help="recognise the input's speech with this STT (e.g. tiny-stt), or "
-                          "'server': the speech server's (with --server)")
-    llm.add_argument("--vad", action="store_true",
-                     help="end turns by voice activity even if the STT has its own signal")
-    llm.add_argument("--llm", choices=["ollama", "openai"], default=None,
-                     help="ask this LLM backend and inject its findings")
-    llm.add_argument("--llm-host", default=None,
-                     help="Ollama host (default $OLLAMA_HOST or http://127.0.0.1:11434) or "
-                          "an OpenAI-compatible base URL")
-    llm.add_argument("--llm-model", default=None)
-    llm.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
-    llm.add_argument("--tools", default=None,
-                     help="comma-separated tools (default: all configured): web_search, "
-                          "web_fetch, local_search, calculator, clock; 'none' for none")
-    llm.add_argument("--folder-search", action="append", default=[], metavar="DIR",
-                     help="a folder local_search may read (repeatable)")
-    llm.add_argument("--mcp-config", type=Path, default=None, metavar="FILE",
-                     help=MCP_CONFIG_HELP)
-    llm.add_argument("--realtime", action="store_true",
-                     help="feed the input at real-time pace, like a microphone (default with "
-                          "an LLM: as fast as the machine allows, the LLM's latency replayed "
-                          "in frames)")
-    llm.add_argument("--level-voice", action="store_true",
-                     help="level the input to -24 LUFS (noise gate, gain, limiter) before "
-                          "the model and the ASR hear it, as the app does live")
+    add_conversation_options(
+        run.add_argument_group("the LLM side (speech recognition, LLM, tools)"),
+        RUN_LLM_OPTIONS)
 
     from app.server.cli import add_serve_parser  # light: the server loads only when it runs
 
@@ -312,9 +279,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from app.conversation.config import SERVER_STT, ConversationConfig, SpeechServer
-    from app.conversation.headless import Injection, run_headless
-    from app.tools.mcp.servers_file import servers_for_option
+    from app.conversation.config import SERVER_STT, SpeechServer
+    from app.conversation.headless import HeadlessRun, Injection, run_headless
+    from app.conversation.options import conversation_from_args
 
     if args.asr == SERVER_STT and not args.server:
         raise ValueError("--asr server is the speech server's recognition: give --server URL")
@@ -327,28 +294,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.chunk_limit is not None and args.chunk_limit < 1:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
-    conversation = None
-    if args.asr or args.llm or args.realtime or args.level_voice or server:
-        tools: tuple[str, ...] | None = None
-        if args.tools is not None:
-            tools = () if args.tools == "none" else tuple(
-                t.strip() for t in args.tools.split(",") if t.strip())
-        conversation = ConversationConfig(
-            stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
-            backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
-            timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
-            realtime=args.realtime, level_voice=args.level_voice, server=server,
-            mcp_servers=servers_for_option(args.mcp_config, bool(args.llm)),
-        )
-    elif args.mcp_config is not None:
-        servers_for_option(args.mcp_config, has_llm=False)  # says it needs --llm
-    summary = run_headless(
-        args.model, args.input, args.output, args.transcript, injections,
-        device=args.device, dtype=args.dtype, seed=args.seed, folder=args.folder,
-        voice=args.voice, role=args.role, chunk_limit=args.chunk_limit,
-        conversation=conversation, user_name=args.user_name, user_city=args.user_city,
-        ret_at=tuple(args.ret_at), precision=args.precision, mimi=args.mimi,
-    )
+    config = conversation_from_args(args, server=server)
+    summary = run_headless(config, HeadlessRun(
+        args.input, args.output, args.transcript, tuple(injections), seed=args.seed,
+        chunk_limit=args.chunk_limit, ret_at=tuple(args.ret_at), mimi=args.mimi))
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
         f"processed {summary.audio_seconds:.2f} s of audio ({summary.frames} frames) in "

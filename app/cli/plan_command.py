@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from app.engine.memory_plan import GIB, PRECISIONS, DeviceMemory, MemoryReport
+from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
 
 DEVICE_KINDS = ("cuda", "mac", "cpu")
 
@@ -29,7 +30,7 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:
                       help="plan for this precision (default: the best that fits)")
     plan.add_argument("--stt", default=None, metavar="STT_MODEL",
                       help="speech recognition model (default: the app's); 'none': none")
-    plan.add_argument("--llm", choices=["ollama", "openai", "none"], default=None,
+    plan.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, NO_LLM], default=None,
                       help="LLM backend (default: the app's)")
     plan.add_argument("--llm-host", default=None, help="Ollama host (default: the app's)")
     plan.add_argument("--llm-model", default=None, help="Ollama model (default: the app's)")

@@ -9,11 +9,16 @@ and the echo mode are not here: they belong to the desktop's audio, not to the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from app.conversation.options import as_str, as_tuple, cli_option, tool_names, when_set
+from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
 from app.settings.schema import AppSettings, McpServerSettings
+from app.tools.mcp.servers_file import MCP_CONFIG_HELP, servers_for_option
 
-NONE = "none"  # `backend` and `stt_model`: no LLM side, no speech recognition
+NONE = NO_LLM  # `backend` and `stt_model`: no LLM side, no speech recognition
 # `stt_model`: the speech server's recogniser (`serve --asr`) transcribes the conversation
 # and its words reach the LLM side here as a local recogniser's do (app/remote).
 SERVER_STT = "server"
@@ -29,46 +34,99 @@ class SpeechServer:
 
 @dataclass(frozen=True)
 class ConversationConfig:
+    """Each field a command line chooses declares its option here (`cli_option`: flags,
+    help, type, choices): `run`, `serve`, `eval qa` and `eval fdb` build their arguments
+    from these declarations and read them back with one function (app/conversation/
+    options.py)."""
+
     # The speech model (SpeechModelSettings).
-    model_id: str = "moshika"  # catalog id (models/*.json)
-    custom_folder: str | None = None  # a local checkpoint folder instead of the catalog's
-    device: str = "auto"  # auto, cuda, mps, cpu, mlx (the MLX engine; Apple Silicon's auto)
+    model_id: str = field(default="moshika", metadata=cli_option(  # catalog id (models/*.json)
+        "--model", help="catalog id (python main.py models)", default="tiny"))
+    # a local checkpoint folder instead of the catalog's
+    custom_folder: str | None = field(default=None, metadata=cli_option(
+        "--folder", help="checkpoint folder to load", type=Path, to_field=as_str))
+    # auto, cuda, mps, cpu, mlx (the MLX engine; Apple Silicon's auto)
+    device: str = field(default="auto", metadata=cli_option(
+        "--device", help="cuda, mps or cpu (default: best found)"))
     # The run's and the server's --dtype (auto: the manifest's, bfloat16, float16, float32);
     # the settings choose `precision` instead.
-    dtype: str = "auto"
+    dtype: str = field(default="auto", metadata=cli_option(
+        "--dtype", help="the weights' dtype (default: the checkpoint's)",
+        choices=("float32", "bfloat16", "float16")))
     # auto (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch), q8 and
     # q4 (MLX, device "mlx"): app/engine/precision.py
-    precision: str = "auto"
-    voice: str | None = None  # persona checkpoints: voice prompt name (or file)
-    role: str | None = None  # persona checkpoints: role prompt (None: the manifest's)
-    user_name: str | None = None  # who and where the user is, for checkpoints trained on it
-    user_city: str | None = None
+    precision: str = field(default="auto", metadata=cli_option(
+        "--precision", help=PRECISION_HELP, choices=tuple(PRECISION_CHOICES)))
+    # persona checkpoints: voice prompt name (or file)
+    voice: str | None = field(default=None, metadata=cli_option(
+        "--voice", help="voice prompt: a name from the checkpoint's voices, or a file (Mimi "
+                        "codes .pt or a recording) (persona checkpoints)"))
+    # persona checkpoints: role prompt (None: the manifest's)
+    role: str | None = field(default=None, metadata=cli_option(
+        "--role", "--persona", help="persona text (persona checkpoints; default: the "
+                                    "manifest's)"))
+    # who and where the user is, for checkpoints trained on it
+    user_name: str | None = field(default=None, metadata=cli_option(
+        "--user-name", help="your name, for checkpoints trained on it (context-spanning-7b)"))
+    user_city: str | None = field(default=None, metadata=cli_option(
+        "--user-city", help="your city, for checkpoints trained on it (context-spanning-7b)"))
     # The LLM side (LlmSettings). The defaults are a speech model alone.
-    backend: str = NONE  # "ollama", "openai" or "none"
-    host: str = ""  # Ollama host or OpenAI-compatible base URL; "": Ollama's default
-    model: str = ""  # the LLM; "": the backend's default
-    timeout_s: float = 30.0  # the LLM's longest silence
-    tools: tuple[str, ...] | None = None  # None: every configured tool; (): none
-    search_folders: tuple[str, ...] = ()  # the only folders local_search may read
+    backend: str = field(default=NO_LLM, metadata=cli_option(  # app/llm_backends.py
+        "--llm", help="ask this LLM backend and inject its findings",
+        choices=LLM_BACKEND_NAMES))
+    # Ollama host or OpenAI-compatible base URL; "": Ollama's default
+    host: str = field(default="", metadata=cli_option(
+        "--llm-host", help="Ollama host (default $OLLAMA_HOST or http://127.0.0.1:11434) or "
+                           "an OpenAI-compatible base URL"))
+    model: str = field(default="", metadata=cli_option(  # the LLM; "": the backend's default
+        "--llm-model", help="the LLM (default: the backend's)"))
+    timeout_s: float = field(default=30.0, metadata=cli_option(  # the LLM's longest silence
+        "--llm-timeout", help="the LLM's longest silence", type=float,
+        metavar="SECONDS"))
+    # None: every configured tool; (): none
+    tools: tuple[str, ...] | None = field(default=None, metadata=cli_option(
+        "--tools", help="comma-separated tools (default: all configured): web_search, "
+                        "web_fetch, local_search, calculator, clock; 'none' for none",
+        to_field=tool_names))
+    # the only folders local_search may read
+    search_folders: tuple[str, ...] = field(default=(), metadata=cli_option(
+        "--folder-search", help="a folder local_search may read (repeatable)", kind="list",
+        metavar="DIR", to_field=as_tuple))
     # The user's MCP servers, whose tools join the built-in ones (Settings → Tools; `run`
     # and `serve --mcp-config FILE` read a Claude-Desktop mcpServers file into it with
     # app/tools/mcp/servers_file.py's read_servers_file).
-    mcp_servers: tuple[McpServerSettings, ...] = ()
+    mcp_servers: tuple[McpServerSettings, ...] = field(default=(), metadata=cli_option(
+        "--mcp-config", help=MCP_CONFIG_HELP, type=Path, metavar="FILE",
+        to_field=lambda path, chosen: servers_for_option(
+            path, chosen.get("backend", NO_LLM) != NO_LLM)))
     # models/stt id; "none": no speech recognition; "server": the speech server's (with
     # `server` only)
-    stt_model: str = NONE
-    end_of_turn: str = "auto"  # "auto": the STT's own signal where it has one; "vad": always
+    stt_model: str = field(default=NONE, metadata=cli_option(
+        "--asr", help="recognise the speech with this STT (e.g. tiny-stt); with `run "
+                      "--server`, 'server': the speech server's", metavar="STT_MODEL"))
+    # "auto": the STT's own signal where it has one; "vad": always
+    end_of_turn: str = field(default="auto", metadata=cli_option(
+        "--vad", help="end turns by voice activity even if the STT has its own signal",
+        kind="flag", to_field=when_set("vad", "auto")))
     # The <ret> deadline in seconds (None: the checkpoint's, 2.5 s); the reference's QA
     # benchmark allows 10 s.
-    ret_deadline_s: float | None = None
+    ret_deadline_s: float | None = field(default=None, metadata=cli_option(
+        "--ret-deadline", help="drop a span landing later than this after its <ret> (2.5 "
+                               "is the live app's)", type=float, metavar="SECONDS"))
     # The input (AudioSettings.level_voice): levelled to -24 LUFS before the model and the
     # recogniser hear it.
-    level_voice: bool = False
+    level_voice: bool = field(default=False, metadata=cli_option(
+        "--level-voice", help="level the input to -24 LUFS (noise gate, gain, limiter) before "
+                              "the model and the ASR hear it, as the app does live",
+        kind="flag"))
     # Headless runs: feed the input at 80 ms a frame, like a microphone (else as fast as it
     # goes, the LLM's latency replayed in frames). A live conversation is real time anyway.
-    realtime: bool = False
+    realtime: bool = field(default=False, metadata=cli_option(
+        "--realtime", help="feed the input at real-time pace, like a microphone (default with "
+                           "an LLM: as fast as the machine allows, the LLM's latency replayed "
+                           "in frames)", kind="flag"))
     # The speech model on a server (Settings → Speech engine, `run --server`); None: this
-    # computer's.
+    # computer's. (`run --server URL --server-token TOKEN`: two flags, one field.)
     server: SpeechServer | None = None
 
     @classmethod

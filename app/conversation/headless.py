@@ -18,8 +18,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -45,6 +45,7 @@ from app.conversation.run_records import (
     RunRecorder,
     SpanRecord,
 )
+from app.conversation.run_request import HeadlessRun
 from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
@@ -57,7 +58,6 @@ from app.wire.named_json import to_json_object
 if TYPE_CHECKING:  # torch: `run --server` runs in the thin client's install, without it
     from app.asr.stt_catalog import LoadedStt
     from app.checkpoints.loader import LoadedCheckpoint
-    from app.engine.row_conversation import RowConversation
     from app.engine.speech_engine import EngineOptions
 
 PACE_FAST = "as fast as it goes"
@@ -161,43 +161,24 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, unfinished: list[
         os.replace(partial, final)
 
 
-def _check_llm_timeout(conversation: ConversationConfig | None) -> None:
-    if conversation is not None:
-        limits = field_range(LlmSettings, "timeout_s")
-        assert limits is not None  # the setting declares its range
-        low, high = limits
-        if not low <= conversation.timeout_s <= high:  # NaN fails too
-            raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
+def _check_llm_timeout(conversation: ConversationConfig) -> None:
+    limits = field_range(LlmSettings, "timeout_s")
+    assert limits is not None  # the setting declares its range
+    low, high = limits
+    if not low <= conversation.timeout_s <= high:  # NaN fails too
+        raise HeadlessRunError(f"--llm-timeout must be from {low:g} to {high:g} seconds")
 
 
-def run_headless(
-    model_id: str,
-    input_path: Path,
-    output_path: Path,
-    transcript_path: Path,
-    injections: list[Injection],
-    device: str | None = None,
-    dtype: str | None = None,
-    seed: int | None = None,
-    folder: Path | None = None,
-    voice: str | None = None,
-    role: str | None = None,
-    chunk_limit: int | None = None,
-    timeout_s: float = 3600.0,
-    conversation: ConversationConfig | None = None,
-    user_name: str | None = None,
-    user_city: str | None = None,
-    engine_hook: Callable[[RowConversation], None] | None = None,
-    ret_at: tuple[float, ...] = (),
-    precision: str | None = None,
-    mimi: str = "auto",
-) -> RunSummary:
-    """The speech model the arguments name, with the LLM side of `conversation` (None: the
-    speech model alone; its speech-model fields are the arguments'). `engine_hook` sees the
-    engine before it starts (instrumentation: tests, benchmarks)."""
-    get_manifest(model_id)  # an unknown model fails first
+def run_headless(config: ConversationConfig, run: HeadlessRun) -> RunSummary:
+    """`run.input_path` through the conversation `config` describes (the speech model, and
+    its LLM side where it has one), the reply and the transcript into `run`'s outputs."""
+    input_path, output_path, transcript_path = run.input_path, run.output_path, \
+        run.transcript_path
+    injections, ret_at, seed, chunk_limit = run.injections, run.ret_at, run.seed, \
+        run.chunk_limit
+    get_manifest(config.model_id)  # an unknown model fails first
     check_output_paths(input_path, [output_path, transcript_path])
-    _check_llm_timeout(conversation)
+    _check_llm_timeout(config)
     pcm = read_mono_24k(input_path)
     duration = len(pcm) / SAMPLE_RATE
     for injection in injections:
@@ -209,57 +190,49 @@ def run_headless(
         if not 0 <= seconds <= duration:
             raise HeadlessRunError(
                 f"--ret-at {seconds:g} is outside the input (0 to {duration:.2f} s)")
-    config = replace(conversation or ConversationConfig(), model_id=model_id,
-                     custom_folder=str(folder) if folder else None, device=device or "auto",
-                     dtype=dtype or "auto", voice=voice, role=role, user_name=user_name,
-                     user_city=user_city, precision=precision or "auto")
     if config.server is not None:  # the speech model on a server: this machine needs no torch
         from app.conversation.remote_run import run_remote
 
-        if ret_at or chunk_limit is not None or seed is not None or folder is not None:
+        if ret_at or chunk_limit is not None or seed is not None or config.custom_folder:
             raise HeadlessRunError("--ret-at, --chunk-limit, --seed and --folder choose the "
                                    "speech model's run: with --server the server's applies")
         return run_remote(config, pcm, output_path, transcript_path, injections,
-                          timeout_s=timeout_s, input_name=str(input_path))
+                          timeout_s=run.timeout_s, input_name=str(input_path))
     if not engine_installed():
         raise HeadlessRunError(needs_full_install("The speech model on this computer")
                                + "; or run it on a server: run --server URL")
     from app.engine.device import uses_mlx
 
-    if mimi != "auto" and not uses_mlx(config.device):
-        raise HeadlessRunError(f"--mimi {mimi} chooses the MLX engine's Mimi (--device mlx); "
-                               "the torch engine runs torch's")
+    if run.mimi != "auto" and not uses_mlx(config.device):
+        raise HeadlessRunError(f"--mimi {run.mimi} chooses the MLX engine's Mimi (--device "
+                               "mlx); the torch engine runs torch's")
     checkpoint = load_speech_model(config)
     options = engine_options(config, seed=seed, chunk_limit=chunk_limit,
                              forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at),
-                             mimi=mimi)
-    return run_conversation(checkpoint, pcm, output_path, transcript_path, options,
-                            injections=injections, conversation=conversation,
-                            timeout_s=timeout_s, engine_hook=engine_hook,
-                            input_name=str(input_path))
+                             mimi=run.mimi)
+    return run_conversation(checkpoint, pcm, config, run, options)
 
 
 def run_conversation(
     checkpoint: LoadedCheckpoint,
     pcm: npt.NDArray[np.float32],
-    output_path: Path,
-    transcript_path: Path,
+    conversation: ConversationConfig,
+    run: HeadlessRun,
     options: EngineOptions,
     *,
-    injections: Sequence[Injection] = (),
-    conversation: ConversationConfig | None = None,
-    timeout_s: float = 3600.0,
-    engine_hook: Callable[[RowConversation], None] | None = None,
-    input_name: str = "",
     stt: LoadedStt | None = None,
     backend: LLMBackend | None = None,
 ) -> RunSummary:
     """One conversation on an already loaded checkpoint: `pcm` (24 kHz mono) in, the reply
-    audio and the JSONL transcript out. `stt` (a loaded STT) lets a series of runs share
-    what is slow to load; `backend`: an LLM backend to ask instead of
-    `conversation.backend`'s (the conversation closes it when it ends)."""
+    audio and the JSONL transcript into `run`'s outputs (`run.input_path` only names the
+    input). `stt` (a loaded STT) lets a series of runs share what is slow to load;
+    `backend`: an LLM backend to ask instead of `conversation.backend`'s (the conversation
+    closes it when it ends)."""
+    output_path, transcript_path, injections = run.output_path, run.transcript_path, \
+        run.injections
+    timeout_s, engine_hook, input_name = run.timeout_s, run.engine_hook, str(run.input_path)
     _check_llm_timeout(conversation)
-    config = conversation or ConversationConfig()  # None: the speech model alone
+    config = conversation
     if backend is None and config.has_llm:
         try:
             backend = build_backend(config)

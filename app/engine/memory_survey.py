@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.engine.memory_plan import DeviceMemory, LlmLoad, MemoryReport, plan_memory
 from app.llm.ollama_footprint import OllamaSizeUnknown, ollama_model_memory
+from app.llm_backends import OLLAMA, OPENAI
 from app.settings.schema import AppSettings
 
 DEFAULT_STT = "kyutai-stt-1b-en_fr"
@@ -44,7 +45,7 @@ def survey_memory(
     device_memory: DeviceMemory | None = None,
     precision: str | None = None,
     stt_model: str | None = DEFAULT_STT,
-    llm_backend: str = "ollama",
+    llm_backend: str = OLLAMA,
     llm_host: str | None = None,
     llm_model: str | None = None,
     timeout_s: float = 3.0,
@@ -63,10 +64,10 @@ def survey_memory(
         stt = stt_shape(get_stt_manifest(stt_model))
     notes: list[str] = []
     llm = None
-    if llm_backend == "ollama":
+    if llm_backend == OLLAMA:
         llm, note = _llm_load(memory, llm_host, llm_model, timeout_s)
         notes += [note] if note else []
-    elif llm_backend == "openai":
+    elif llm_backend == OPENAI:
         notes.append("Not counted: the OpenAI-compatible server's model (such servers do not "
                      "report its size; if it runs here, leave room for it).")
     # What runs there is the device's own answer (device.survey_devices), the one Settings

@@ -14,9 +14,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.eval.qa_runner import TAIL_S, QaRunOptions
+from app.conversation.config import ConversationConfig
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.eval.qa_runner import QA_CONVERSATION, TAIL_S, QaRunOptions
+from app.llm_backends import LLM_BACKEND_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# The ConversationConfig fields `eval qa` chooses (their options: app/conversation/config.py).
+QA_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
+                     "user_name", "user_city")
+QA_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "ret_deadline_s")
+
+
+def _qa_defaults(fields: tuple[str, ...]) -> dict[str, object]:
+    """Where `eval qa`'s conversation differs from a plain one (QA_CONVERSATION)."""
+    plain = ConversationConfig(model_id="tiny")
+    return {name: getattr(QA_CONVERSATION, name) for name in fields
+            if getattr(QA_CONVERSATION, name) != getattr(plain, name)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,19 +73,10 @@ def _add_qa_parser(commands) -> None:
                     help=f"silence after the question (default {TAIL_S:g}, the reference's)")
 
     model = qa.add_argument_group("the speech model")
-    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
-    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
-    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    add_conversation_options(model, QA_SPEECH_OPTIONS, defaults=_qa_defaults(QA_SPEECH_OPTIONS),
+                             notes={"user_city": "the reference's profile"})
     model.add_argument("--seed", type=int, default=QaRunOptions.seed,
                        help=f"one seed for every item (default {QaRunOptions.seed})")
-    model.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
-    model.add_argument("--role", "--persona", dest="role", default=None,
-                       help="persona text (persona checkpoints; default: the manifest's)")
-    model.add_argument("--user-name", default=None)
-    model.add_argument("--user-city", default=QaRunOptions.user_city,
-                       help=f"the profile's city (default {QaRunOptions.user_city}, the "
-                            "reference's)")
     model.add_argument("--chunk-limit", type=int, default=None,
                        help="most span positions per frame (default: measured)")
     model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
@@ -79,27 +84,13 @@ def _add_qa_parser(commands) -> None:
                             "(random-weight checkpoints never ask on their own)")
 
     side = qa.add_argument_group("the LLM side")
-    side.add_argument("--asr", default=QaRunOptions.asr_model, metavar="STT_MODEL",
-                      help=f"speech recognition (default {QaRunOptions.asr_model})")
-    side.add_argument("--vad", action="store_true",
-                      help="end turns by voice activity even if the STT has its own signal")
-    side.add_argument("--llm", choices=["ollama", "openai"], default=None,
-                      help="the LLM that answers triggers (needed by --inject)")
-    side.add_argument("--llm-host", default=None,
-                      help="Ollama host or an OpenAI-compatible base URL")
-    side.add_argument("--llm-model", default=None)
-    side.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
-    side.add_argument("--ret-deadline", type=float, default=QaRunOptions.ret_deadline_s,
-                      metavar="SECONDS",
-                      help="drop a span landing later than this after its <ret> (default "
-                           f"{QaRunOptions.ret_deadline_s:g}, the reference benchmark's; 2.5 "
-                           "is the live app's)")
-    side.add_argument("--tools", default=None,
-                      help="comma-separated tools (default: all configured); 'none' for none. "
-                           "Sets made by make-set add local_search on their facts folder")
+    add_conversation_options(side, QA_LLM_OPTIONS, defaults=_qa_defaults(QA_LLM_OPTIONS), notes={
+        "backend": "needed by --inject",
+        "ret_deadline_s": "the reference benchmark's allows 10",
+        "tools": "sets made by make-set add local_search on their facts folder"})
 
     judge = qa.add_argument_group("the judge")
-    judge.add_argument("--judge", choices=["ollama", "openai"], default=None,
+    judge.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
                        help="the judge LLM's backend (without it nothing is judged)")
     judge.add_argument("--judge-host", default=None,
                        help="Ollama host or an OpenAI-compatible base URL (key: "
@@ -180,12 +171,6 @@ def _cmd_make_set(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tools(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    return () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip())
-
-
 def _cmd_qa(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ValueError("--limit must be 0 (all) or more")
@@ -213,6 +198,7 @@ def _cmd_qa(args: argparse.Namespace) -> int:
 
 def _run_sets(args: argparse.Namespace) -> bool:
     """Run every set named; True if one could not run at all."""
+    from app.conversation.options import conversation_from_args
     from app.eval.qa_runner import run_qa_set
     from app.eval.qa_sets import QaSetError, load_qa_set, openaudiobench_sets
 
@@ -223,13 +209,9 @@ def _run_sets(args: argparse.Namespace) -> bool:
         args.sets = openaudiobench_sets(args.data)
     names = args.sets or [None]
     options = QaRunOptions(
-        model=args.model, folder=args.folder, device=args.device, dtype=args.dtype,
-        seed=args.seed, arm=args.arm, tail_s=args.tail, asr_model=args.asr,
-        force_vad=args.vad, llm=args.llm, llm_host=args.llm_host, llm_model=args.llm_model,
-        llm_timeout_s=args.llm_timeout, tools=_tools(args.tools), user_name=args.user_name,
-        user_city=args.user_city, voice=args.voice, role=args.role,
-        chunk_limit=args.chunk_limit, limit=args.limit, resume=args.resume,
-        force_ret_after_s=args.force_ret_after, ret_deadline_s=args.ret_deadline)
+        conversation=conversation_from_args(args), seed=args.seed, arm=args.arm,
+        tail_s=args.tail, chunk_limit=args.chunk_limit, limit=args.limit, resume=args.resume,
+        force_ret_after_s=args.force_ret_after)
     failed = False
     for name in names:
         try:

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -31,6 +31,7 @@ from app.conversation.assembly import (
 )
 from app.conversation.config import ConversationConfig
 from app.conversation.headless import HeadlessRunError, run_conversation
+from app.conversation.run_request import HeadlessRun
 from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events
@@ -47,28 +48,20 @@ TAIL_S = 14.0  # silence after the question: the answer's window (the reference'
 QUESTION_END_DECIMALS = 2
 PROFILE_CITY = "Seoul"  # the reference's profile for every run
 RET_DEADLINE_S = 10.0
+# The conversation of an item unless the command line says otherwise: the tiny demo model,
+# the 1B recogniser, the reference's profile city, and its benchmark's <ret> deadline (a
+# reference is applied whenever it arrives; the live app's is the checkpoint's, 2.5 s).
+QA_CONVERSATION = ConversationConfig(model_id="tiny", stt_model="kyutai-stt-1b-en_fr",
+                                     user_city=PROFILE_CITY, ret_deadline_s=RET_DEADLINE_S)
 
 
 @dataclass(frozen=True)
 class QaRunOptions:
-    model: str = "tiny"
-    folder: Path | None = None  # checkpoint folder (default: the data dir's)
-    device: str | None = None
-    dtype: str | None = None
+    # The speech model and the LLM side (backend "none": no LLM; the inject arm needs one).
+    conversation: ConversationConfig = QA_CONVERSATION
     seed: int = 42424242  # one seed for every item (the reference's results seed)
     arm: str = "inject"
     tail_s: float = TAIL_S
-    asr_model: str = "kyutai-stt-1b-en_fr"
-    force_vad: bool = False
-    llm: str | None = None  # "ollama" or "openai"; needed by the inject arm
-    llm_host: str | None = None
-    llm_model: str | None = None
-    llm_timeout_s: float = 30.0
-    tools: tuple[str, ...] | None = None  # None: every configured tool
-    user_name: str | None = None
-    user_city: str | None = PROFILE_CITY
-    voice: str | None = None
-    role: str | None = None
     chunk_limit: int | None = None
     limit: int = 0  # first N items (0: all)
     resume: bool = False
@@ -76,9 +69,6 @@ class QaRunOptions:
     # (tiny-cs) never ask on their own. None: the model decides.
     force_ret_after_s: float | None = None
     item_timeout_s: float = 1800.0
-    # A span later than this after its <ret> is dropped. The reference's QA benchmark allows
-    # 10 s (a reference is applied whenever it arrives); None: the checkpoint's (2.5 s).
-    ret_deadline_s: float | None = RET_DEADLINE_S
 
 
 @dataclass
@@ -104,7 +94,7 @@ def run_qa_set(qa_set: QaSet, out: Path, options: QaRunOptions,
         raise ValueError(f"unknown arm {options.arm!r} (choose from {', '.join(ARMS)})")
     if options.tail_s < 0:
         raise ValueError("--tail must not be negative")
-    if options.arm == "inject" and not options.llm:
+    if options.arm == "inject" and not options.conversation.has_llm:
         raise ValueError("the inject arm asks an LLM: give --llm ollama or --llm openai")
     if options.arm == "gold" and not any(item.knowledge for item in qa_set.items):
         raise ValueError(f"{qa_set.name} has no gold passages (knowledge): --gold needs them")
@@ -149,7 +139,7 @@ class _Runner:
         stt = load_stt_model(conversation, device)
         # The LLM client is made per item: a conversation closes its clients when it ends.
         llm = (lambda: _backend(conversation)) \
-            if options.llm and options.arm != "no-inject" else None
+            if options.conversation.has_llm and options.arm != "no-inject" else None
         trigger = manifest.retrieval.trigger if manifest.retrieval else "end_of_turn"
         bar = ProgressBar(total, self.stream, f"{self.qa_set.name}/{options.arm}")
         for _ in range(total - len(todo)):
@@ -170,19 +160,13 @@ class _Runner:
             bar.advance(item.item_id)
 
     def _conversation(self) -> ConversationConfig:
-        o = self.options
-        tools = o.tools
-        folders: tuple[str, ...] = ()
-        if self.qa_set.search_folder is not None:  # the set's facts: only local search finds them
-            folders = (str(self.qa_set.search_folder),)
-            tools = tuple(dict.fromkeys((*(tools or ()), "local_search")))
-        return ConversationConfig(
-            model_id=o.model, custom_folder=str(o.folder) if o.folder else None,
-            device=o.device or "auto", dtype=o.dtype or "auto", voice=o.voice, role=o.role,
-            user_name=o.user_name, user_city=o.user_city, stt_model=o.asr_model,
-            end_of_turn="vad" if o.force_vad else "auto", backend=o.llm or "none",
-            host=o.llm_host or "", model=o.llm_model or "", timeout_s=o.llm_timeout_s,
-            tools=tools, search_folders=folders, ret_deadline_s=o.ret_deadline_s)
+        conversation = self.options.conversation
+        if self.qa_set.search_folder is None:
+            return conversation
+        # The set's facts: only local search finds them.
+        tools = tuple(dict.fromkeys((*(conversation.tools or ()), "local_search")))
+        return replace(conversation, tools=tools,
+                       search_folders=(str(self.qa_set.search_folder),))
 
     def _run_item(self, item: QaItem, checkpoint, conversation: ConversationConfig, stt,
                   llm: Callable[[], LLMBackend] | None, trigger: str) -> None:
@@ -205,10 +189,10 @@ class _Runner:
         folder = self.folder / item.item_id
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "item.json").unlink(missing_ok=True)  # not done until rewritten
-        summary = run_conversation(
-            checkpoint, pcm, folder / "output.wav", folder / "transcript.jsonl",
-            options, conversation=conversation, timeout_s=o.item_timeout_s,
-            input_name=str(item.audio), stt=stt, backend=backend)
+        run = HeadlessRun(item.audio, folder / "output.wav", folder / "transcript.jsonl",
+                          timeout_s=o.item_timeout_s)
+        summary = run_conversation(checkpoint, pcm, conversation, run, options, stt=stt,
+                                   backend=backend)
         records = read_transcript(folder / "transcript.jsonl")
         text = text_stream(records)
         (folder / "text.txt").write_text(text + "\n", encoding="utf-8")
@@ -219,7 +203,8 @@ class _Runner:
             "set": self.qa_set.name, "id": item.item_id, "question": item.question,
             "answer": item.answer, "knowledge": item.knowledge,
             "question_start_s": 0.0, "question_end_s": round(question_end_s, QUESTION_END_DECIMALS),
-            "arm": o.arm, "reference": reference, "trigger": trigger, "model": o.model,
+            "arm": o.arm, "reference": reference, "trigger": trigger,
+            "model": conversation.model_id,
             "seed": o.seed, "frames": summary.frames,
             "elapsed_s": round(summary.elapsed_seconds, 3), "audio": str(item.audio)})
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 from app.llm.backend import LLMBackend
-
-BACKENDS = ("ollama", "openai")
+from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA, OPENAI
 
 
 def make_backend(kind: str, host: str | None = None, model: str | None = None, *,
@@ -22,7 +21,7 @@ def make_backend(kind: str, host: str | None = None, model: str | None = None, *
     `flag` names the setting the error message asks for. Raises ValueError for an unknown
     `kind` or an OpenAI-compatible server without a URL."""
     connect_timeout_s = min(3.0, timeout_s)
-    if kind == "ollama":
+    if kind == OLLAMA:
         from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 
         defaults = OllamaSettings()
@@ -30,7 +29,7 @@ def make_backend(kind: str, host: str | None = None, model: str | None = None, *
             host=host or defaults.host, model=model or defaults.model, timeout_s=timeout_s,
             connect_timeout_s=connect_timeout_s,
             options={} if temperature is None else {"temperature": temperature}))
-    if kind == "openai":
+    if kind == OPENAI:
         from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
 
         if not host:
@@ -40,4 +39,4 @@ def make_backend(kind: str, host: str | None = None, model: str | None = None, *
             base_url=host, model=model or "", timeout_s=timeout_s,
             connect_timeout_s=connect_timeout_s, temperature=temperature,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"))
-    raise ValueError(f"unknown LLM backend {kind!r} (choose {' or '.join(BACKENDS)})")
+    raise ValueError(f"unknown LLM backend {kind!r} (choose {' or '.join(LLM_BACKEND_NAMES)})")

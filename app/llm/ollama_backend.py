@@ -31,8 +31,9 @@ from app.llm.backend import (
 )
 from app.llm.http_abort import cancellable, client_options
 from app.llm.ndjson_safe_transport import LineSeparatorSafeTransport
+from app.llm_backends import OLLAMA_BACKEND
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
+DEFAULT_HOST = OLLAMA_BACKEND.default_host
 DEFAULT_MODEL = "qwen3:4b"  # small, local, and trained for tool calls
 
 

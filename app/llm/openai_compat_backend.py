@@ -26,6 +26,7 @@ from app.llm.backend import (
     check_cancel,
 )
 from app.llm.http_abort import cancellable, client_options
+from app.llm_backends import OPENAI_BACKEND
 
 if TYPE_CHECKING:  # the request's shapes, for the checker (their module names vary by version)
     from openai.types.chat import (
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # the request's shapes, for the checker (their module names v
         ChatCompletionMessageToolCallParam,
     )
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"  # llama.cpp server; LM Studio is :1234/v1
+DEFAULT_BASE_URL = OPENAI_BACKEND.default_host
 
 
 @dataclass(frozen=True)

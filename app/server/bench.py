@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.conversation.config import ConversationConfig
 from app.engine import events as ev
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
@@ -293,8 +294,9 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
     import torch
 
     torch.set_num_threads(threads)
-    host = EngineHost.load(model, device, folder=folder,
-                           engine_options=EngineOptions(seed=1, chunk_limit=chunk_limit))
+    speech = ConversationConfig(model_id=model, device=device,
+                                custom_folder=str(folder) if folder else None)
+    host = EngineHost.load(speech, EngineOptions(seed=1, chunk_limit=chunk_limit))
     # Rounds of each path in turn: what else loads the machine weighs on all three alike.
     per_round = max(1, frames // ROUNDS)
     frames = per_round * ROUNDS

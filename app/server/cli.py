@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.server.threads import parse_threads  # light: torch only when threads are set
-from app.tools.mcp.servers_file import MCP_CONFIG_HELP  # light: no SDK until a server starts
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
     from app.conversation.config import ConversationConfig
@@ -22,6 +21,10 @@ if TYPE_CHECKING:  # the server's own modules load only when the command runs (s
     from app.server.config import Limits
 
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
+# The ConversationConfig fields `serve` chooses (their options: app/conversation/config.py).
+SERVE_SPEECH_OPTIONS = ("model_id", "device", "dtype", "precision", "custom_folder", "voice",
+                        "role", "user_name", "user_city")
+SERVE_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "level_voice")
 
 
 # The parser class the caller's subparsers make (app/cli/main.py: its one-line-error parser).
@@ -37,12 +40,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                     "it), the reference's on /ws (the app's client), spans over the wire on "
                     "both; /health and /metrics. --cluster deploys replicas on Ray Serve.")
     model = serve.add_argument_group("the model")
-    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
-    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    model.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
-                       help=PRECISION_HELP)
-    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
+    add_conversation_options(model, SERVE_SPEECH_OPTIONS, notes={
+        "voice": "the default voice (clients may send their own)",
+        "role": "the default persona (clients may send their own)"})
     model.add_argument("--seed", type=int, default=None)
     model.add_argument("--chunk-limit", type=int, default=None,
                        help="most span positions per frame (default: measured by the "
@@ -51,11 +51,6 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                        help="conversations at once: the engine's rows (one batched "
                             "forward per frame); past N a client is answered busy "
                             "(default 1)")
-    model.add_argument("--voice", default=None, help="default voice (persona checkpoints)")
-    model.add_argument("--role", "--persona", dest="role", default=None,
-                       help="default persona (persona checkpoints; clients may send their own)")
-    model.add_argument("--user-name", default=None)
-    model.add_argument("--user-city", default=None)
     model.add_argument("--threads", default="auto", metavar="N",
                        help="torch's CPU threads for the process (default auto: "
                             "$OMP_NUM_THREADS if set, else 1 with the model on a GPU, half "
@@ -89,21 +84,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                      help="ping a client silent this long; one that does not answer within "
                           "half of it has vanished and frees the engine (default 1)")
 
-    llm = serve.add_argument_group("the LLM side on the server (optional)")
-    llm.add_argument("--asr", default=None, metavar="STT_MODEL",
-                     help="recognise the user's speech with this STT (e.g. tiny-stt)")
-    llm.add_argument("--vad", action="store_true", help="end turns by voice activity")
-    llm.add_argument("--llm", choices=["ollama", "openai"], default=None)
-    llm.add_argument("--llm-host", default=None)
-    llm.add_argument("--llm-model", default=None)
-    llm.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
-    llm.add_argument("--tools", default=None,
-                     help="comma-separated tools (default: all configured); 'none' for none")
-    llm.add_argument("--folder-search", action="append", default=[], metavar="DIR")
-    llm.add_argument("--mcp-config", type=Path, default=None, metavar="FILE",
-                     help=MCP_CONFIG_HELP)
-    llm.add_argument("--level-voice", action="store_true",
-                     help="level the user's voice to -24 LUFS before the model and the ASR")
+    add_conversation_options(serve.add_argument_group("the LLM side on the server (optional)"),
+                             SERVE_LLM_OPTIONS)
 
     cluster = serve.add_argument_group("a cluster (Ray Serve; pip install -e '.[cluster]')")
     cluster.add_argument("--cluster", action="store_true",
@@ -120,25 +102,6 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                          help="conversations per replica the autoscaler aims at (below 1 "
                               "keeps spare replicas loaded; default 0.8)")
     return serve
-
-
-def _conversation_config(args: argparse.Namespace) -> ConversationConfig | None:
-    from app.tools.mcp.servers_file import servers_for_option
-
-    mcp_servers = servers_for_option(args.mcp_config, bool(args.llm))
-    if not (args.asr or args.llm or args.level_voice):
-        return None
-    from app.conversation.config import ConversationConfig
-
-    tools: tuple[str, ...] | None = None
-    if args.tools is not None:
-        tools = () if args.tools == "none" else tuple(
-            t.strip() for t in args.tools.split(",") if t.strip())
-    return ConversationConfig(
-        stt_model=args.asr or "none", end_of_turn="vad" if args.vad else "auto",
-        backend=args.llm or "none", host=args.llm_host or "", model=args.llm_model or "",
-        timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
-        level_voice=args.level_voice, mcp_servers=mcp_servers)
 
 
 def _check_exposure(args: argparse.Namespace) -> None:
@@ -166,7 +129,8 @@ def _check_tls(args: argparse.Namespace) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from app.engine.speech_engine import EngineOptions
+    from app.conversation.assembly import engine_options
+    from app.conversation.options import conversation_from_args
     from app.server.config import Limits
 
     _check_exposure(args)
@@ -178,10 +142,9 @@ def run_serve(args: argparse.Namespace) -> int:
     limits = Limits(idle_timeout_s=args.idle_timeout, max_conversation_s=args.max_conversation,
                     max_message_bytes=args.max_message_bytes, heartbeat_s=args.heartbeat)
     limits.check()
-    options = EngineOptions(seed=args.seed, chunk_limit=args.chunk_limit, voice=args.voice,
-                            role=args.role, user_name=args.user_name, user_city=args.user_city,
-                            forced_ret_frames=_forced_ret_frames(args))
-    conversation = _conversation_config(args)
+    conversation = conversation_from_args(args)
+    options = engine_options(conversation, seed=args.seed, chunk_limit=args.chunk_limit,
+                             forced_ret_frames=_forced_ret_frames(args))
     _check_tls(args)  # before the model loads: minutes for a 7B
     if args.cluster:
         return _run_cluster(args, options, conversation, limits, threads)
@@ -198,8 +161,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # Before the model loads: a batched engine measures its frame budget as it warms up.
     thread_choice = apply_threads(threads, choose_device(args.device).type)
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
-    host = EngineHost.load(args.model, args.device, args.dtype, args.folder, options,
-                           conversation, precision=args.precision, slots=args.slots)
+    host = EngineHost.load(conversation, options, slots=args.slots)
     server = EngineServer(host, config)
     slots = f", {host.slots} conversations at once" if host.slots > 1 else ""
 
@@ -232,7 +194,7 @@ def _forced_ret_frames(args: argparse.Namespace) -> frozenset[int]:
 
 
 def _run_cluster(args: argparse.Namespace, options: EngineOptions,
-                 conversation: ConversationConfig | None, limits: Limits,
+                 conversation: ConversationConfig, limits: Limits,
                  threads: int | None) -> int:
     try:
         from app.server.cluster import ClusterSettings, run_cluster
@@ -243,12 +205,11 @@ def _run_cluster(args: argparse.Namespace, options: EngineOptions,
     if gpus is None:
         gpus = 0.0 if args.device == "cpu" else 1.0
     settings = ClusterSettings(
-        model_id=args.model, device=args.device, dtype=args.dtype, folder=args.folder,
-        engine_options=options, conversation=conversation, token=args.token or None,
+        conversation=conversation, engine_options=options, token=args.token or None,
         limits=limits, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         gpus_per_replica=gpus, cpus_per_replica=args.cpus_per_replica,
         target_conversations=args.target_conversations, host=args.host, port=args.port,
-        slots=args.slots, precision=args.precision, threads=threads,
+        slots=args.slots, threads=threads,
         ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     settings.check()
     return run_cluster(settings, args.ray_address)

@@ -74,12 +74,10 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    model_id: str = "tiny"
-    device: str | None = None
-    dtype: str | None = None
-    folder: Path | None = None  # the checkpoint's folder on every node (default: data dir)
+    # The speech model (its folder, custom_folder, on every node; default: the data dir)
+    # and the LLM side, as `serve` reads them.
+    conversation: ConversationConfig = ConversationConfig(model_id="tiny")
     engine_options: EngineOptions = field(default_factory=EngineOptions)
-    conversation: ConversationConfig | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
     min_replicas: int = 1
@@ -96,7 +94,6 @@ class ClusterSettings:
     # Conversations each replica holds at once (`--slots`: the rows of its engine); the
     # autoscaler counts free slots: it aims at target_conversations x slots per replica.
     slots: int = 1
-    precision: str | None = None  # `--precision` (app/engine/precision.py); None: "auto"
     # `--threads` for each replica's torch (None: threads.py's rule, where Ray's
     # OMP_NUM_THREADS, from the replica's CPUs, decides).
     threads: int | None = None
@@ -136,11 +133,10 @@ class EngineReplica:
 
         started = time.monotonic()
         self.settings = settings
-        self.threads = apply_threads(settings.threads, choose_device(settings.device).type)
-        self.host = EngineHost.load(settings.model_id, settings.device, settings.dtype,
-                                    settings.folder, settings.engine_options,
-                                    settings.conversation, slots=settings.slots,
-                                    precision=settings.precision)
+        self.threads = apply_threads(settings.threads,
+                                     choose_device(settings.conversation.device).type)
+        self.host = EngineHost.load(settings.conversation, settings.engine_options,
+                                    slots=settings.slots)
         self.metrics = ServerMetrics()
         log.info("replica ready: %s on %s in %.1f s, %s", self.host.model_id,
                  self.host.device, time.monotonic() - started, self.threads.describe())
@@ -319,7 +315,8 @@ def run_cluster(settings: ClusterSettings, address: str | None = None) -> int:
     try:
         door = deploy(settings)
         scheme = "https" if settings.ssl_cert else "http"
-        print(f"serving {settings.model_id} on {scheme}://{settings.host}:{settings.port} "
+        print(f"serving {settings.conversation.model_id} on "
+              f"{scheme}://{settings.host}:{settings.port} "
               f"with {settings.min_replicas} to {settings.max_replicas} replica(s) "
               "(Ctrl+C stops)", flush=True)
         while True:

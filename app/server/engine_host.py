@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.asr.asr_thread import AsrOptions, StreamingAsr
@@ -85,24 +84,17 @@ class EngineHost:
         self.engine.start()
 
     @classmethod
-    def load(cls, model_id: str, device: str | None = None, dtype: str | None = None,
-             folder: Path | None = None, engine_options: EngineOptions | None = None,
-             conversation: ConversationConfig | None = None, slots: int = 1,
-             precision: str | None = None) -> EngineHost:
-        """Load the checkpoint (minutes for a 7B) and warm the engine up; blocks.
-        `conversation`: the LLM side (None: the speech model alone); the arguments name the
-        speech model; `slots`: conversations at once; `precision`: app/engine/precision.py
-        (None or "auto": the best that fits)."""
-        speech = replace(conversation or ConversationConfig(), model_id=model_id,
-                         custom_folder=str(folder) if folder else None,
-                         device=device or "auto", dtype=dtype or "auto",
-                         precision=precision or "auto")
-        checkpoint = load_speech_model(speech)
+    def load(cls, config: ConversationConfig, engine_options: EngineOptions | None = None,
+             slots: int = 1) -> EngineHost:
+        """Load the checkpoint `config` names (minutes for a 7B) and warm the engine up;
+        blocks. `config`: the speech model and the LLM side (a speech model alone: the
+        defaults); `slots`: conversations at once."""
+        checkpoint = load_speech_model(config)
         stt = None
-        if conversation is not None and conversation.has_stt:
+        if config.has_stt:
             # Once, not once per conversation: one recogniser serves every slot.
-            stt = load_stt_model(conversation, checkpoint.device)
-        host = cls(checkpoint, engine_options, conversation, stt, slots=slots)
+            stt = load_stt_model(config, checkpoint.device)
+        host = cls(checkpoint, engine_options, config, stt, slots=slots)
         try:
             host.wait_warm()
         except BaseException:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.llm_backends import OLLAMA, LlmBackendName
+
 # 2: speech.precision replaced speech.dtype and speech.quantize; 3: the MCP servers (mcp)
 SCHEMA_VERSION = 3
 
 EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
-LlmBackendName = Literal["ollama", "openai", "none"]
 EngineMode = Literal["local", "server"]  # the speech model on this computer, or a server's
 # The speech model's weights (app/engine/precision.py says which device runs which): auto
 # (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch; fp8 on NVIDIA
@@ -55,7 +56,7 @@ class AudioSettings:
 
 @dataclass(frozen=True)
 class LlmSettings:
-    backend: LlmBackendName = "ollama"
+    backend: LlmBackendName = OLLAMA
     host: str = "http://127.0.0.1:11434"  # Ollama host, or an OpenAI-compatible base URL
     model: str = ""  # picked from the server's own list in the settings dialog
     # seconds; a value outside the range makes every turn fail (or wait forever)

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Slot
 
 from app.conversation.transcript.entries import TranscriptEntry
 from app.install_kind import engine_installed
+from app.llm_backends import OLLAMA
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +405,7 @@ def _screenshot(app, path: Path, tiny_folder: Path | None = None) -> int:
         settings = AppSettings(
             speech=SpeechModelSettings(model_id="tiny", device="cpu",
                                        custom_folder=str(tiny_folder) if tiny_folder else None),
-            llm=LlmSettings(backend="ollama", host=standin.url, model=scripted,
+            llm=LlmSettings(backend=OLLAMA, host=standin.url, model=scripted,
                             tools_enabled=False, stt_model="none"),
         )
         controller = ConversationController(lambda _s: FileAudioSource(_demo_question()))

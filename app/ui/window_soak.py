@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.llm_backends import OLLAMA
+
 START_WIDTH = 980
 QUESTION_EVERY_S = 20.0
 SAMPLE_EVERY_S = 10.0
@@ -46,7 +48,7 @@ def run(minutes: float) -> dict:
                        models=("standin:latest",)) as standin:
         settings = AppSettings(
             speech=SpeechModelSettings(model_id="tiny", device="cpu"),
-            llm=LlmSettings(backend="ollama", host=standin.url, model="standin:latest",
+            llm=LlmSettings(backend=OLLAMA, host=standin.url, model="standin:latest",
                             tools_enabled=False, stt_model="none"))
         controller = ConversationController(lambda _s: FileAudioSource(noise))
         window = MainWindow(controller, settings)

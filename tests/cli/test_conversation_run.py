@@ -111,6 +111,7 @@ def test_a_realtime_run_whose_engine_falls_behind_says_so_and_fails(
 
     from app.conversation.config import ConversationConfig
     from app.conversation.headless import HeadlessRunError, run_headless
+    from app.conversation.run_request import HeadlessRun
 
     def slow(engine) -> None:
         def sleep(_module, _inputs, logits):
@@ -121,7 +122,8 @@ def test_a_realtime_run_whose_engine_falls_behind_says_so_and_fails(
 
     transcript = tmp_path / "late.jsonl"
     with pytest.raises(HeadlessRunError, match="fell behind real time at frame"):
-        run_headless("tiny", spoken_question, tmp_path / "late.wav", transcript, [], seed=1,
-                     conversation=ConversationConfig(realtime=True), engine_hook=slow)
+        run_headless(ConversationConfig(model_id="tiny", realtime=True),
+                     HeadlessRun(spoken_question, tmp_path / "late.wav", transcript, seed=1,
+                                 engine_hook=slow))
     last = json.loads(transcript.read_text().splitlines()[-1])
     assert last["type"] == "error" and "fell behind real time" in last["message"]

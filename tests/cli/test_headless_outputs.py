@@ -16,9 +16,12 @@ import pytest
 import sphn
 
 from app.audio_file import write_wav_24k
+from app.conversation.config import ConversationConfig
 from app.conversation.headless import HeadlessRunError, Injection, run_headless
+from app.conversation.run_request import HeadlessRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+TINY = ConversationConfig(model_id="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_bad_output_paths_fail_before_the_model_loads(tiny_folder, two_seconds, 
     ]
     for output, transcript, message in cases:
         with pytest.raises(HeadlessRunError, match=message):
-            run_headless("tiny", two_seconds, output, transcript, [])
+            run_headless(TINY, HeadlessRun(two_seconds, output, transcript))
     assert loads == [] and not (tmp_path / "t.jsonl").exists()
 
 
@@ -63,16 +66,16 @@ def test_a_folder_that_takes_no_file_fails_before_the_model_loads(tiny_folder, t
     monkeypatch.setattr(loader, "load_checkpoint", lambda *a, **k: loads.append(a))
     transcript = tmp_path / "t.jsonl"
     with pytest.raises(HeadlessRunError, match="cannot write /proc/r.wav"):
-        run_headless("tiny", two_seconds, Path("/proc/r.wav"), transcript, [])
+        run_headless(TINY, HeadlessRun(two_seconds, Path("/proc/r.wav"), transcript))
     with pytest.raises(HeadlessRunError, match="cannot write /proc/t.jsonl"):
-        run_headless("tiny", two_seconds, tmp_path / "r.wav", Path("/proc/t.jsonl"), [])
+        run_headless(TINY, HeadlessRun(two_seconds, tmp_path / "r.wav", Path("/proc/t.jsonl")))
 
     def full_disk(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(audio_file.os, "fsync", full_disk)
     with pytest.raises(HeadlessRunError, match=r"cannot write .*r.wav.*No space left"):
-        run_headless("tiny", two_seconds, tmp_path / "r.wav", transcript, [])
+        run_headless(TINY, HeadlessRun(two_seconds, tmp_path / "r.wav", transcript))
     assert loads == [] and list(tmp_path.iterdir()) == []  # no probe left behind
 
 
@@ -88,7 +91,7 @@ def test_a_reply_that_cannot_be_written_ends_the_transcript_with_that_error(
     monkeypatch.setattr(headless, "write_wav_24k", full_disk)
     out, transcript = tmp_path / "r.wav", tmp_path / "t.jsonl"
     with pytest.raises(HeadlessRunError, match="cannot write the reply audio .*No space"):
-        run_headless("tiny", two_seconds, out, transcript, [])
+        run_headless(TINY, HeadlessRun(two_seconds, out, transcript))
     lines = records(transcript)
     assert lines[-1]["type"] == "error" and "No space left" in lines[-1]["message"]
     assert not [r for r in lines if r["type"] == "end"]
@@ -99,7 +102,8 @@ def test_a_failed_run_ends_its_transcript_with_the_error_and_writes_no_audio(
         tiny_folder, two_seconds, tmp_path):
     out, transcript = tmp_path / "r.wav", tmp_path / "t.jsonl"
     with pytest.raises(HeadlessRunError, match="NO-SUCH-VOICE"):
-        run_headless("tiny-persona", two_seconds, out, transcript, [], voice="NO-SUCH-VOICE")
+        run_headless(ConversationConfig(model_id="tiny-persona", voice="NO-SUCH-VOICE"),
+                     HeadlessRun(two_seconds, out, transcript))
     lines = records(transcript)
     assert lines[-1]["type"] == "error" and "NO-SUCH-VOICE" in lines[-1]["message"]
     assert not [r for r in lines if r["type"] == "end"]
@@ -139,12 +143,12 @@ def test_text_that_is_not_utf8_is_escaped_not_fatal(tiny_folder, data_dir, two_s
 def test_only_landed_spans_are_counted_and_a_cut_span_keeps_its_chunks(tiny_folder,
                                                                       two_seconds, tmp_path):
     transcript = tmp_path / "t.jsonl"
-    summary = run_headless(
-        "tiny", two_seconds, tmp_path / "r.wav", transcript,
-        [Injection("The capital of Australia is Canberra.", 0.2),
+    summary = run_headless(TINY, HeadlessRun(
+        two_seconds, tmp_path / "r.wav", transcript,
+        (Injection("The capital of Australia is Canberra.", 0.2),
          Injection("   ", 0.3),  # nothing to inject: refused
-         Injection("word " * 100, 1.8)],  # the input ends while it is going in
-        chunk_limit=8, seed=1)
+         Injection("word " * 100, 1.8)),  # the input ends while it is going in
+        chunk_limit=8, seed=1))
     lines = records(transcript)
     spans = [r for r in lines if r["type"] == "span"]
     complete = [s for s in spans if s.get("complete", True)]

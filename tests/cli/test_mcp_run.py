@@ -124,15 +124,16 @@ def test_mcp_config_without_an_llm_and_a_bad_file_are_refused(tmp_path, data_dir
 def test_serve_reads_the_same_file_into_its_conversations(tmp_path):
     import argparse
 
-    from app.server.cli import _conversation_config, add_serve_parser
+    from app.conversation.options import conversation_from_args
+    from app.server.cli import add_serve_parser
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers(dest="command"))
     config = _config(tmp_path / "mcp.json", tmp_path / "pid")
-    conversation = _conversation_config(parser.parse_args(
+    conversation = conversation_from_args(parser.parse_args(
         ["serve", "--llm", "ollama", "--mcp-config", str(config)]))
     assert conversation is not None
     (server,) = conversation.mcp_servers
     assert server.name == "notes" and server.env == (f"NOTES_TOKEN={SECRET}",)
     with pytest.raises(ValueError, match="--mcp-config needs --llm"):
-        _conversation_config(parser.parse_args(["serve", "--mcp-config", str(config)]))
+        conversation_from_args(parser.parse_args(["serve", "--mcp-config", str(config)]))

@@ -19,6 +19,7 @@ import pytest
 
 from app.conversation.config import ConversationConfig
 from app.conversation.headless import run_headless
+from app.conversation.run_request import HeadlessRun
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from tests.speech import spoken
 
@@ -77,12 +78,11 @@ def run(tiny_cs_folder, stt_dir, question: Path, tmp_path: Path, reply: Scripted
     script = busy if busy_llm_s else [reply]
     with OllamaStandIn(models=("standin:latest",), script=script) as standin:
         summary = run_headless(
-            "tiny-cs", question, tmp_path / "reply.wav", transcript, [], seed=3,
-            conversation=ConversationConfig(stt_model="tiny-stt", end_of_turn="vad",
-                                            backend="ollama", host=standin.url,
-                                            model="standin:latest", tools=("calculator",)),
-            user_name="Ada", user_city="Seoul",
-            engine_hook=slowed(force_ret_at(RET_AT_FRAME), seconds_per_frame))
+            ConversationConfig(model_id="tiny-cs", stt_model="tiny-stt", end_of_turn="vad",
+                               backend="ollama", host=standin.url, model="standin:latest",
+                               tools=("calculator",), user_name="Ada", user_city="Seoul"),
+            HeadlessRun(question, tmp_path / "reply.wav", transcript, seed=3,
+                        engine_hook=slowed(force_ret_at(RET_AT_FRAME), seconds_per_frame)))
         requests = list(standin.requests)
     records = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert summary.frames == records[0]["frames"]

@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
+from app.conversation.config import ConversationConfig  # noqa: E402
 from app.engine.speech_engine import EngineOptions  # noqa: E402
 from app.server.config import Limits  # noqa: E402
 from app.wire.client import AudioFrame, EngineClient, ServerBusy  # noqa: E402
@@ -45,7 +46,8 @@ def cluster_url(tiny_folder):
     from app.server.cluster import ClusterSettings, deploy, start_ray
 
     settings = ClusterSettings(
-        model_id="tiny", device="cpu", folder=tiny_folder,
+        conversation=ConversationConfig(model_id="tiny", device="cpu",
+                                        custom_folder=str(tiny_folder)),
         engine_options=EngineOptions(seed=1, chunk_limit=16), token=None,
         limits=Limits(header_timeout_s=HEADER_TIMEOUT_S, max_connections=MAX_CONNECTIONS),
         min_replicas=1, max_replicas=1, gpus_per_replica=0, cpus_per_replica=0.5,

@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("ray.serve", reason="the cluster needs Ray Serve (pip install -e '.[cluster]')")
 
+from app.conversation.config import ConversationConfig  # noqa: E402
 from app.server.cli import add_serve_parser  # noqa: E402
 from app.server.cluster import ClusterSettings, EngineReplica  # noqa: E402
 
@@ -18,8 +19,9 @@ from app.server.cluster import ClusterSettings, EngineReplica  # noqa: E402
                                                   ("fp32", torch.float32)])
 def test_a_replica_loads_the_speech_model_in_the_clusters_precision(
         tiny_folder: Path, precision: str, dtype: torch.dtype) -> None:
-    replica = EngineReplica(ClusterSettings(model_id="tiny", device="cpu", folder=tiny_folder,
-                                            precision=precision, gpus_per_replica=0.0))
+    speech = ConversationConfig(model_id="tiny", device="cpu", custom_folder=str(tiny_folder),
+                                precision=precision)
+    replica = EngineReplica(ClusterSettings(conversation=speech, gpus_per_replica=0.0))
     try:
         assert next(replica.host.checkpoint.lm.parameters()).dtype == dtype
     finally:
@@ -39,4 +41,4 @@ def test_serve_cluster_takes_precision_from_the_command_line(monkeypatch) -> Non
     args = parser.parse_args(["serve", "--cluster", "--model", "tiny", "--device", "cpu",
                               "--precision", "bf16", "--host", "127.0.0.1"])
     assert cli.run_serve(args) == 0
-    assert [s.precision for s in given] == ["bf16"]
+    assert [s.conversation.precision for s in given] == ["bf16"]

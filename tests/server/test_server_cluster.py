@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
+from app.conversation.config import ConversationConfig  # noqa: E402
 from app.engine.speech_engine import EngineOptions  # noqa: E402
 from app.wire import events as wire  # noqa: E402
 from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized  # noqa: E402
@@ -37,7 +38,8 @@ def cluster_url(tiny_folder):
     from app.server.cluster import ClusterSettings, deploy, start_ray
 
     settings = ClusterSettings(
-        model_id="tiny", device="cpu", folder=tiny_folder,
+        conversation=ConversationConfig(model_id="tiny", device="cpu",
+                                        custom_folder=str(tiny_folder)),
         engine_options=EngineOptions(seed=1, chunk_limit=16), token=TOKEN,
         min_replicas=2, max_replicas=2, gpus_per_replica=0, cpus_per_replica=0.5,
         host="127.0.0.1", port=_free_port())

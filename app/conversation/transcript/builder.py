@@ -32,11 +32,11 @@ from app.conversation.transcript.export import describe_source, format_conversat
 from app.cuts import Cut, describe_read
 from app.engine import events as ev
 from app.frames import FRAME_S
+from app.llm_backends import llm_backend_kind
 from app.orchestrator import events as oe
 from app.orchestrator.span_writer import speakable_span_cut
 
 ASSISTANT_PAUSE_FRAMES = 12  # ~1 s without words closes the model's utterance
-_BACKEND_NAMES = {"ollama": "Ollama", "openai": "an OpenAI-compatible server"}
 # A tool call's result is shown as a span would be read: cut at a sentence end, this long.
 TOOL_RESULT_SHOWN = 600
 
@@ -65,7 +65,8 @@ def tool_call_entry(event: oe.ToolCalled) -> tuple[str, str]:
 
 def llm_label(backend: str, model: str = "") -> str:
     """How a span's source names the LLM: "qwen3:4b on Ollama" (backend as in settings)."""
-    name = _BACKEND_NAMES.get(backend, backend)
+    kind = llm_backend_kind(backend)
+    name = kind.prose if kind is not None else backend
     return f"{model} on {name}" if model else name
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
 from app.eval.fdb.layout import (
     CONVERSATION_PROMPT,
     PROFILE_CITY,
@@ -17,8 +19,15 @@ from app.eval.fdb.layout import (
     TEACHER_PROMPT,
 )
 from app.frames import SAMPLE_RATE
+from app.llm_backends import LLM_BACKEND_NAMES
+
+if TYPE_CHECKING:
+    from app.conversation.config import ConversationConfig
 
 EXIT_OK, EXIT_FAILED = 0, 1
+# The ConversationConfig fields `eval fdb` chooses (their options: app/conversation/config.py).
+FDB_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "user_name", "user_city")
+FDB_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "level_voice")
 
 
 def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
@@ -46,16 +55,14 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="samples per task (default: all)")
 
     render = parser.add_argument_group("rendering")
-    render.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    render.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
-    render.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
-    render.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    add_conversation_options(render, FDB_SPEECH_OPTIONS,
+                             defaults={"user_city": PROFILE_CITY},
+                             notes={"user_city": "the reference's profile"})
     render.add_argument("--seed", type=int, default=REFERENCE_SEED,
                         help=f"one seed for every sample (default: the reference's, "
                              f"{REFERENCE_SEED})")
     voices = render.add_mutually_exclusive_group()
-    voices.add_argument("--voice", default=None,
-                        help="voice prompt for every sample (persona checkpoints)")
+    add_conversation_options(voices, ("voice",), notes={"voice": "for every sample"})
     voices.add_argument("--voice-pool", default="",
                         help="comma-separated voices, one per sample by a hash of its path, "
                              "as the reference does (it used f0,f1,f2)")
@@ -65,34 +72,14 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
                         help="silence appended to each input, so the reply may run on past "
                              "it (the reference appended 2 s; output.wav is then longer "
                              "than input.wav by as much). Default 0: the input's length")
-    render.add_argument("--user-name", default=None,
-                        help="your name, for checkpoints trained on it (context-spanning-7b)")
-    render.add_argument("--user-city", default=PROFILE_CITY,
-                        help="the user's city, for checkpoints trained on it (default "
-                             f"{PROFILE_CITY}, the reference's profile)")
     render.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="longest a sample may take to render")
 
     side = parser.add_argument_group(
         "the LLM side while rendering (as the reference renders with its whole stack; "
         "without --llm the speech model runs alone)")
-    side.add_argument("--llm", choices=["ollama", "openai"], default=None,
-                      help="ask this LLM backend on each user turn and inject its findings")
-    side.add_argument("--llm-host", default=None,
-                      help="Ollama host or an OpenAI-compatible base URL")
-    side.add_argument("--llm-model", default=None)
-    side.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
-    side.add_argument("--asr", default=None, metavar="STT_MODEL",
-                      help="the pipeline's streaming ASR (default with --llm: the --stt model)")
-    side.add_argument("--vad", action="store_true",
-                      help="end user turns by voice activity even if the STT has its own "
-                           "signal")
-    side.add_argument("--tools", default=None,
-                      help="comma-separated tools (default: all configured); 'none' for none")
-    side.add_argument("--folder-search", action="append", default=[], metavar="DIR",
-                      help="a folder local_search may read (repeatable)")
-    side.add_argument("--level-voice", action="store_true",
-                      help="level the input to -24 LUFS before the model and the ASR hear it")
+    add_conversation_options(side, FDB_LLM_OPTIONS, notes={
+        "stt_model": "default with --llm: the --stt model"})
 
     score = parser.add_argument_group("scoring")
     score.add_argument("--stt", default="kyutai-stt-1b-en_fr",
@@ -104,7 +91,7 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
                             "rate, told 16 kHz, as the benchmark's script does (a 24 kHz "
                             "file, as the reference rendered, is heard time-stretched: the "
                             "paper's numbers). Default: at 16 kHz, true times")
-    score.add_argument("--judge", choices=["ollama", "openai"], default=None,
+    score.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
                        help="rate interruption replies for relevance with this LLM backend")
     score.add_argument("--judge-host", default=None,
                        help="Ollama host or an OpenAI-compatible base URL")
@@ -117,22 +104,16 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def conversation_config(args: argparse.Namespace):
-    """The headless run's LLM side from the arguments; None without --llm."""
-    from app.conversation.config import ConversationConfig
+def conversation_config(args: argparse.Namespace) -> ConversationConfig:
+    """The samples' conversation from the arguments: the speech model, and the LLM side
+    with --llm (its ASR: --asr, else the --stt model)."""
+    from app.conversation.options import conversation_from_args
 
     if args.llm is None:
         if args.asr or args.tools or args.folder_search or args.vad:
             raise ValueError("--asr, --vad, --tools and --folder-search need --llm")
-        return None
-    tools = None
-    if args.tools is not None:
-        tools = () if args.tools.strip().lower() == "none" else _names(args.tools)
-    return ConversationConfig(
-        stt_model=args.asr or args.stt or "none", end_of_turn="vad" if args.vad else "auto",
-        backend=args.llm, host=args.llm_host or "", model=args.llm_model or "",
-        timeout_s=args.llm_timeout, tools=tools, search_folders=tuple(args.folder_search),
-        level_voice=args.level_voice)
+        return conversation_from_args(args)
+    return conversation_from_args(args, stt_model=args.asr or args.stt or "none")
 
 
 def render_options(args: argparse.Namespace):
@@ -145,11 +126,10 @@ def render_options(args: argparse.Namespace):
     if not args.timeout > 0:
         raise ValueError("--timeout must be more than 0 seconds")
     return RenderOptions(
-        model=args.model, seed=args.seed, voice=args.voice,
-        voice_pool=_names(args.voice_pool), device=args.device, dtype=args.dtype,
-        folder=args.folder, sample_rate=args.sample_rate, tasks=_names(args.tasks),
-        limit=args.limit, timeout_s=args.timeout, conversation=conversation_config(args),
-        user_name=args.user_name, user_city=args.user_city, tail_s=args.tail_seconds)
+        conversation=conversation_config(args), seed=args.seed,
+        voice_pool=_names(args.voice_pool), sample_rate=args.sample_rate,
+        tasks=_names(args.tasks), limit=args.limit, timeout_s=args.timeout,
+        tail_s=args.tail_seconds)
 
 
 def run_fdb(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ _RATING = re.compile(r"rating\s*[:=]\s*\**\s*([0-5])\b", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class JudgeSettings:
-    backend: str  # "ollama" or "openai"
+    backend: str  # app/llm_backends.py
     host: str | None = None  # Ollama host or OpenAI-compatible base URL
     model: str | None = None
     timeout_s: float = 60.0

@@ -17,13 +17,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k, write_wav_24k
+from app.conversation.config import ConversationConfig
+from app.conversation.run_request import HeadlessRun
 from app.eval.fdb.layout import (
     CLEAN_INPUT,
     CLEAN_OUTPUT,
@@ -44,34 +45,28 @@ from app.eval.fdb.timeline_audio import (
     write_wav,
 )
 
-if TYPE_CHECKING:
-    from app.conversation.config import ConversationConfig
-
 RUN_LOG = "contextspan_run.jsonl"  # run_headless's transcript of the reply (text stream)
 CLEAN_RUN_LOG = "contextspan_clean_run.jsonl"
 RENDER_RECORD = "contextspan_render.json"
 RENDER_SUMMARY = "fdb_render.json"  # at the output root, beside (not inside) the task folders
 ENGINE_FAILURES_BEFORE_STOP = 3
+# A sample's conversation unless the command line says otherwise: the tiny demo model, the
+# reference's profile city, no LLM side.
+FDB_CONVERSATION = ConversationConfig(model_id="tiny", user_city=PROFILE_CITY)
 
 
 @dataclass(frozen=True)
 class RenderOptions:
-    model: str = "tiny"
+    # The speech model (its `voice`: one for every sample, persona checkpoints) and the LLM
+    # side (ASR, LLM, tools), as the reference renders with its whole stack; backend "none":
+    # the speech model alone.
+    conversation: ConversationConfig = FDB_CONVERSATION
     seed: int | None = REFERENCE_SEED
-    voice: str | None = None  # one voice for every sample (persona checkpoints)
     voice_pool: tuple[str, ...] = ()  # or one per sample, by a hash of its path (the reference)
-    device: str | None = None
-    dtype: str | None = None
-    folder: Path | None = None  # checkpoint folder
     sample_rate: int = 16000
     tasks: tuple[str, ...] = ()
     limit: int = 0  # samples per task; 0: all
     timeout_s: float = 3600.0
-    # The LLM side (ASR, LLM, tools), as the reference renders with its whole stack; None:
-    # the speech model alone.
-    conversation: ConversationConfig | None = None
-    user_name: str | None = None
-    user_city: str | None = PROFILE_CITY
     # Silence appended to each input (the reference appends 2 s): the reply may run on
     # past the user's last word. output.wav then outlasts input.wav by as much.
     tail_s: float = 0.0
@@ -81,7 +76,7 @@ class RenderOptions:
         """Without an LLM side nothing is injected and the engine's per-frame span budget is
         never used: a fixed limit spares measuring it for every sample. With one, None (the
         engine measures what fits)."""
-        if self.chunk_limit is not None or self.conversation is not None:
+        if self.chunk_limit is not None or self.conversation.has_llm:
             return self.chunk_limit
         return 1
 
@@ -101,7 +96,7 @@ def voice_for(sample: Sample, options: RenderOptions) -> str | None:
     if options.voice_pool:
         digest = hashlib.md5(str(sample.rel).encode()).hexdigest()
         return options.voice_pool[int(digest[:8], 16) % len(options.voice_pool)]
-    return options.voice
+    return options.conversation.voice
 
 
 def is_done(sample: Sample, out_folder: Path) -> bool:
@@ -130,20 +125,22 @@ def render_all(data: Path, out: Path, options: RenderOptions,
                report: Callable[[str], None] = _stderr) -> RenderReport:
     """Render every sample under `data` into the same relative folder under `out`.
 
-    `runner` has `app.conversation.headless.run_headless`'s signature (the default)."""
+    `runner` has `app.conversation.headless.run_headless`'s signature (the default):
+    (ConversationConfig, HeadlessRun)."""
     from app.checkpoints.catalog import get_manifest
 
     if runner is None:
         from app.conversation.headless import run_headless
 
         runner = run_headless
-    manifest = get_manifest(options.model)  # an unknown model fails before any work
+    model = options.conversation.model_id
+    manifest = get_manifest(model)  # an unknown model fails before any work
     persona = manifest.conversation_start.kind == "persona_prompt"
     samples = _limited(find_samples(data, options.tasks), options.limit)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
     if not persona:
-        notes.append(f"{options.model} has no persona start: the benchmark prompts (and any "
+        notes.append(f"{model} has no persona start: the benchmark prompts (and any "
                      "voice) are unused")
     for note in notes:
         report(f"[fdb] note: {note}")
@@ -193,8 +190,7 @@ def render_all(data: Path, out: Path, options: RenderOptions,
 
     result = RenderReport(len(samples), rendered, done_before, tuple(failed), persona,
                           stopped, tuple(notes))
-    summary = {"options": {k: (str(v) if isinstance(v, Path) else v)
-                           for k, v in asdict(options).items()},
+    summary = {"options": {"model": model, **asdict(options)},
                "data": str(data), **asdict(result)}
     (out / RENDER_SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
@@ -227,12 +223,10 @@ def _render_one(sample: Sample, out: Path, options: RenderOptions, persona: bool
                 write_wav_24k(heard, np.concatenate(
                     [pcm, np.zeros(round(options.tail_s * ENGINE_RATE), np.float32)]))
             summary = runner(
-                options.model, heard, tmp / f"{name}.wav", tmp / f"{name}.jsonl", [],
-                device=options.device, dtype=options.dtype, seed=options.seed,
-                folder=options.folder, voice=voice, role=prompt,
-                chunk_limit=options.chunk_limit_for(), timeout_s=options.timeout_s,
-                conversation=options.conversation, user_name=options.user_name,
-                user_city=options.user_city)
+                replace(options.conversation, voice=voice, role=prompt),
+                HeadlessRun(heard, tmp / f"{name}.wav", tmp / f"{name}.jsonl",
+                            seed=options.seed, chunk_limit=options.chunk_limit_for(),
+                            timeout_s=options.timeout_s))
             pcm = on_timeline(read_mono_24k(tmp / f"{name}.wav"), length + tail,
                               options.sample_rate)
             write_wav(tmp / f"{name}.final.wav", pcm, options.sample_rate)
@@ -248,10 +242,10 @@ def _render_one(sample: Sample, out: Path, options: RenderOptions, persona: bool
             if item.is_file() and item.name not in NOT_COPIED and not item.name.startswith("."):
                 shutil.copy2(item, target / item.name)
         record = {
-            "model": options.model, "seed": options.seed, "voice": voice,
+            "model": options.conversation.model_id, "seed": options.seed, "voice": voice,
             "prompt": prompt, "prompt_used": persona, "sample_rate": options.sample_rate,
             "input_seconds": round(info.seconds, 3),
-            "llm_side": options.conversation is not None,
+            "llm_side": options.conversation.has_llm,
             "spans": getattr(summary, "spans", None),
             "text": getattr(summary, "text", None),
             "clean_text": getattr(clean_summary, "text", None),

@@ -15,17 +15,25 @@ import argparse
 import sys
 from pathlib import Path
 
+from app.conversation.options import add_conversation_options  # light: no torch
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
+from app.eval.fdb3.layout import DEFAULT_STT
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
+from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 
 EXIT_OK, EXIT_FAILED = 0, 1
+# The ConversationConfig fields `eval fdb3 run` chooses (their options: app/conversation/
+# config.py); --llm is its own (the stand-in is a choice), its tools the benchmark's.
+FDB3_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
+                       "user_name", "user_city")
+FDB3_LLM_OPTIONS = ("host", "model", "timeout_s", "stt_model", "end_of_turn", "ret_deadline_s")
 
 
 def _add_judge(parser: argparse.ArgumentParser) -> None:
     judge = parser.add_argument_group(
         "the LLM judge (without it, arguments are matched exactly and responses are not "
         "judged, as the benchmark's scripts do without --use-llm)")
-    judge.add_argument("--judge", choices=["ollama", "openai"], default=None,
+    judge.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
                        help="the judge's backend (the benchmark's judge is gpt-4o)")
     judge.add_argument("--judge-host", default=None,
                        help="Ollama host or an OpenAI-compatible base URL (key: "
@@ -59,18 +67,12 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--benchmark", type=Path, default=None, metavar="JSON",
                      help="the benchmark's benchmark_data_v2.json (scenarios by id)")
     model = run.add_argument_group("the speech model")
-    model.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    model.add_argument("--folder", type=Path, default=None, help="checkpoint folder to load")
-    model.add_argument("--device", default=None, help="cuda, mps or cpu (default: best found)")
-    model.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    add_conversation_options(model, FDB3_SPEECH_OPTIONS,
+                             defaults={"user_city": PROFILE_CITY},
+                             notes={"user_city": "the reference's profile"})
     model.add_argument("--seed", type=int, default=REFERENCE_SEED,
                        help=f"one seed for every sample (default {REFERENCE_SEED}, the "
                             "reference's)")
-    model.add_argument("--voice", default=None, help="voice prompt (persona checkpoints)")
-    model.add_argument("--role", "--persona", dest="role", default=None,
-                       help="persona text (persona checkpoints; default: the manifest's)")
-    model.add_argument("--user-name", default=None)
-    model.add_argument("--user-city", default=PROFILE_CITY)
     model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
                        help="force the model's <ret> this long after the user stops "
                             "(random-weight <ret> checkpoints never ask on their own)")
@@ -80,24 +82,14 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="longest a sample may take")
     side = run.add_argument_group("the LLM side")
-    side.add_argument("--llm", choices=["ollama", "openai", "standin"], default="ollama",
+    side.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, "standin"], default=OLLAMA,
                       help="the LLM that calls the tools; standin: the stand-in Ollama "
                            "plays the demo samples' own calls (make-demo)")
-    side.add_argument("--llm-host", default=None,
-                      help="Ollama host or an OpenAI-compatible base URL")
-    side.add_argument("--llm-model", default=None)
-    side.add_argument("--llm-timeout", type=float, default=30.0, metavar="SECONDS")
-    side.add_argument("--asr", default="kyutai-stt-1b-en_fr", metavar="STT_MODEL",
-                      help="speech recognition (default kyutai-stt-1b-en_fr; tiny-stt on a "
-                           "CPU demo)")
-    side.add_argument("--vad", action="store_true",
-                      help="end turns by voice activity even if the STT has its own signal")
+    add_conversation_options(side, FDB3_LLM_OPTIONS, defaults={"stt_model": DEFAULT_STT},
+                             notes={"stt_model": "tiny-stt on a CPU demo"})
     side.add_argument("--latency", choices=LATENCY_PROFILES, default="instant",
                       help="the mock APIs' latency (default instant; a scenario's own "
                            "latency_profile wins)")
-    side.add_argument("--ret-deadline", type=float, default=None, metavar="SECONDS",
-                      help="drop a <ret> span landing later than this (default: the "
-                           "checkpoint's, 2.5 s)")
     side.add_argument("--system-prompt", type=Path, default=None, metavar="FILE",
                       help="the agent's instructions (default: ours, "
                            "app/eval/fdb3/prompts/agent.txt)")
@@ -123,17 +115,16 @@ def run_fdb3_command(args: argparse.Namespace) -> int:
               "tiny-stt --vad)")
         return EXIT_OK
     if command == "run":
+        from app.conversation.options import conversation_from_args
         from app.eval.fdb3.run import Fdb3RunOptions, run_fdb3
 
+        # --llm is fdb3's own (the stand-in too): the backend is _conversation's choice.
+        conversation = conversation_from_args(args, backend=OLLAMA)
         report = run_fdb3(args.dir, Fdb3RunOptions(
-            provider=args.provider, model=args.model, folder=args.folder, device=args.device,
-            dtype=args.dtype, seed=args.seed, voice=args.voice, role=args.role, llm=args.llm,
-            llm_host=args.llm_host, llm_model=args.llm_model, llm_timeout_s=args.llm_timeout,
-            asr=args.asr, vad=args.vad, latency=args.latency, tail_s=args.tail,
-            limit=args.limit, force=args.force, timeout_s=args.timeout,
-            force_ret_after_s=args.force_ret_after, ret_deadline_s=args.ret_deadline,
-            system_prompt=args.system_prompt, user_name=args.user_name,
-            user_city=args.user_city, benchmark=args.benchmark))
+            provider=args.provider, conversation=conversation, seed=args.seed, llm=args.llm,
+            latency=args.latency, tail_s=args.tail, limit=args.limit, force=args.force,
+            timeout_s=args.timeout, force_ret_after_s=args.force_ret_after,
+            system_prompt=args.system_prompt, benchmark=args.benchmark))
         print(f"[fdb3] ran {report.ran}, already done {report.already_done}, failed "
               f"{len(report.failed)} of {report.samples}", file=sys.stderr)
         if report.samples == 0:

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The recogniser of a run unless `--asr` says otherwise (the paper's).
+DEFAULT_STT = "kyutai-stt-1b-en_fr"
+
 INPUT = "input.wav"
 METADATA = "metadata.json"
 FOLDER = re.compile(r"^(.+)_([0-9a-f]{24})$")  # {example_id}_{24-hex speaker id}

@@ -33,21 +33,27 @@ import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k
 from app.conversation.config import ConversationConfig
+from app.conversation.run_request import HeadlessRun
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.agent_prompt import AgentPromptBackend, agent_prompt
-from app.eval.fdb3.layout import Fdb3Sample, check_provider, find_samples
+from app.eval.fdb3.layout import DEFAULT_STT, Fdb3Sample, check_provider, find_samples
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
 from app.eval.fdb3.mock_server import SERVER_NAME
 from app.eval.fdb3.result import make_result, user_speech_end
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript
 from app.frames import FRAME_RATE, SAMPLE_RATE
+from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 from app.settings.schema import McpServerSettings
 
 TAIL_S = 6.0  # silence after the input: the reference's
 FAILURES_BEFORE_STOP = 3
 STANDIN = "standin"
 STANDIN_MODEL = "standin:latest"
+# A sample's conversation unless the command line says otherwise: the tiny demo model, the
+# 1B recogniser, the reference's profile city.
+FDB3_CONVERSATION = ConversationConfig(model_id="tiny", stt_model=DEFAULT_STT,
+                                       user_city=PROFILE_CITY)
 RUN_SUMMARY = "fdb3_run_{provider}.json"
 
 
@@ -58,35 +64,24 @@ class Fdb3RunError(RuntimeError):
 @dataclass(frozen=True)
 class Fdb3RunOptions:
     provider: str
-    model: str = "tiny"
-    folder: Path | None = None
-    device: str | None = None
-    dtype: str | None = None
+    # The speech model and the LLM side; its backend and host are `llm`'s when that is the
+    # stand-in, and the benchmark's tools are its only ones.
+    conversation: ConversationConfig = FDB3_CONVERSATION
     seed: int | None = REFERENCE_SEED
-    voice: str | None = None
-    role: str | None = None
-    llm: str = "ollama"  # "ollama", "openai" or "standin" (the demo's plans)
-    llm_host: str | None = None
-    llm_model: str | None = None
-    llm_timeout_s: float = 30.0
-    asr: str = "kyutai-stt-1b-en_fr"
-    vad: bool = False
+    llm: str = OLLAMA  # an LLM backend (app/llm_backends.py) or "standin" (the demo's plans)
     latency: str = "instant"  # the mock APIs' profile, unless a scenario names its own
     tail_s: float = TAIL_S
     limit: int = 0
     force: bool = False
     timeout_s: float = 3600.0
     force_ret_after_s: float | None = None  # random-weight <ret> checkpoints never ask
-    ret_deadline_s: float | None = None
     system_prompt: Path | None = None
-    user_name: str | None = None
-    user_city: str | None = PROFILE_CITY
     benchmark: Path | None = None
 
     def check(self) -> None:
         check_provider(self.provider)
-        if self.llm not in ("ollama", "openai", STANDIN):
-            raise ValueError(f"--llm {self.llm!r}: ollama, openai or standin")
+        if self.llm not in (*LLM_BACKEND_NAMES, STANDIN):
+            raise ValueError(f"--llm {self.llm!r}: {', '.join(LLM_BACKEND_NAMES)} or {STANDIN}")
         if self.latency not in LATENCY_PROFILES:
             raise ValueError(f"--latency must be one of {', '.join(LATENCY_PROFILES)}")
         if not 0 <= self.tail_s <= 60:
@@ -147,15 +142,11 @@ def _standin_server(options: Fdb3RunOptions) -> Iterator[Any]:
 
 
 def _conversation(options: Fdb3RunOptions, host: str | None) -> ConversationConfig:
-    backend = "ollama" if options.llm == STANDIN else options.llm
-    return ConversationConfig(
-        model_id=options.model, custom_folder=str(options.folder) if options.folder else None,
-        device=options.device or "auto", dtype=options.dtype or "auto", voice=options.voice,
-        role=options.role, user_name=options.user_name, user_city=options.user_city,
-        stt_model=options.asr, end_of_turn="vad" if options.vad else "auto",
-        backend=backend, host=host or "",
-        model=STANDIN_MODEL if options.llm == STANDIN else options.llm_model or "",
-        timeout_s=options.llm_timeout_s, tools=(), ret_deadline_s=options.ret_deadline_s)
+    conversation = options.conversation
+    if options.llm == STANDIN:
+        return replace(conversation, backend=OLLAMA, host=host or "", model=STANDIN_MODEL,
+                       tools=())
+    return replace(conversation, backend=options.llm, tools=())
 
 
 def _write_json(path: Path, payload: dict) -> None:
@@ -187,7 +178,7 @@ def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
     if not todo:
         return _summarise(root, options, report)
     with _standin_server(options) as standin:
-        conversation = _conversation(options, standin.url if standin else options.llm_host)
+        conversation = _conversation(options, standin.url if standin else None)
         checkpoint = load_speech_model(conversation)
         stt = load_stt_model(conversation, checkpoint.device)
         bar = ProgressBar(len(samples), stream, f"fdb3/{options.provider}")
@@ -242,16 +233,16 @@ def _run_sample(sample: Fdb3Sample, options: Fdb3RunOptions, conversation: Conve
         config = replace(conversation, mcp_servers=(mock_server_settings(profile, calls_log),))
         backend = AgentPromptBackend(build_backend(config), prompt)
         started = time.perf_counter()
-        summary = run_conversation(
-            checkpoint, pcm, tmp / "output.wav", tmp / "run.jsonl", engine,
-            conversation=config, timeout_s=options.timeout_s, input_name=str(sample.input),
-            stt=stt, backend=backend)
+        run = HeadlessRun(sample.input, tmp / "output.wav", tmp / "run.jsonl",
+                          timeout_s=options.timeout_s)
+        summary = run_conversation(checkpoint, pcm, config, run, engine, stt=stt,
+                                   backend=backend)
         records = read_transcript(tmp / "run.jsonl")
         result = make_result(sample.example_id, sample.speaker, sample.scenario, provider,
                              records, heard, {
-                                 "model": options.model, "seed": options.seed,
+                                 "model": config.model_id, "seed": options.seed,
                                  "llm": options.llm, "llm_model": config.model,
-                                 "asr": options.asr, "latency_profile": profile,
+                                 "asr": config.stt_model, "latency_profile": profile,
                                  "tail_s": options.tail_s, "frames": summary.frames,
                                  "spans": summary.spans,
                                  "elapsed_s": round(time.perf_counter() - started, 3),

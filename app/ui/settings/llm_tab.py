@@ -33,8 +33,14 @@ from PySide6.QtWidgets import (
 from app.checkpoints.catalog import CatalogError
 from app.llm.backend import BackendHealth, LLMBackend, LLMError
 from app.llm.factory import make_backend
-from app.llm.ollama_backend import DEFAULT_HOST as OLLAMA_DEFAULT_HOST
-from app.llm.openai_compat_backend import DEFAULT_BASE_URL as OPENAI_DEFAULT_BASE_URL
+from app.llm_backends import (
+    LLM_BACKENDS,
+    NO_LLM,
+    NO_LLM_LABEL,
+    OLLAMA,
+    OLLAMA_BACKEND,
+    llm_backend_kind,
+)
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 from app.text_bounds import bounded
@@ -44,12 +50,9 @@ from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
 
-BACKENDS = (
-    ("ollama", "Ollama"),
-    ("openai", "OpenAI-compatible server (llama.cpp, LM Studio, vLLM)"),
-    ("none", "None (the speech model talks on its own)"),
-)
-DEFAULT_HOSTS = {"ollama": OLLAMA_DEFAULT_HOST, "openai": OPENAI_DEFAULT_BASE_URL}
+# (name, label) for the backend list: the registry's, then none.
+BACKENDS = (*((kind.name, kind.label) for kind in LLM_BACKENDS), (NO_LLM, NO_LLM_LABEL))
+DEFAULT_HOSTS = {kind.name: kind.default_host for kind in LLM_BACKENDS}
 TOOL_LABELS = {
     "calculator": "Calculator",
     "clock": "Clock and date",
@@ -69,27 +72,24 @@ def _timeout_range() -> tuple[float, float]:
 TIMEOUT_RANGE = _timeout_range()  # the store's own check, so the two never disagree
 _HOST_SHOWN = 80  # characters of the server address quoted in the status line
 _MESSAGE_SHOWN = 600  # characters of a server's answer or error shown
-HOST_PLACEHOLDERS = {
-    "ollama": "Empty: Ollama's default (OLLAMA_HOST, else http://127.0.0.1:11434); "
-              "host:port means http",
-    "openai": "The server's base URL, for example http://127.0.0.1:8080/v1",
-}
+HOST_PLACEHOLDERS = {kind.name: kind.host_placeholder for kind in LLM_BACKENDS}
 
 
-def host_problem(host: str, backend: str = "ollama") -> str | None:
+def host_problem(host: str, backend: str = OLLAMA) -> str | None:
     """Why `host` cannot be `backend`'s server address (None: it can): an http or https URL
     with a host name. Ollama's may be empty (its own default, as app.llm.factory reads it)
     or `host:port`, as OLLAMA_HOST is written (Ollama's client assumes http, as the speech
     server's field does); an OpenAI-compatible server has no default, and its client needs
     the scheme."""
     host = host.strip()
-    example = "for example " + DEFAULT_HOSTS.get(backend, OLLAMA_DEFAULT_HOST)
+    kind = llm_backend_kind(backend) or OLLAMA_BACKEND
+    example = "for example " + kind.default_host
     if not host:
-        if backend == "ollama":
+        if not kind.host_required:
             return None
         return f"Enter the server's address, {example}."
     return address_problem(host, ("http", "https"), example,
-                           bare_host_scheme="http" if backend == "ollama" else None)
+                           bare_host_scheme=kind.bare_host_scheme)
 
 
 def timeout_problem(seconds: float) -> str | None:
@@ -262,7 +262,7 @@ class LlmTab(QWidget):
     def problems(self) -> list[tuple[QWidget, str]]:
         """What the tab cannot save as it is: (the field, why). Nothing is checked for the
         "none" backend, which uses neither the server nor the timeout."""
-        if self.backend_combo.currentData() == "none":
+        if self.backend_combo.currentData() == NO_LLM:
             return []
         found: list[tuple[QWidget, str]] = []
         host = host_problem(self.host_edit.text(), self.backend_combo.currentData())
@@ -280,7 +280,7 @@ class LlmTab(QWidget):
                              (self.timeout_spin, self.timeout_problem)):
             label.setText(said.get(field, ""))
             label.setVisible(field in said)
-        self.test_button.setEnabled(self.backend_combo.currentData() != "none"
+        self.test_button.setEnabled(self.backend_combo.currentData() != NO_LLM
                                     and self.host_edit not in said
                                     and not self._connection_pending)
 
@@ -331,7 +331,7 @@ class LlmTab(QWidget):
         if self.host_edit.text().strip() == DEFAULT_HOSTS.get(old) and new in DEFAULT_HOSTS:
             self.host_edit.setText(DEFAULT_HOSTS[new])
         self.host_edit.setPlaceholderText(HOST_PLACEHOLDERS.get(new, ""))
-        enabled = new != "none"
+        enabled = new != NO_LLM
         for widget in (self.host_edit, self.llm_model_combo, self.timeout_spin):
             widget.setEnabled(enabled)
         self._connection_target_changed()
@@ -357,7 +357,7 @@ class LlmTab(QWidget):
     def test_connection(self) -> None:
         """Ask the server for its health and model list, off the GUI thread."""
         llm = self.settings()
-        if llm.backend == "none" or host_problem(llm.host, llm.backend):
+        if llm.backend == NO_LLM or host_problem(llm.host, llm.backend):
             return  # the host's problem is shown under it
         timeout = self.connection_timeout_s
         factory = self._backend_factory

@@ -23,7 +23,9 @@ import pytest
 
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
+from app.conversation.config import ConversationConfig  # noqa: E402
 from app.conversation.headless import Injection, run_headless  # noqa: E402
+from app.conversation.run_request import HeadlessRun  # noqa: E402
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
 from tests.speech import spoken  # noqa: E402
 
@@ -97,10 +99,11 @@ def test_fp32_on_mlx_says_what_the_torch_engine_says(tiny_cs_folder, spoken_ques
     said, audio = {}, {}
     for device, precision in (("cpu", None), ("mlx", "fp32")):
         transcript = tmp_path / f"{device}.jsonl"
-        run_headless("tiny-cs", spoken_question, tmp_path / f"{device}.wav", transcript,
-                     [Injection("the capital of australia is canberra", 1.5)],
-                     device=device, precision=precision, seed=3, ret_at=(1.0,),
-                     engine_hook=_greedy)
+        run_headless(
+            ConversationConfig(model_id="tiny-cs", device=device, precision=precision or "auto"),
+            HeadlessRun(spoken_question, tmp_path / f"{device}.wav", transcript,
+                        (Injection("the capital of australia is canberra", 1.5),), seed=3,
+                        ret_at=(1.0,), engine_hook=_greedy))
         records = _records(transcript)
         assert records[0]["device"] == device
         assert of("ret", records) and of("slot", records)
@@ -115,5 +118,5 @@ def test_fp32_on_mlx_says_what_the_torch_engine_says(tiny_cs_folder, spoken_ques
 def test_8_and_4_bits_are_refused_on_the_torch_engine(precision, tiny_cs_folder, tmp_path,
                                                      spoken_question):
     with pytest.raises(ValueError, match=rf"{precision} runs on the MLX engine"):
-        run_headless("tiny-cs", spoken_question, tmp_path / "r.wav", tmp_path / "t.jsonl", [],
-                     device="cpu", precision=precision)
+        run_headless(ConversationConfig(model_id="tiny-cs", device="cpu", precision=precision),
+                     HeadlessRun(spoken_question, tmp_path / "r.wav", tmp_path / "t.jsonl"))

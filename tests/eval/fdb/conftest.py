@@ -88,18 +88,19 @@ def rendered(fdb_data: FdbData, tiny_folder: Path, tiny_stt_ready: Path,
              tmp_path_factory) -> Rendered:
     """fdb_data rendered by the tiny checkpoint through run_headless with the whole pipeline:
     tiny-stt hears the user, the stand-in Ollama answers each turn, the span is injected."""
-    from app.conversation.config import ConversationConfig
-    from app.eval.fdb.render import RenderOptions, render_all
+    from dataclasses import replace
+
+    from app.eval.fdb.render import FDB_CONVERSATION, RenderOptions, render_all
     from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 
     out = tmp_path_factory.mktemp("fdb-out")
     calls: list[str] = []
     lines: list[str] = []
     with OllamaStandIn(script=lambda body: ScriptedReply(content=SPAN_ANSWER)) as server:
-        side = ConversationConfig(stt_model="tiny-stt", end_of_turn="vad", backend="ollama",
-                                  host=server.url, model="standin:latest", tools=())
+        side = replace(FDB_CONVERSATION, device="cpu", stt_model="tiny-stt", end_of_turn="vad",
+                       backend="ollama", host=server.url, model="standin:latest", tools=())
         report = render_all(fdb_data.root, out, RenderOptions(
-            model="tiny", seed=7, device="cpu", conversation=side, tail_s=TAIL_S,
+            seed=7, conversation=side, tail_s=TAIL_S,
             chunk_limit=64),  # a fixed budget: the span lands whole in one frame anywhere
             runner=counting_runner(calls), report=lines.append)
         requests = list(server.requests)

@@ -8,8 +8,8 @@ from pathlib import Path
 def counting_runner(calls: list[str]):
     from app.conversation.headless import run_headless
 
-    def runner(model, input_path, *args, **kwargs):
-        calls.append(Path(input_path).name)
-        return run_headless(model, input_path, *args, **kwargs)
+    def runner(config, run):
+        calls.append(Path(run.input_path).name)
+        return run_headless(config, run)
 
     return runner

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import sphn
 
 from app.eval.fdb.layout import CONVERSATION_PROMPT, TEACHER_PROMPT, Sample, find_samples
-from app.eval.fdb.render import RenderOptions, render_all, voice_for
+from app.eval.fdb.render import FDB_CONVERSATION, RenderOptions, render_all, voice_for
 from app.eval.fdb.timeline_audio import on_timeline
 from tests.eval.fdb.render_settings import SPAN_ANSWER, TAIL_S
 from tests.eval.fdb.runner_spy import counting_runner
@@ -83,7 +84,8 @@ def test_a_corrupt_sample_is_reported_and_skipped_without_a_folder(rendered):
 
 def test_a_second_run_renders_only_what_is_missing(rendered, fdb_data):
     out = rendered.out
-    options = RenderOptions(model="tiny", seed=7, device="cpu", tail_s=TAIL_S)
+    options = RenderOptions(conversation=replace(FDB_CONVERSATION, device="cpu"), seed=7,
+                            tail_s=TAIL_S)
     calls: list[str] = []
     again = render_all(fdb_data.root, out, options, runner=counting_runner(calls),
                        report=lambda line: None)
@@ -113,19 +115,21 @@ class FakeRunner:
         self.calls: list[dict] = []
         self.fail = fail
 
-    def __call__(self, model, input_path, output_path, transcript_path, injections, **kw):
-        self.calls.append({"input": Path(input_path), **kw})
+    def __call__(self, config, run):
+        self.calls.append({"input": Path(run.input_path), "role": config.role,
+                           "voice": config.voice})
         if self.fail is not None:
             raise self.fail
-        sphn.write_wav(str(output_path), np.zeros(2400, np.float32), 24000)
-        Path(transcript_path).write_text("")
+        sphn.write_wav(str(run.output_path), np.zeros(2400, np.float32), 24000)
+        Path(run.transcript_path).write_text("")
         return None
 
 
 def test_persona_checkpoints_get_the_benchmarks_prompt_for_each_task(fdb_data, tmp_path):
     runner = FakeRunner()
-    render_all(fdb_data.root, tmp_path, RenderOptions(model="tiny-persona",
-                                                      voice_pool=("v0", "v1", "v2")),
+    render_all(fdb_data.root, tmp_path, RenderOptions(
+        conversation=replace(FDB_CONVERSATION, model_id="tiny-persona"),
+        voice_pool=("v0", "v1", "v2")),
                runner=runner, report=lambda line: None)
     roles = {str(c["input"].relative_to(fdb_data.root)): c["role"] for c in runner.calls}
     assert roles == {
@@ -142,7 +146,8 @@ def test_persona_checkpoints_get_the_benchmarks_prompt_for_each_task(fdb_data, t
     assert {c["voice"] for c in runner.calls} <= {"v0", "v1", "v2"}
 
     runner = FakeRunner()
-    render_all(fdb_data.root, tmp_path / "plain", RenderOptions(model="tiny", voice="v1"),
+    render_all(fdb_data.root, tmp_path / "plain", RenderOptions(
+        conversation=replace(FDB_CONVERSATION, voice="v1")),
                runner=runner, report=lambda line: None)
     assert {(c["role"], c["voice"]) for c in runner.calls} == {(None, None)}
 
@@ -155,7 +160,7 @@ def test_an_engine_that_fails_every_sample_stops_the_run(fdb_data, tmp_path):
     for n in range(2, 6):
         shutil.copytree(data / "candor_turn_taking/1", data / f"candor_turn_taking/{n}")
     runner = FakeRunner(HeadlessRunError("no such voice"))
-    report = render_all(data, tmp_path / "out", RenderOptions(model="tiny"), runner=runner,
+    report = render_all(data, tmp_path / "out", RenderOptions(), runner=runner,
                         report=lambda line: None)
     assert len(runner.calls) == 3 and report.stopped and "no such voice" in report.stopped
     assert not (tmp_path / "out/candor_turn_taking").exists()
