@@ -96,7 +96,7 @@ def now_of(recorder: Recorder, entry: TranscriptEntry) -> TranscriptEntry:
 
 
 def test_an_answer_queued_behind_a_file_is_a_span_entry_at_once_and_kept_on_close(server):
-    reply = ScriptedReply(content=ANSWER, first_token_delay_s=1.5)
+    reply = ScriptedReply(content=ANSWER, first_token_delay_s=4.0)  # after the 6 files
     with OllamaStandIn(script=[reply] * 30) as standin:
         # Stop the moment the app says anything about the answer, on the session's thread
         # (as the window's Stop): before the fix it said only "The LLM answered …: its span

@@ -108,7 +108,7 @@ def test_end_of_turn_runs_the_tool_loop_and_queues_a_speakable_span(standin):
 
 
 def test_a_clear_question_mid_turn_is_asked_once(standin):
-    standin.script = [ScriptedReply(content="Canberra.", first_token_delay_s=0.3)]
+    standin.script = [ScriptedReply(content="Canberra.", first_token_delay_s=1.0)]
     orch, sink = make(standin)
     try:
         question = "What is the capital of Australia?"
@@ -124,7 +124,7 @@ def test_a_clear_question_mid_turn_is_asked_once(standin):
 
 def test_a_stale_request_is_cancelled_when_the_user_speaks_again(standin):
     standin.script = lambda body: (
-        ScriptedReply(content="Old answer.", first_token_delay_s=1.5)
+        ScriptedReply(content="Old answer.", first_token_delay_s=10.0)
         if "weather" in body["messages"][-1]["content"] else ScriptedReply(content="New answer.")
     )
     orch, sink = make(standin)
@@ -143,7 +143,7 @@ def test_a_stale_request_is_cancelled_when_the_user_speaks_again(standin):
 
 
 def test_a_backchannel_does_not_cancel_the_answer(standin):
-    standin.script = [ScriptedReply(content="Canberra.", first_token_delay_s=0.3)]
+    standin.script = [ScriptedReply(content="Canberra.", first_token_delay_s=1.0)]
     orch, sink = make(standin)
     try:
         orch.on_asr_event(final("What is the capital of Australia?"))
