@@ -30,7 +30,8 @@ CLIENT_MODULES = (
     "app.conversation.session", "app.conversation.assembly", "app.conversation.pipeline",
     "app.conversation.headless", "app.conversation.remote_run", "app.remote.remote_engine",
     "app.wire.client", "app.wire.opus", "app.orchestrator.orchestrator", "app.asr.stt_catalog",
-    "app.llm.factory", "app.tools.default_tools", "app.audio.live_audio",
+    "app.llm.factory", "app.llm.ollama_backend", "app.llm.openai_compat_backend",
+    "app.tools.default_tools", "app.audio.live_audio",
 )
 
 
