@@ -30,7 +30,7 @@ the last full one reach a quarter of those that were long-lived then.
 
 After start-up (`freeze_after_start_up`) what the app built to run (modules, the window,
 their caches) is moved out of the collector's sight with gc.freeze(): a full collection then
-walks only what was made since. `python -m app.bench.gc_bench` measures both.
+walks only what was made since. `python -m app.ui.gc_bench` measures both.
 """
 
 from __future__ import annotations
