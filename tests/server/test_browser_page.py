@@ -120,7 +120,10 @@ def test_the_reference_flow_from_a_browser_clone_talk_and_a_ret(tiny_cs_folder, 
     frames = math.ceil(report["cloneSamples"] / 1920)
     assert report["cloned"] == {"type": "cloned", "frames": frames,
                                 "seconds": round(frames * 0.08, 2)}
-    assert report["events"].count("ret") == 2 and report["events"].count("no_span") == 2
+    # The forced <ret> of each connection, answered no_span (no LLM side). The tiny model's
+    # random weights may ask once more on their own: what it hears is the browser's live
+    # audio, whose frames fall differently on a busy machine.
+    assert report["events"].count("ret") >= 2 and report["events"].count("no_span") >= 2
     assert "persona" not in " ".join(report["errors"])
     # Every frame the page sent reached the engine (the server's own count) and came back.
     assert last["frames_total"] == report["framesSent"] == report["audioFrames"]
