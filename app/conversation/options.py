@@ -99,8 +99,9 @@ def add_conversation_options(
             help_text += f"; {notes[name]}"
         default = defaults.get(name, option.parser_default)
         said = default if name in defaults else field_defaults[name]
-        if isinstance(said, (int, float)) and not isinstance(said, bool) or \
-                name in defaults and default is not None:
+        numeric = isinstance(said, (int, float)) and not isinstance(said, bool)
+        this_commands_own = name in defaults and default is not None
+        if numeric or this_commands_own:  # (a text field's own default goes unsaid)
             help_text += f" (default {_described_default(said)})"
         extra: dict[str, Any] = {"dest": option.dest, "help": help_text, "default": default}
         if option.kind == "flag":

@@ -42,6 +42,7 @@ from app.conversation.config import NONE, ConversationConfig
 from app.conversation.llm_probe import LlmProbed, probe_in_background
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
+    GUI_REQUESTS,
     ApplySettings,
     AudioFailed,
     InjectText,
@@ -113,9 +114,6 @@ class SessionStatus:
     bytes_sent: int = 0
     bytes_received: int = 0
 
-
-# The GUI thread's requests: handled once the engine is up, in the order posted.
-_REQUESTS = (ApplySettings, SendText, InjectText)
 
 class SessionListener(Protocol):
     # loading / running / paused (audio off, text on) / stopped / error / model_missing
@@ -305,9 +303,7 @@ class ConversationSession:
         (resume, an audio failure) once the audio runs."""
         kept: list[object] = []
         for message in self._deferred:
-            if isinstance(message, _REQUESTS):
-                self._handlers[type(message)](message)
-            elif requests_only:
+            if requests_only and not isinstance(message, GUI_REQUESTS):
                 kept.append(message)
             else:
                 self._dispatch(message)
@@ -492,8 +488,7 @@ class ConversationSession:
                 return
             if isinstance(message, ev.EngineError):
                 raise RuntimeError(message.message)
-            if isinstance(message, (*_REQUESTS, ResumeAsked,
-                                    AudioFailed)):
+            if isinstance(message, (*GUI_REQUESTS, ResumeAsked, AudioFailed)):
                 self._deferred.append(message)  # once the engine is up
             elif message is not None and not isinstance(message, StopAsked):
                 self._handle(message)
@@ -694,7 +689,7 @@ class ConversationSession:
     def _dispatch(self, message: object) -> None:
         """One message of the inbox, on the session's thread (the engine is up)."""
         pipeline = self._pipeline
-        if isinstance(message, _REQUESTS):
+        if isinstance(message, GUI_REQUESTS):
             self._handlers[type(message)](message)
         elif isinstance(message, LlmProbed):
             self._take_probe(message)

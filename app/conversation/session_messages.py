@@ -61,4 +61,4 @@ class StopAsked:
 
 
 # What the GUI thread asks: handled once the engine is up, in order.
-SessionMessage = ApplySettings | SendText | InjectText
+GUI_REQUESTS = (ApplySettings, SendText, InjectText)
