@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from app.asr.asr_thread import StreamingAsr
     from app.asr.stt_catalog import LoadedStt
     from app.checkpoints.loader import LoadedCheckpoint
+    from app.conversation.lock_step import LockStep
     from app.engine.row_conversation import RowConversation
     from app.orchestrator.orchestrator import Orchestrator
     from app.orchestrator.replay_clock import ReplayClock
@@ -237,12 +238,12 @@ def connect_remote(config: ConversationConfig, connect_timeout_s: float,
 
 
 def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
-                   replay: ReplayClock | None = None, stt: LoadedStt | None = None,
+                   lock_step: LockStep | None = None, stt: LoadedStt | None = None,
                    asr: StreamingAsr | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
                    live: bool = False, host_flag: str = "--llm-host") -> ConversationPipeline:
-    """The whole conversation around `engine`, not started. `replay`: a file's run, fed in
-    lock-step, the LLM's latency replayed as frames on this clock (None: live); `stt`:
+    """The whole conversation around `engine`, not started. `lock_step`: a file's run, fed
+    in lock-step, the LLM's latency replayed as frames on its clock (None: live); `stt`:
     the recogniser's model, already loaded;
     `asr`: the conversation's recognition, already made (a row of a server's shared
     recogniser), instead of one of its own; `backend`: an LLM backend to ask instead of
@@ -260,18 +261,19 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
                 notice(f"The assistant (LLM) is off: {exc}", "warning")
         if backend is not None:
             orchestrator = build_orchestrator(config, engine, backend,
-                                              build_tools(config, notice), replay=replay)
+                                              build_tools(config, notice),
+                                              replay=lock_step.clock if lock_step else None)
     if asr is None:
         asr = build_asr(config, device, stt=stt, notice=notice)
-    return join_stages(engine, config, asr, orchestrator, replay=replay, live=live)
+    return join_stages(engine, config, asr, orchestrator, lock_step=lock_step, live=live)
 
 
 def join_stages(engine: SpeechEngine, config: ConversationConfig, asr: StreamingAsr | None,
-                orchestrator: Orchestrator | None, *, replay: ReplayClock | None = None,
+                orchestrator: Orchestrator | None, *, lock_step: LockStep | None = None,
                 live: bool = False) -> ConversationPipeline:
     """The pipeline over stages already built. A live conversation always has the
     levelling stage (Settings switches it on and off while it runs); a run has it only
     when it levels."""
     leveller = config.level_voice if live else (True if config.level_voice else None)
     return ConversationPipeline(engine, asr, orchestrator, leveller,
-                                replay=replay if orchestrator is not None else None)
+                                lock_step=lock_step if orchestrator is not None else None)

@@ -5,8 +5,8 @@ pieces with their frame index, and each span with its source and the frame befor
 each of its chunks landed, with K.
 
 Pace: without an LLM side the frames go in as fast as the engine takes them. With one, the
-run replays the LLM's latency in frames (the pipeline in lock-step on a ReplayClock, see
-app/orchestrator/replay_clock.py and docs/replay.md): the answer lands at the frame it would
+run replays the LLM's latency in frames (the pipeline in lock-step, see
+app/conversation/lock_step.py and docs/replay.md): the answer lands at the frame it would
 have reached in real time, so the transcript is the same on a slow laptop and a fast GPU.
 `realtime` feeds at a microphone's pace instead.
 """
@@ -36,7 +36,8 @@ from app.conversation.assembly import (
     load_speech_model,
 )
 from app.conversation.config import ConversationConfig
-from app.conversation.pipeline import ConversationPipeline, PipelineStalled
+from app.conversation.lock_step import LockStep, PipelineStalled
+from app.conversation.pipeline import ConversationPipeline
 from app.conversation.run_records import (
     EndRecord,
     ErrorRecord,
@@ -50,7 +51,6 @@ from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
-from app.orchestrator.replay_clock import ReplayClock
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
 from app.wire.named_json import to_json_object
@@ -244,7 +244,7 @@ def run_conversation(
     has_llm = backend is not None
     pace = PACE_REALTIME if config.realtime else PACE_REPLAY if has_llm else PACE_FAST
     pipeline = build_pipeline(engine, config, checkpoint.device,
-                              replay=ReplayClock() if pace == PACE_REPLAY else None, stt=stt,
+                              lock_step=LockStep() if pace == PACE_REPLAY else None, stt=stt,
                               backend=backend)
     for injection in injections:
         engine.inject(injection.text, injection.source,
@@ -315,6 +315,7 @@ class _Feeder:
 
     def _feed(self) -> None:
         pipeline = self.pipeline
+        lock_step = pipeline.lock_step  # there exactly when the pace is PACE_REPLAY
         frames = len(self.padded) // FRAME_SAMPLES
         try:
             next_at = time.monotonic()
@@ -328,9 +329,9 @@ class _Feeder:
                         self.failure.append(f"the engine fell behind real time at frame {i}")
                         return
                     continue
-                if self.pace == PACE_REPLAY:  # lock-step: never ahead of what is handled
-                    pipeline.wait_for_frame(i, self.first_frame_timeout_s if i == 1
-                                            else self.frame_timeout_s)
+                if lock_step is not None:  # a replay: never ahead of what is handled
+                    lock_step.wait_for_frame(i, self.first_frame_timeout_s if i == 1
+                                             else self.frame_timeout_s)
                 while not pipeline.push_frame(frame, 1.0):
                     if not pipeline.engine.running or self.stopping.is_set():
                         return

@@ -9,12 +9,9 @@ audio sink when there is one (the session's speaker: `set_audio_sink`), from the
 own thread, so nothing the reader of `events` does (settings, the transcript, a slow
 listener) can hold it back on its way to the jitter buffer.
 
-A file fed faster than real time with an LLM side (`replay`) goes in lock-step:
-`wait_for_frame(i)` returns once every stage has handled frame i - 1 and every event it gave,
-and no LLM request in flight holds the conversation's clock before frame i. The recogniser's
-events of a frame reach the orchestrator after the engine's (they are held until the
-barrier), so a trigger is seen at the same frame, in the same order, however fast the feeder
-and the engine run.
+A file fed faster than real time with an LLM side goes in lock-step: the headless run
+hands the pipeline a `LockStep` (lock_step.py), and the router routes each event through
+it. A live conversation passes none, and its router hands each event on as it comes.
 """
 
 from __future__ import annotations
@@ -22,24 +19,19 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.audio.levelling_stage import FrameConsumer, LevellingStage
-from app.engine.events import AudioOut, EngineStopped
+from app.conversation.lock_step import ASR_EVENTS, LockStep
+from app.engine.events import AudioOut
 from app.engine.speech_engine import SpeechEngine
 from app.orchestrator.orchestrator import Orchestrator
-from app.orchestrator.replay_clock import ReplayClock
 
 log = logging.getLogger(__name__)
-
-_ASR_EVENTS = (AsrWord, AsrPartial, AsrFinal, AsrError)
 
 AudioSink = Callable[[AudioOut], None]
 
@@ -55,37 +47,21 @@ class AsrStage(Protocol):
     def wait_frames(self, count: int, timeout: float) -> bool: ...
 
 
-class PipelineStalled(RuntimeError):
-    """A stage did not get through a frame in time (replay feeding)."""
-
-
-@dataclass(frozen=True)
-class _Fence:
-    """Put into the merged queue: set once the router, then the orchestrator, reached it."""
-
-    passed: threading.Event
-
-
-_END_OF_LOCK_STEP = object()
-
-
 class ConversationPipeline:
     def __init__(self, engine: SpeechEngine, asr: AsrStage | None = None,
                  orchestrator: Orchestrator | None = None,
-                 leveller: bool | None = None, replay: ReplayClock | None = None) -> None:
+                 leveller: bool | None = None, lock_step: LockStep | None = None) -> None:
         """`leveller`: None, no levelling stage; True or False, a stage that levels (or
-        passes frames through; `set_level_voice` switches it while running). `replay`: a
-        file's run, fed in lock-step through `wait_for_frame` on this clock (see the
-        module's docstring); None, a live conversation."""
+        passes frames through; `set_level_voice` switches it while running). `lock_step`: a
+        file's run, fed in lock-step (lock_step.py); None, a live conversation."""
         self.engine = engine
-        self.replay = replay
         self.asr = asr
         self.orchestrator = orchestrator
         self.leveller: LevellingStage | None = None
         if leveller is not None:
             self.leveller = LevellingStage(self._consumers(), enabled=leveller,
                                            on_end_of_input=self._finish_stages)
-        # Every stage's events (each stage types its own queue) and the lock-step's fences.
+        # Every stage's events (each stage types its own queue), and a lock-step's fences.
         self._merged: queue.SimpleQueue[Any] = queue.SimpleQueue()
         engine.events = self._merged
         if asr is not None:
@@ -94,11 +70,11 @@ class ConversationPipeline:
             orchestrator.events = self._merged
         self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
-        self._progress = threading.Condition()  # the router's: frames routed, engine stopped
-        self._frames_routed = 0
-        self._engine_stopped = False
-        self._held: list[object] = []  # replay: recogniser events until the next barrier
-        self._holding = replay is not None
+        self.lock_step = lock_step
+        self._route_event: Callable[[object], None] = self._deliver
+        if lock_step is not None:
+            lock_step.join(self, self._merged.put, self._deliver)
+            self._route_event = lock_step.route
         self._audio_sink: AudioSink | None = None
         self._router = threading.Thread(target=self._route, name="pipeline-router", daemon=True)
 
@@ -172,8 +148,8 @@ class ConversationPipeline:
 
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames. A file passes timeout None: it waits as long as the stages live."""
-        if self.replay is not None:  # the recogniser's last events go on as they come
-            self._merged.put(_END_OF_LOCK_STEP)
+        if self.lock_step is not None:  # the recogniser's last events go on as they come
+            self.lock_step.end_of_input()
         if self.leveller is not None:
             self.leveller.finish_input(timeout)
         else:
@@ -189,47 +165,10 @@ class ConversationPipeline:
         if self.orchestrator is not None:
             ok = self.orchestrator.stop(timeout) and ok
         self._stop.set()
-        with self._progress:
-            self._progress.notify_all()
+        if self.lock_step is not None:  # a feeder waiting at the barrier is let go
+            self.lock_step.stop()
         self._router.join(timeout)
         return ok and not self._router.is_alive()
-
-    def wait_for_frame(self, index: int, timeout: float) -> None:
-        """Replay's barrier before feeding frame `index`: the engine has output frame
-        index - 1 and the router passed it on; the ASR has processed `index` frames; the
-        orchestrator has handled every event up to then; and no LLM request in flight holds
-        the clock before `index`. Raises PipelineStalled when a stage takes longer than
-        `timeout` (in all) or has stopped."""
-        if index <= 0:
-            return
-        deadline = time.monotonic() + timeout
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
-        with self._progress:
-            self._progress.wait_for(lambda: self._frames_routed >= index or self._engine_stopped
-                                    or self._stop.is_set(), left())
-            routed, stopped = self._frames_routed, self._engine_stopped
-        if routed < index:
-            why = "has stopped" if stopped or self._stop.is_set() else (
-                f"did not give frame {index - 1} within {timeout:g} s")
-            raise PipelineStalled(f"the engine {why}")
-        if self.asr is not None and not self.asr.wait_frames(index, left()):
-            raise PipelineStalled(f"the speech recognition did not get through frame "
-                                  f"{index - 1} within {timeout:g} s (or has stopped)")
-        orchestrator = self.orchestrator
-        if orchestrator is None or self.replay is None:
-            return
-        fence = _Fence(threading.Event())
-        self._merged.put(fence)
-        while not fence.passed.wait(min(0.1, left())):  # woken each 0.1 s to see a stop
-            if self._stop.is_set() or left() <= 0:
-                raise PipelineStalled(f"the orchestrator did not handle frame {index - 1} "
-                                      f"within {timeout:g} s (or has stopped)")
-        if not self.replay.wait_until_feedable(index, left()):
-            raise PipelineStalled(f"an LLM request held the conversation before frame {index} "
-                                  f"for more than {timeout:g} s")
 
     def _route(self) -> None:
         while not self._stop.is_set():
@@ -237,40 +176,18 @@ class ConversationPipeline:
                 event = self._merged.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if isinstance(event, _Fence) or event is _END_OF_LOCK_STEP:
-                held, self._held = self._held, []
-                for asr_event in held:
-                    self._deliver(asr_event)
-                self._holding = self._holding and event is not _END_OF_LOCK_STEP
-                if isinstance(event, _Fence):  # everything before it is routed
-                    orchestrator = self.orchestrator
-                    if orchestrator is not None:
-                        orchestrator.after_pending(event.passed.set)
-                    else:
-                        event.passed.set()
-                continue
-            if self._holding and isinstance(event, _ASR_EVENTS):
-                self._held.append(event)
-                continue
-            self._deliver(event)
+            self._route_event(event)
 
     def _deliver(self, event: object) -> None:
         played = isinstance(event, AudioOut) and self._play(event)
         orchestrator = self.orchestrator
         if orchestrator is not None:
-            if isinstance(event, _ASR_EVENTS):
+            if isinstance(event, ASR_EVENTS):
                 orchestrator.on_asr_event(event)
             else:
                 orchestrator.on_engine_event(event)
         if not played:
             self.events.put(event)
-        if isinstance(event, (AudioOut, EngineStopped)):
-            with self._progress:
-                if isinstance(event, AudioOut):
-                    self._frames_routed = event.frame_index + 1
-                else:
-                    self._engine_stopped = True
-                self._progress.notify_all()
 
     def _play(self, audio: AudioOut) -> bool:
         """The frame to the audio sink; False when there is none (it goes to `events`)."""

@@ -1,9 +1,10 @@
 """The replay clock: the conversation's time when a file is fed faster than real time.
 
 `python main.py run` and `eval` feed a file as fast as the engine takes it, in lock-step
-(the pipeline's barrier before each frame, pipeline.py). With an LLM side, a request's
-latency is replayed as frames: the answer lands at the frame it would have reached in real
-time, so the transcript is the same on a slow laptop and a fast GPU. This object is that
+(the barrier before each frame, app/conversation/lock_step.py, which owns this clock).
+With an LLM side, a request's latency is replayed as frames: the answer lands at the frame
+it would have reached in real time, so the transcript is the same on a slow laptop and a
+fast GPU. This object is that
 time, and only a run fed from a file makes one: a live conversation (the desktop session, a
 server's slots) has none, and its frames come at a microphone's pace.
 
