@@ -88,7 +88,13 @@ class HubStandIn:
         self.repos: dict[str, _Repo] = {}
         self.faults: dict[tuple[str, str], Fault] = {}
         self.seen: list[Seen] = []
-        self._lock = threading.Lock()
+        # Requests being answered: each is recorded once answered, which can be after the
+        # client has what it asked for (a busy machine runs the client first); what the
+        # test reads waits for them. A request a fault holds is not waited for until its
+        # fault is released.
+        self._answering = 0
+        self._parked: list[Fault] = []
+        self._lock = threading.Condition()
         self._server = _Server(self)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(
@@ -116,13 +122,43 @@ class HubStandIn:
         self.repos[repo] = _Repo(folder, gated, frozenset(tokens))
         return folder
 
+    def answering(self) -> None:
+        """A request is being answered (`record` ends it)."""
+        with self._lock:
+            self._answering += 1
+
+    def parked(self, fault: Fault, waiting: bool) -> None:
+        """A request waits for `fault`'s release (True), or goes on (False)."""
+        with self._lock:
+            if waiting:
+                self._parked.append(fault)
+            else:
+                self._parked.remove(fault)
+            self._lock.notify_all()
+
     def record(self, seen: Seen) -> None:
         with self._lock:
             self.seen.append(seen)
+            self._answering -= 1
+            self._lock.notify_all()
+
+    def _answered(self) -> None:
+        """Under the lock: every request that is not held has been recorded (a generous
+        bound: a request it still waits for then simply shows as not seen)."""
+        self._lock.wait_for(lambda: self._answering <= len(self._parked) and not any(
+            fault.release.is_set() for fault in self._parked), timeout=60)
 
     def gets(self, path_part: str) -> list[Seen]:
         with self._lock:
+            self._answered()
             return [s for s in self.seen if s.method == "GET" and path_part in s.path]
+
+    def forget_seen(self) -> None:
+        """Start counting afresh: what came so far (and is still being answered) is
+        forgotten."""
+        with self._lock:
+            self._answered()
+            self.seen.clear()
 
     # -- what the hub knows about a file ---------------------------------------------------
 
@@ -183,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = unquote(url.path)
         sent = 0
+        self.hub.answering()
         try:
             if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/paths-info/([^/]+)", path):
                 self._paths_info(m.group(1))
@@ -329,7 +366,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[:cut])
             self.wfile.flush()
             fault.held.set()
-            fault.release.wait(timeout=20)
+            self.hub.parked(fault, True)  # the test reads what was seen while this waits
+            try:
+                fault.release.wait(timeout=20)
+            finally:
+                self.hub.parked(fault, False)
             self.wfile.write(body[cut:])
             return len(body)
         self.wfile.write(body)
@@ -442,7 +483,7 @@ def test_download_lands_every_file_with_progress_up_to_the_total(hub: HubStandIn
     assert ("verifying", "model.safetensors") in stages
 
     # A second run finds everything on disk: nothing is fetched again.
-    hub.seen.clear()
+    hub.forget_seen()
     again = dl.download()
     assert again.fetched_bytes == 0
     assert not hub.gets("/blobs/") and not hub.gets("/resolve/")
@@ -469,7 +510,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_run_resumes_with_a_range(
     partial = {f.name: f.on_disk for f in plan.files}["model.safetensors"]
     assert 0 < partial < len(files["model.safetensors"])
 
-    hub.seen.clear()
+    hub.forget_seen()
     dl.download()
     assert (folder / "model.safetensors").read_bytes() == files["model.safetensors"]
     resumed = hub.gets("/blobs/test/model/model.safetensors")

@@ -168,7 +168,7 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
     # The hub records a request when its handler ends: let the stalled one end first.
     wait_until(lambda: hub.gets("/blobs/kyutai/moshiko-pytorch-bf16/model.safetensors"), 30,
                interval=0.05, message="the stalled request never ended")
-    hub.seen.clear()
+    hub.forget_seen()
     resumed = download("moshiko", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert (folder / "model.safetensors").read_bytes() == big

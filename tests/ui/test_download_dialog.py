@@ -148,7 +148,7 @@ def test_cancel_answers_at_once_keeps_the_partial_file_and_resume_finishes(
     assert not (folder / "model.safetensors").exists()
     assert dialog.result() != QDialog.DialogCode.Accepted
 
-    hub.seen.clear()
+    hub.forget_seen()
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(dialog.continue_button.isEnabled, timeout=WAIT_MS)
     assert (folder / "model.safetensors").read_bytes() == files["model.safetensors"]
