@@ -32,7 +32,7 @@ from app.conversation.session import (
 )
 from app.conversation.transcript.entries import TranscriptEntry
 from app.frames import FRAME_S, FRAME_SAMPLES
-from app.remote.remote_engine import MAX_LAG_S
+from app.remote.remote_engine import MAX_LAG_S, OUTBOX_FRAMES
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings, SpeechModelSettings
 from app.ui.status_line import network_words
 from tests.serve_process import ServeProcess
@@ -265,9 +265,14 @@ def test_a_bad_link_holds_the_conversation_says_it_is_slow_and_bounds_the_delay(
     thresholds = [SLOW_LINK_LATE_FRAMES * SLOW_LINK_STEP ** k for k in range(6)]
     assert 1 <= len(slow) <= sum(t <= status.late_frames for t in thresholds)
     assert all("too late to be played" in e.text for e in slow)
-    # The delay never grows without bound: what waits is within each stage's own limit.
-    lag_bound = int(MAX_LAG_S / FRAME_S) + 2
-    assert most_in_flight <= lag_bound and in_flight_at_end <= lag_bound
+    # The delay never grows without bound: what waits is within each stage's own limit. A
+    # frame goes out only while the oldest unanswered one is at most MAX_LAG_S old, so what
+    # is in flight went out in that window: the frames made in it, plus what the outbox
+    # (OUTBOX_FRAMES) held when it began (a busy machine's sender catches up in a burst:
+    # seen at load 10, 31 in flight); the outbox's own frames come on top at the end.
+    in_flight_bound = int(MAX_LAG_S / FRAME_S) + OUTBOX_FRAMES + 2
+    assert most_in_flight <= in_flight_bound
+    assert in_flight_at_end <= in_flight_bound + OUTBOX_FRAMES
     assert speaker.most_queued <= speaker.buffer.capacity
     assert speaker.frames_played > 0
     assert relay.stalled_chunks > 0
