@@ -7,7 +7,8 @@ one line alone. `from_record` / `read_records` read a line back as its record ty
 run's too: every field has a default, fields a type does not know are ignored. They are
 written and read by the wire's serialiser (app/wire/named_json.py); the record names are the
 wire's (`text`, `ret`, `question`, `span`, `no_span`, `late`, `slot`, `span_queued`), the
-fields are the run's (frames, not wall time).
+fields are the run's (frames, not wall time; why the wire's differ: docs/events.md).
+Which events write no line, and why: `NOT_RECORDED`.
 
 Times: `frame` is the conversation's clock (the newest frame out; in a replay, the frame a
 turn was asked at), `time` that frame in seconds.
@@ -23,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from app.asr import events as asr
 from app.engine import events as ev
+from app.engine.landing_spans import LandingSpan, LandingSpans
 from app.frames import FRAME_RATE, SAMPLE_RATE
 from app.orchestrator import events as oe
 from app.wire.named_json import (
@@ -338,7 +340,7 @@ def _llm_status(e: oe.LlmStatus, frame: int) -> RunRecord | None:
 
 
 # One line per event, whatever came before: the event's type -> its record (None: no line).
-_ONE_LINE: dict[type, Callable[[Any, int], RunRecord | None]] = {
+ONE_LINE: dict[type, Callable[[Any, int], RunRecord | None]] = {
     asr.AsrFinal: _user,
     asr.AsrError: lambda e, frame: NoticeRecord(
         message=f"speech recognition: {e.message}"),
@@ -376,10 +378,22 @@ _ONE_LINE: dict[type, Callable[[Any, int], RunRecord | None]] = {
 }
 
 
+# The conversation's events that are no line of their own in a run's JSONL, and why.
+NOT_RECORDED: dict[type, str] = {
+    ev.AudioOut: "the run's reply audio (--output)",
+    ev.FrameStats: "the engine's frame timings, which the benchmarks read",
+    ev.FirstAudioAfterSpan: "the turn's `latency` line times it",
+    ev.EngineError: "the run's last line, `error`",
+    ev.EngineStopped: "the run's last line, `end` or `error`",
+    asr.AsrWord: "the utterance's final `user` line says its words",
+    asr.AsrPartial: "the utterance's final `user` line",
+}
+
+
 def record_of(event: object, frame: int) -> RunRecord | None:
     """The line of an event that is one line alone (None: it writes none, or it is one of a
     span's, which RunRecorder gathers). `frame`: the conversation's clock."""
-    make = _ONE_LINE.get(type(event))
+    make = ONE_LINE.get(type(event))
     return make(event, frame) if make is not None else None
 
 
@@ -392,48 +406,73 @@ def to_record(event: object, frame: int) -> dict[str, Any] | None:
 class RunRecorder:
     """A run's events as its records, in order: the engine's readiness is the `run` line
     (with what the run says of itself), a span's chunks are gathered into its `span` line
-    when it lands."""
+    when it lands (app/engine/landing_spans.py); every other event is `record_of`'s."""
 
     def __init__(self, input_name: str, frames: int, paced: str, trigger: str | None) -> None:
         self.input_name = input_name
         self.frames = frames
         self.paced = paced
         self.trigger = trigger
-        self._spans: dict[int, SpanRecord] = {}  # accepted, not landed yet
+        self._spans = LandingSpans()
 
     def records(self, event: object, frame: int) -> list[RunRecord]:
-        if isinstance(event, ev.EngineReady):
-            return [RunStarted(event.model_id, event.device, event.dtype, self.input_name,
-                               self.frames, SAMPLE_RATE, FRAME_RATE, event.chunk_limit,
-                               event.step_ms, event.context_window, event.prompt_frames,
-                               self.paced, self.trigger)]
-        if isinstance(event, ev.SpanAccepted):
-            self._spans[event.span_id] = SpanRecord(event.span_id, event.source, event.text,
-                                                    event.tokens, (), event.truncated)
-            if not event.truncated:
-                return []
-            return [NoticeRecord(
-                span_id=event.span_id,
-                message=f"span {event.span_id} from {event.source} was truncated: "
-                        f"{event.kept_content_tokens} of {event.original_content_tokens} "
-                        "tokens kept")]
-        if isinstance(event, ev.SpanChunkInjected):
-            span = self._spans[event.span_id]
-            chunk = ChunkRecord(event.before_frame, event.k, round(event.prefill_ms, 3))
-            self._spans[event.span_id] = replace(span, chunks=span.chunks + (chunk,))
-            return []
-        if isinstance(event, ev.SpanInjected):
-            span = self._spans.pop(event.span_id)
-            if event.origin_frame is not None:
-                span = replace(span, ret_frame=event.origin_frame, latency_from_ret_s=round(
-                    (event.last_frame - event.origin_frame) / FRAME_RATE, 3))
-            return [span]
+        gather = GATHERED.get(type(event))
+        if gather is not None:
+            return gather(self, event)
         record = record_of(event, frame)
         return [] if record is None else [record]
 
+    def _ready(self, event: ev.EngineReady) -> list[RunRecord]:
+        return [RunStarted(event.model_id, event.device, event.dtype, self.input_name,
+                           self.frames, SAMPLE_RATE, FRAME_RATE, event.chunk_limit,
+                           event.step_ms, event.context_window, event.prompt_frames,
+                           self.paced, self.trigger)]
+
+    def _accepted(self, event: ev.SpanAccepted) -> list[RunRecord]:
+        self._spans.accepted(event)
+        if not event.truncated:
+            return []
+        return [NoticeRecord(
+            span_id=event.span_id,
+            message=f"span {event.span_id} from {event.source} was truncated: "
+                    f"{event.kept_content_tokens} of {event.original_content_tokens} "
+                    "tokens kept")]
+
+    def _chunk(self, event: ev.SpanChunkInjected) -> list[RunRecord]:
+        self._spans.chunk(event)
+        return []
+
+    def _landed(self, event: ev.SpanInjected) -> list[RunRecord]:
+        span = self._spans.landed(event.span_id)
+        if span is None:
+            return []
+        record = _span_record(span)
+        if event.origin_frame is not None:
+            record = replace(record, ret_frame=event.origin_frame, latency_from_ret_s=round(
+                (event.last_frame - event.origin_frame) / FRAME_RATE, 3))
+        return [record]
+
     def unfinished(self) -> list[SpanRecord]:
         """Spans the input ended in the middle of: the chunks that did land."""
-        return [replace(span, complete=False) for span in self._spans.values() if span.chunks]
+        return [replace(_span_record(span), complete=False)
+                for span in self._spans.unfinished()]
+
+
+def _span_record(span: LandingSpan) -> SpanRecord:
+    accepted = span.accepted
+    return SpanRecord(accepted.span_id, accepted.source, accepted.text, accepted.tokens,
+                      tuple(ChunkRecord(c.before_frame, c.k, round(c.prefill_ms, 3))
+                            for c in span.chunks), accepted.truncated)
+
+
+# The events whose line depends on what came before: the event's type -> the recorder's
+# handler (every other event is one line alone, `ONE_LINE`'s).
+GATHERED: dict[type, Callable[[RunRecorder, Any], list[RunRecord]]] = {
+    ev.EngineReady: RunRecorder._ready,
+    ev.SpanAccepted: RunRecorder._accepted,
+    ev.SpanChunkInjected: RunRecorder._chunk,
+    ev.SpanInjected: RunRecorder._landed,
+}
 
 
 # ---- records <- lines --------------------------------------------------------------------

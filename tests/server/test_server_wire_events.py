@@ -81,6 +81,21 @@ def test_the_retrieval_flow_maps_to_the_references_events():
     ]
 
 
+def test_a_span_carries_its_question_whichever_of_the_engine_and_the_llm_side_spoke_first():
+    for engine_first in (True, False):
+        mapper = WireMapper()
+        mapper.map(oe.RetrievalQuestion(1, 40, "capital of peru", "cache", 3.0))
+        accepted = ev.SpanAccepted(7, "llm", "Lima.", 3, False, 2, 2)
+        queued = oe.SpanQueued(1, 7, "Lima.", "llm")
+        for event in ((accepted, queued) if engine_first else (queued, accepted)):
+            mapper.map(event)
+        mapper.map(ev.SpanChunkInjected(7, "llm", 44, 3, 0, 4.25))
+        mapper.map(ev.SpanChunkInjected(7, "llm", 45, 3, 1, 5.5))
+        (span,) = mapper.map(ev.SpanInjected(7, "llm", 44, 45, 3, 2, origin_frame=40))
+        assert span == wire.Span("Lima.", "capital of peru", "llm", 3, 0.24, 9.8, 7, 2, 45,
+                                 40), engine_first
+
+
 def test_a_typed_turn_says_its_question_once():
     mapper = WireMapper()
     assert mapper.map(oe.TurnStarted(1, "hello?", "typed")) == [wire.Question("hello?", 0.0)]
