@@ -20,7 +20,9 @@ ending when the partial does), and the final ends the turn ("detected by the ser
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -156,43 +158,36 @@ class EngineEventMapper:
 
     def map(self, event: object) -> list[object]:
         """Engine events for one wire event (none for those the app makes itself)."""
-        if isinstance(event, wire.Text):
-            return [ev.TextPiece(max(0, self.frames - 1), event.delta, -1)]
-        if isinstance(event, wire.Ret):
-            return [ev.RetToken(self._local(event.frame) or 0)]
-        if isinstance(event, wire.SpanQueued):
-            return self._queued(event)
-        if isinstance(event, wire.SpanAccepted):
-            return self._accepted(event)
-        if isinstance(event, wire.Span):
-            return self._landed(event)
-        if isinstance(event, wire.SpanRejected):
-            return self._rejected(event)
-        if isinstance(event, wire.Late) and event.dropped_by == "engine":
-            return self._late(event)
-        if isinstance(event, wire.Slot):
-            span_id = self._app_id(event.span_id)
-            if span_id is None:
-                return []
-            return [ev.BlockSlot(span_id, max(0, self.frames - 1), 0, event.prefill_ms,
-                                 event.step_ms, event.total_ms, event.over_budget)]
-        if isinstance(event, wire.UserText) and self.asr:
-            return self._user_text(event)
-        if isinstance(event, wire.Error):
-            if event.stage == "frame":  # a refused frame: counted by the engine, not shown
-                return []
-            if event.stage == "asr" and self.asr:
-                return [AsrError(f"the speech server's recognition: {event.message}",
-                                 fatal=False)]
-            return [ev.EngineError(f"The speech server says ({event.stage}): {event.message}",
-                                   fatal=False)]
-        # question, no_span and an orchestrator's `late` come from an LLM side on the
-        # server; this app runs its own (see remote_engine.py), so there is none to show.
-        # user_text too, unless the server's recognition is the one this app uses.
-        return []
+        read = ENGINE_EVENTS_OF.get(type(event))
+        return [] if read is None else read(self, event)
+
+    def _text(self, event: wire.Text) -> list[object]:
+        return [ev.TextPiece(max(0, self.frames - 1), event.delta, -1)]
+
+    def _ret(self, event: wire.Ret) -> list[object]:
+        return [ev.RetToken(self._local(event.frame) or 0)]
+
+    def _slot(self, event: wire.Slot) -> list[object]:
+        span_id = self._app_id(event.span_id)
+        if span_id is None:
+            return []
+        return [ev.BlockSlot(span_id, max(0, self.frames - 1), 0, event.prefill_ms,
+                             event.step_ms, event.total_ms, event.over_budget)]
+
+    def _error(self, event: wire.Error) -> list[object]:
+        if event.stage == "frame":  # a refused frame: counted by the engine, not shown
+            return []
+        if event.stage == "asr" and self.asr:
+            return [AsrError(f"the speech server's recognition: {event.message}",
+                             fatal=False)]
+        return [ev.EngineError(f"The speech server says ({event.stage}): {event.message}",
+                               fatal=False)]
 
     def _user_text(self, event: wire.UserText) -> list[object]:
-        """The server's recognition as a local recogniser's events, on the app's clock."""
+        """The server's recognition as a local recogniser's events, on the app's clock
+        (none unless it is the recognition this app uses)."""
+        if not self.asr:
+            return []
         self._heard_user = True
         utt, end = _count(event.utt), event.t
         if utt is None or not isinstance(end, (int, float)) or not isinstance(event.text, str):
@@ -277,6 +272,8 @@ class EngineEventMapper:
         return [ev.SpanRejected(app_id, span.source, event.reason)]
 
     def _late(self, event: wire.Late) -> list[object]:
+        if event.dropped_by != "engine":  # an orchestrator's: the server's LLM side (below)
+            return []
         app_id = self._app_id(event.span_id)
         with self._lock:
             span = self._sent.pop(app_id, None) if app_id is not None else None
@@ -285,6 +282,33 @@ class EngineEventMapper:
         origin = span.origin_frame if span.origin_frame is not None else 0
         return [ev.SpanLate(app_id, span.source, span.text, origin, self.frames,
                             event.seconds)]
+
+
+# Each wire event's engine events: its type -> the mapper's handler (the mapper, the event).
+ENGINE_EVENTS_OF: dict[type, Callable[[EngineEventMapper, Any], list[object]]] = {
+    wire.Text: EngineEventMapper._text,
+    wire.Ret: EngineEventMapper._ret,
+    wire.SpanQueued: EngineEventMapper._queued,
+    wire.SpanAccepted: EngineEventMapper._accepted,
+    wire.Span: EngineEventMapper._landed,
+    wire.SpanRejected: EngineEventMapper._rejected,
+    wire.Late: EngineEventMapper._late,
+    wire.Slot: EngineEventMapper._slot,
+    wire.UserText: EngineEventMapper._user_text,
+    wire.Error: EngineEventMapper._error,
+}
+
+# The wire events that are no engine event here, and why.
+NOT_ENGINE_EVENTS: dict[type, str] = {
+    wire.Ready: "the connection's: a conversation begins (new_conversation)",
+    wire.Busy: "the connection's: the server holds another conversation",
+    wire.Voice: "the connection's: the voice the server switched to",
+    wire.AudioCodec: "the connection's: the audio's codec from the next message on",
+    # An LLM side on the server's; this app runs its own (remote_engine.py), so there is
+    # none to show (an orchestrator's `late` likewise, in _late).
+    wire.Question: "the server's LLM side",
+    wire.NoSpan: "the server's LLM side",
+}
 
 
 def _count(value: object) -> int | None:
