@@ -32,10 +32,8 @@ class LandingSpans:
     def __init__(self) -> None:
         self._spans: dict[int, LandingSpan] = {}
 
-    def accepted(self, event: ev.SpanAccepted) -> LandingSpan:
-        span = LandingSpan(event)
-        self._spans[event.span_id] = span
-        return span
+    def accepted(self, event: ev.SpanAccepted) -> None:
+        self._spans[event.span_id] = LandingSpan(event)
 
     def chunk(self, event: ev.SpanChunkInjected) -> LandingSpan | None:
         """The span with this chunk added (None: a span this side never saw accepted)."""
@@ -43,9 +41,6 @@ class LandingSpans:
         if span is not None:
             span.chunks.append(event)
         return span
-
-    def get(self, span_id: int) -> LandingSpan | None:
-        return self._spans.get(span_id)
 
     def landed(self, span_id: int) -> LandingSpan | None:
         """The span whose last chunk landed, no longer waiting (None: never seen accepted)."""
