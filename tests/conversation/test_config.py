@@ -82,6 +82,14 @@ _MY_SERVER = McpServerSettings(name="notes", command="uvx", args=("notes-mcp",))
                            level_voice=True,
                            server=SpeechServer("http://gpu-box:8998", "s3cret")),
         id="server recognises"),
+    pytest.param(  # the speech model on a server, the user's words recognised here
+        AppSettings(llm=LlmSettings(stt_model="tiny-stt"),
+                    engine=EngineSettings(mode="server", server_url="https://gpu-box/")),
+        ConversationConfig(model_id="moshika", backend="ollama",
+                           host="http://127.0.0.1:11434", tools=_EVERY_TOOL,
+                           stt_model="tiny-stt", level_voice=True,
+                           server=SpeechServer("https://gpu-box/", None)),
+        id="server, recognised here"),
     pytest.param(  # a server without a token, no LLM: no recognition, here or there
         AppSettings(
             audio=AudioSettings(input_device="USB mic", echo_mode="headset",
