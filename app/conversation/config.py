@@ -1,10 +1,12 @@
 """What a conversation is made of, in one frozen object: the speech model, the speech
 recogniser, the LLM side and its tools, the input's levelling.
 
-The desktop app builds it from the saved settings (`from_settings`); `run`, `serve`, `eval`
-and the benchmarks build it from their arguments. Field names are the settings' own
+The desktop app builds it from the saved settings (`from_settings`: each field that
+declares where it is saved, `saved_as`, is read from there); `run`, `serve`, `eval` and the
+benchmarks build it from their arguments. Field names are the settings' own
 (`app.settings.schema`), so one thing has one name wherever it is chosen. The audio devices
-and the echo mode are not here: they belong to the desktop's audio, not to the conversation.
+and the echo mode are not here: they belong to the desktop's audio, not to the conversation
+(app/conversation/saved_settings.py's NOT_A_CONVERSATIONS lists them).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.conversation.options import as_str, as_tuple, cli_option, tool_names, when_set
+from app.conversation.saved_settings import saved_as, saved_values
 from app.engine.precision import PRECISION_CHOICES, PRECISION_HELP  # light: no torch
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
-from app.settings.schema import AppSettings, McpServerSettings
+from app.settings.schema import AppSettings, EngineSettings, LlmSettings, McpServerSettings
 from app.tools.mcp.servers_file import MCP_CONFIG_HELP, servers_for_option
 
 NONE = NO_LLM  # `backend` and `stt_model`: no LLM side, no speech recognition
@@ -37,17 +40,22 @@ class ConversationConfig:
     """Each field a command line chooses declares its option here (`cli_option`: flags,
     help, type, choices): `run`, `serve`, `eval qa` and `eval fdb` build their arguments
     from these declarations and read them back with one function (app/conversation/
-    options.py)."""
+    options.py). Each field the desktop app saves declares where beside it
+    (`saved_as("group.field")`, app/conversation/saved_settings.py): `from_settings` reads
+    it from there."""
 
     # The speech model (SpeechModelSettings).
     model_id: str = field(default="moshika", metadata=cli_option(  # catalog id (models/*.json)
-        "--model", help="catalog id (python main.py models)", default="tiny"))
+        "--model", help="catalog id (python main.py models)", default="tiny")
+        | saved_as("speech.model_id"))
     # a local checkpoint folder instead of the catalog's
     custom_folder: str | None = field(default=None, metadata=cli_option(
-        "--folder", help="checkpoint folder to load", type=Path, to_field=as_str))
+        "--folder", help="checkpoint folder to load", type=Path, to_field=as_str)
+        | saved_as("speech.custom_folder"))
     # auto, cuda, mps, cpu, mlx (the MLX engine; Apple Silicon's auto)
     device: str = field(default="auto", metadata=cli_option(
-        "--device", help="cuda, mps or cpu (default: best found)"))
+        "--device", help="cuda, mps or cpu (default: best found)")
+        | saved_as("speech.device"))
     # The run's and the server's --dtype (auto: the manifest's, bfloat16, float16, float32);
     # the settings choose `precision` instead.
     dtype: str = field(default="auto", metadata=cli_option(
@@ -56,33 +64,39 @@ class ConversationConfig:
     # auto (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch), q8 and
     # q4 (MLX, device "mlx"): app/engine/precision.py
     precision: str = field(default="auto", metadata=cli_option(
-        "--precision", help=PRECISION_HELP, choices=tuple(PRECISION_CHOICES)))
+        "--precision", help=PRECISION_HELP, choices=tuple(PRECISION_CHOICES))
+        | saved_as("speech.precision"))
     # persona checkpoints: voice prompt name (or file)
     voice: str | None = field(default=None, metadata=cli_option(
         "--voice", help="voice prompt: a name from the checkpoint's voices, or a file (Mimi "
-                        "codes .pt or a recording) (persona checkpoints)"))
+                        "codes .pt or a recording) (persona checkpoints)")
+        | saved_as("speech.voice"))
     # persona checkpoints: role prompt (None: the manifest's)
     role: str | None = field(default=None, metadata=cli_option(
         "--role", "--persona", help="persona text (persona checkpoints; default: the "
-                                    "manifest's)"))
+                                    "manifest's)")
+        | saved_as("speech.role"))
     # who and where the user is, for checkpoints trained on it
     user_name: str | None = field(default=None, metadata=cli_option(
-        "--user-name", help="your name, for checkpoints trained on it (context-spanning-7b)"))
+        "--user-name", help="your name, for checkpoints trained on it (context-spanning-7b)")
+        | saved_as("speech.user_name"))
     user_city: str | None = field(default=None, metadata=cli_option(
-        "--user-city", help="your city, for checkpoints trained on it (context-spanning-7b)"))
+        "--user-city", help="your city, for checkpoints trained on it (context-spanning-7b)")
+        | saved_as("speech.user_city"))
     # The LLM side (LlmSettings). The defaults are a speech model alone.
     backend: str = field(default=NO_LLM, metadata=cli_option(  # app/llm_backends.py
         "--llm", help="ask this LLM backend and inject its findings",
-        choices=LLM_BACKEND_NAMES))
+        choices=LLM_BACKEND_NAMES) | saved_as("llm.backend"))
     # Ollama host or OpenAI-compatible base URL; "": Ollama's default
     host: str = field(default="", metadata=cli_option(
         "--llm-host", help="Ollama host (default $OLLAMA_HOST or http://127.0.0.1:11434) or "
-                           "an OpenAI-compatible base URL"))
+                           "an OpenAI-compatible base URL")
+        | saved_as("llm.host"))
     model: str = field(default="", metadata=cli_option(  # the LLM; "": the backend's default
-        "--llm-model", help="the LLM (default: the backend's)"))
+        "--llm-model", help="the LLM (default: the backend's)") | saved_as("llm.model"))
     timeout_s: float = field(default=30.0, metadata=cli_option(  # the LLM's longest silence
         "--llm-timeout", help="the LLM's longest silence", type=float,
-        metavar="SECONDS"))
+        metavar="SECONDS") | saved_as("llm.timeout_s"))
     # None: every configured tool; (): none
     tools: tuple[str, ...] | None = field(default=None, metadata=cli_option(
         "--tools", help="comma-separated tools (default: all configured): web_search, "
@@ -91,14 +105,14 @@ class ConversationConfig:
     # the only folders local_search may read
     search_folders: tuple[str, ...] = field(default=(), metadata=cli_option(
         "--folder-search", help="a folder local_search may read (repeatable)", kind="list",
-        metavar="DIR", to_field=as_tuple))
+        metavar="DIR", to_field=as_tuple) | saved_as("llm.search_folders", convert=tuple))
     # The user's MCP servers, whose tools join the built-in ones (Settings → Tools; `run`
     # and `serve --mcp-config FILE` read a Claude-Desktop mcpServers file into it with
     # app/tools/mcp/servers_file.py's read_servers_file).
     mcp_servers: tuple[McpServerSettings, ...] = field(default=(), metadata=cli_option(
         "--mcp-config", help=MCP_CONFIG_HELP, type=Path, metavar="FILE",
         to_field=lambda path, chosen: servers_for_option(
-            path, chosen.get("backend", NO_LLM) != NO_LLM)))
+            path, chosen.get("backend", NO_LLM) != NO_LLM)) | saved_as("mcp.servers"))
     # models/stt id; "none": no speech recognition; "server": the speech server's (with
     # `server` only)
     stt_model: str = field(default=NONE, metadata=cli_option(
@@ -107,7 +121,7 @@ class ConversationConfig:
     # "auto": the STT's own signal where it has one; "vad": always
     end_of_turn: str = field(default="auto", metadata=cli_option(
         "--vad", help="end turns by voice activity even if the STT has its own signal",
-        kind="flag", to_field=when_set("vad", "auto")))
+        kind="flag", to_field=when_set("vad", "auto")) | saved_as("llm.end_of_turn"))
     # The <ret> deadline in seconds (None: the checkpoint's, 2.5 s); the reference's QA
     # benchmark allows 10 s.
     ret_deadline_s: float | None = field(default=None, metadata=cli_option(
@@ -118,7 +132,7 @@ class ConversationConfig:
     level_voice: bool = field(default=False, metadata=cli_option(
         "--level-voice", help="level the input to -24 LUFS (noise gate, gain, limiter) before "
                               "the model and the ASR hear it, as the app does live",
-        kind="flag"))
+        kind="flag") | saved_as("audio.level_voice"))
     # Headless runs: feed the input at 80 ms a frame, like a microphone (else as fast as it
     # goes, the LLM's latency replayed in frames). A live conversation is real time anyway.
     realtime: bool = field(default=False, metadata=cli_option(
@@ -131,25 +145,19 @@ class ConversationConfig:
 
     @classmethod
     def from_settings(cls, settings: AppSettings) -> ConversationConfig:
-        """The desktop conversation the saved settings describe. Speech recognition feeds
-        the LLM side only: without an LLM backend there is none (turning the LLM on brings
-        it at the next start, see `restart_needed`)."""
-        speech, llm, engine = settings.speech, settings.llm, settings.engine
-        on_server = engine.mode == "server"
-        stt_model = llm.stt_model if llm.backend != NONE else NONE
-        if on_server and engine.asr_on_server and stt_model != NONE:
-            stt_model = SERVER_STT
+        """The desktop conversation the saved settings describe. Every field declaring
+        `saved_as` is read from its saved setting (app/conversation/saved_settings.py); the
+        three below are derived by hand, each from more than one saved setting."""
+        llm, engine = settings.llm, settings.engine
         return cls(
-            model_id=speech.model_id, custom_folder=speech.custom_folder, device=speech.device,
-            precision=speech.precision, voice=speech.voice, role=speech.role,
-            user_name=speech.user_name, user_city=speech.user_city,
-            backend=llm.backend, host=llm.host, model=llm.model, timeout_s=llm.timeout_s,
+            **saved_values(settings),
+            # llm.stt_model, llm.backend and the engine's mode and asr_on_server
+            stt_model=_desktop_stt_model(llm, engine),
+            # llm.tools, unless llm.tools_enabled is off: then none
             tools=tuple(llm.tools) if llm.tools_enabled else (),
-            search_folders=tuple(llm.search_folders), mcp_servers=settings.mcp.servers,
-            stt_model=stt_model, end_of_turn=llm.end_of_turn,
-            level_voice=settings.audio.level_voice,
+            # the engine's mode, server_url and server_token (pasted, maybe with spaces)
             server=SpeechServer(engine.server_url.strip(), engine.server_token.strip() or None)
-            if on_server else None)
+            if engine.mode == "server" else None)
 
     @property
     def has_llm(self) -> bool:
@@ -168,3 +176,14 @@ class ConversationConfig:
     def force_vad(self) -> bool:
         """End turns by voice activity even if the STT has an end-of-speech head."""
         return self.end_of_turn == "vad"
+
+
+def _desktop_stt_model(llm: LlmSettings, engine: EngineSettings) -> str:
+    """Speech recognition feeds the LLM side only: without an LLM backend there is none
+    (turning the LLM on brings it at the next start, see `restart_needed`). With the speech
+    model on a server that recognises (`asr_on_server`), the server's."""
+    if llm.backend == NONE:
+        return NONE
+    if engine.mode == "server" and engine.asr_on_server and llm.stt_model != NONE:
+        return SERVER_STT
+    return llm.stt_model

@@ -5,7 +5,10 @@ Each field that a command line may choose carries a `CliOption` in its metadata 
 default. `add_conversation_options` adds the chosen fields' arguments to a parser (or an
 argument group) for `run`, `serve`, `eval qa` and `eval fdb`; `conversation_from_args` turns
 the parsed arguments back into one ConversationConfig. A new per-conversation option is one
-field here-declared, plus its use: no parser and no args→config function is touched.
+field here-declared, plus its use: no parser and no args→config function is touched. One the
+desktop app saves too adds `saved_as(...)` beside its `cli_option(...)`
+(app/conversation/saved_settings.py), its saved field (app/settings/schema.py) and its widget:
+`ConversationConfig.from_settings` is not touched either.
 
 Light to import: every parser is built at start (app/cli/main.py).
 """

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.checkpoints.missing import CheckpointMissingError
@@ -159,8 +159,10 @@ _RESTART_FIELDS = (
     ("engine", "server_token", "the speech server's token"),
     ("engine", "asr_on_server", "where speech recognition runs"),
 )
-_LIVE_LLM_FIELDS = ("backend", "host", "model", "timeout_s", "tools_enabled", "tools",
-                    "search_folders")
+# The LLM side's other settings apply live: the backend and the tools are built anew from
+# the settings (`_reconfigure_llm`), so a new LLM setting needs no line here.
+_LIVE_LLM_FIELDS = tuple(f.name for f in fields(LlmSettings)
+                         if ("llm", f.name) not in {(g, n) for g, n, _ in _RESTART_FIELDS})
 
 
 def restart_needed(old: AppSettings, new: AppSettings) -> tuple[str, ...]:
