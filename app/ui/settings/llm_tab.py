@@ -14,6 +14,7 @@ than saving a setting that makes every turn fail.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from PySide6.QtCore import QTimer, Slot
 from PySide6.QtWidgets import (
@@ -285,8 +286,10 @@ class LlmTab(QWidget):
                                     and not self._connection_pending)
 
     def settings(self) -> LlmSettings:
-        """The LLM settings as the tab shows them now."""
-        return LlmSettings(
+        """The LLM settings as the tab shows them now; one it has no control for (a hand
+        edit's `end_of_turn`) stays as it was."""
+        return replace(
+            self._initial,
             backend=self.backend_combo.currentData(),
             host=self.host_edit.text().strip(),
             model=self.llm_model_combo.currentText().strip(),

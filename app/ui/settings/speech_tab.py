@@ -16,6 +16,7 @@ an archive); a listing for a model the user has since left is dropped.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
@@ -206,9 +207,11 @@ class SpeechTab(QWidget):
         self._plan_soon()
 
     def settings(self) -> SpeechModelSettings:
-        """The speech model settings as the tab shows them now."""
+        """The speech model settings as the tab shows them now; one it has no control for
+        stays as it was."""
         role = self.role_edit.toPlainText()
-        return SpeechModelSettings(
+        return replace(
+            self._initial,
             model_id=self.model_combo.currentData() or self._initial.model_id,
             custom_folder=self.folder_edit.text().strip() or None,
             device=self._device.strip() or AUTO,

@@ -154,3 +154,11 @@ def test_ollamas_own_host_port_form_is_taken_as_ollama_takes_it(qtbot) -> None:
         press_ok(dialog)
         assert dialog.result() == 1
         assert dialog.settings().llm.host == bare  # kept as typed, as Ollama reads it
+
+
+def test_a_setting_the_tab_has_no_widget_for_is_kept_by_ok(qtbot) -> None:
+    """`end_of_turn` is saved (a hand edit, `"vad"`) but the tab shows no control for it:
+    pressing OK must not put the default back in its place."""
+    dialog = make_dialog(qtbot, AppSettings(llm=LlmSettings(end_of_turn="vad")))
+    press_ok(dialog)
+    assert dialog.result() == 1 and dialog.settings().llm.end_of_turn == "vad"
