@@ -16,6 +16,7 @@ the GUI thread.
 from __future__ import annotations
 
 import threading
+import time
 import types
 import weakref
 from collections.abc import Callable, Mapping
@@ -29,6 +30,26 @@ from app.ui import gui_bridge
 def jobs_out() -> int:
     """How many results have not been taken on the GUI thread yet (all windows)."""
     return gui_bridge.expected()
+
+
+_running: set[threading.Thread] = set()  # every window's jobs still running
+_running_lock = threading.Lock()
+
+
+def wait_for_jobs(timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for every window's jobs to end; False if one still runs (a
+    test's teardown: no job of its left inside torch when the next test, or the process's
+    exit, comes)."""
+    with _running_lock:
+        threads = list(_running)
+    return _joined(threads, timeout_s)
+
+
+def _joined(threads: list[threading.Thread], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
 
 
 def _weakly(handler: Callable[[object], None]) -> Callable[[], Callable[[object], None] | None]:
@@ -47,6 +68,7 @@ class BackgroundJobs(QObject):
         self._handlers = {kind: _weakly(handler) for kind, handler in handlers.items()}
         self._numbers = dict.fromkeys(self._handlers, 0)
         self._results = gui_bridge.ToGui(self._delivered)
+        self._threads: list[threading.Thread] = []  # started, maybe still running
 
     def start(self, kind: str, fn: Callable[[], Any]) -> int:
         """Run `fn` on a thread of its own; returns the job's number (see `is_current`)."""
@@ -58,14 +80,31 @@ class BackgroundJobs(QObject):
 
         def job() -> None:
             try:
-                result: object = holder[0]()
-            except Exception as exc:  # shown to the user, never raised in a job's thread
-                result = exc
-            results.post_last(kind, number, result, holder)
+                try:
+                    result: object = holder[0]()
+                except Exception as exc:  # shown to the user, never raised in a job's thread
+                    result = exc
+                results.post_last(kind, number, result, holder)
+            finally:
+                with _running_lock:
+                    _running.discard(threading.current_thread())
 
         results.expect()
-        threading.Thread(target=job, name=f"settings-{kind}", daemon=True).start()
+        thread = threading.Thread(target=job, name=f"settings-{kind}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        with _running_lock:
+            _running.add(thread)
+        thread.start()
         return number
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the jobs still running (their result, if it comes
+        later, is still delivered); False if one is. A job cannot be cut short (a 7B
+        planned on meta is torch's for a second or more): a window that closes waits for
+        them, so no thread is inside torch when the process ends."""
+        done = _joined(self._threads, timeout_s)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        return done
 
     def drop(self, kind: str) -> None:
         """The question changed: the running job's result, if any, will not be delivered."""

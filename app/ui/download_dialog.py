@@ -430,13 +430,17 @@ class ModelMissingDialog(QDialog):
         return any(job.worker.is_alive() for job in self._jobs)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Cancel what can be cancelled and wait for the workers; False if one is still busy."""
+        """Cancel what can be cancelled and wait for the workers, the memory plan's and the
+        machine check's too; False if one is still busy."""
         deadline = time.monotonic() + timeout_s
         for job in self._jobs:
             job.cancel.set()
         for job in self._jobs:
             job.worker.join(max(0.0, deadline - time.monotonic()))
-        return not self.busy()
+        others = [self._machine_jobs.wait] + (
+            [self.memory_plan.wait] if self.memory_plan is not None else [])
+        done = [wait(max(0.0, deadline - time.monotonic())) for wait in others]
+        return not self.busy() and all(done)
 
     def check_size(self) -> None:
         """Ask the hub (off the GUI thread) how big the download is and what is already here."""

@@ -75,6 +75,10 @@ class MemoryPlanView(QWidget):
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.label)
 
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for a plan still being made (False if it still is after `timeout_s`)."""
+        return self._jobs.wait(timeout_s)
+
     def refresh(self, settings: AppSettings) -> None:
         """Plan for `settings` (off the GUI thread); an older question's answer is dropped."""
         if settings.engine.mode == "server" and settings.llm.backend == "none":

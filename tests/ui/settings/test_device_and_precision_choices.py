@@ -19,12 +19,12 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtGui import QStandardItemModel  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from app.engine.device import choose_device, survey_devices  # noqa: E402
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
+from app.ui.background_jobs import wait_for_jobs  # noqa: E402
 from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 from app.ui.settings.speech_tab import LOOKING  # noqa: E402
 
@@ -36,7 +36,7 @@ TORCH_RAW = "Expected one of"  # how torch's own message for a bad device name b
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    assert wait_for_jobs(WAIT_MS / 1000)
 
 
 def _int8_runs_on_this_cpu() -> bool:

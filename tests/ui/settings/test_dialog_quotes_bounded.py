@@ -12,11 +12,11 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtWidgets import QComboBox, QLabel  # noqa: E402
 
 from app.checkpoints.catalog import load_catalog  # noqa: E402
 from app.settings.schema import AppSettings, AudioSettings, SpeechModelSettings  # noqa: E402
+from app.ui.background_jobs import wait_for_jobs  # noqa: E402
 from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 
 LONG = "n" * 200_000
@@ -27,7 +27,7 @@ SHOWN_AT_MOST = 1000
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(5000)
+    assert wait_for_jobs(5.0)
 
 
 def shown_texts(dialog: SettingsDialog) -> list[str]:

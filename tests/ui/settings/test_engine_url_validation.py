@@ -12,10 +12,10 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from app.settings.schema import AppSettings, EngineSettings  # noqa: E402
+from app.ui.background_jobs import wait_for_jobs  # noqa: E402
 from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 
 WAIT_MS = 30_000  # the speech tab's memory plan asks Ollama (a timeout of seconds)
@@ -26,7 +26,7 @@ def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     """The dialog's background jobs (the memory plan, a test) end before the next test."""
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    assert wait_for_jobs(WAIT_MS / 1000)
 
 
 def make_dialog(qtbot, settings: AppSettings) -> SettingsDialog:

@@ -13,12 +13,12 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from app.llm.backend import LLMBackend  # noqa: E402
 from app.settings.schema import AppSettings, LlmSettings  # noqa: E402
 from app.settings.store import field_range  # noqa: E402
+from app.ui.background_jobs import wait_for_jobs  # noqa: E402
 from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 
 WAIT_MS = 5000
@@ -39,7 +39,7 @@ class ListingBackend(LLMBackend):
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    assert wait_for_jobs(WAIT_MS / 1000)
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None) -> SettingsDialog:

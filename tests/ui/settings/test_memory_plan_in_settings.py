@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QThreadPool
 
 from app.checkpoints.catalog import get_manifest, load_catalog
 from app.engine.footprint import short_name
@@ -22,6 +21,7 @@ from app.engine.memory_plan import GIB, DeviceMemory
 from app.engine.memory_survey import survey_for_settings
 from app.llm.ollama_standin import OllamaStandIn, StandInModel
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.ui.background_jobs import wait_for_jobs
 from app.ui.download_dialog import ModelMissingDialog
 from app.ui.memory_plan_view import WORKING
 from app.ui.settings.dialog import SettingsDialog
@@ -38,7 +38,7 @@ QWEN3 = StandInModel(  # what Ollama's /api/ps reports for a loaded qwen3:4b
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    assert wait_for_jobs(WAIT_MS / 1000)
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt, QThreadPool
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 
 from app.checkpoints.catalog import Manifest, load_catalog
 from app.llm.backend import LLMBackend
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
 from app.ui import safe_file_dialog
+from app.ui.background_jobs import jobs_out, wait_for_jobs
 from app.ui.settings.audio_tab import meter_percent
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.llm_tab import connection_test_backend
@@ -39,7 +39,7 @@ def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     """No checkpoint of the user's is seen; no background job outlives its test."""
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
+    assert wait_for_jobs(WAIT_MS / 1000)
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None, **kwargs) -> SettingsDialog:
@@ -346,8 +346,8 @@ def test_an_answer_for_an_old_host_is_dropped(qtbot) -> None:
     dialog.host_edit.setText("http://127.0.0.1:11435")
     assert "dropped" in dialog.connection_status.text() and dialog.test_button.isEnabled()
     gate.set()
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
-    QApplication.processEvents()  # deliver the (stale) result the job has posted
+    assert wait_for_jobs(WAIT_MS / 1000)
+    qtbot.waitUntil(lambda: jobs_out() == 0, timeout=WAIT_MS)  # the stale result delivered
     assert dialog.llm_model_combo.count() == 0
     assert "dropped" in dialog.connection_status.text()
 
@@ -362,9 +362,9 @@ def test_a_server_that_never_answers_times_out(qtbot) -> None:
     qtbot.waitUntil(lambda: "No answer" in dialog.connection_status.text(), timeout=WAIT_MS)
     assert dialog.test_button.isEnabled()
     gate.set()
-    assert QThreadPool.globalInstance().waitForDone(WAIT_MS)
-    QApplication.processEvents()
-    assert dialog.llm_model_combo.count() == 0  # the late answer is ignored
+    assert wait_for_jobs(WAIT_MS / 1000)
+    qtbot.waitUntil(lambda: jobs_out() == 0, timeout=WAIT_MS)  # the late answer delivered
+    assert dialog.llm_model_combo.count() == 0  # and ignored
 
 
 def test_no_backend_disables_the_llm_controls(qtbot) -> None:
