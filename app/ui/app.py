@@ -316,20 +316,25 @@ class DesktopApp(QObject):
     # ---- closing ------------------------------------------------------------------------------
 
     def finish(self, code: int) -> int:
-        """After the window closed: wait for the conversation's threads until the deadline,
-        then end the process. It ends with os._exit either way: everything the app keeps is
-        already saved, and the interpreter's own teardown (torch, Qt, PortAudio) takes about
-        a second more and saves nothing. Past the deadline it says what was still running."""
+        """After the window closed: `wind_down`, then end the process. It ends with os._exit
+        either way: everything the app keeps is already saved, and the interpreter's own
+        teardown (torch, Qt, PortAudio) takes about a second more and saves nothing."""
+        self.wind_down()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def wind_down(self) -> None:
+        """After the window closed (and the app's aboutToQuit, which ends the autosave): wait
+        for the conversation's threads until the deadline; past it, say what still ran. All
+        of closing but the process's exit (a test closes the app this way, and lives on)."""
         closed_at = self.window.closed_at or time.monotonic()
         self.controller.begin_shutdown()
         left = CLOSE_DEADLINE_S - _EXIT_MARGIN_S - (time.monotonic() - closed_at)
         if not self.controller.wait_shutdown(left):
             log.warning("closing: still running after %.1f s (%s); exiting anyway",
                         CLOSE_DEADLINE_S, ", ".join(self.controller.live_threads()) or "?")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def _delete_later(dialog: object) -> None:
