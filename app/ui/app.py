@@ -124,6 +124,10 @@ class DesktopApp(QObject):
     starts (are the models on disk? offer the download), the settings dialog and applying
     its changes, and the exit deadline after the window is closed.
 
+    Ownership runs one way, so that reference counting frees all three when the app closes:
+    the window holds it (its Qt child), it holds the controller, and the controller reaches
+    it only by signals and a weakly held preflight check.
+
     A QObject with declared slots: it hears the controller's state from the session's
     thread, and PySide can crash delivering a cross-thread signal to a plain method."""
 
@@ -136,7 +140,7 @@ class DesktopApp(QObject):
         self.store = store
         self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
         self._welcome: TranscriptEntry | None = None  # says which model Start talks to
-        controller.preflight = self.preflight
+        controller.preflight = self.preflight  # held weakly (we own the controller)
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
 
