@@ -124,6 +124,10 @@ class DesktopApp(QObject):
     starts (are the models on disk? offer the download), the settings dialog and applying
     its changes, and the exit deadline after the window is closed.
 
+    Ownership runs one way, so that reference counting frees all three when the app closes:
+    the window holds it (its Qt child), it holds the controller, and the controller reaches
+    it only by signals and a weakly held preflight check.
+
     A QObject with declared slots: it hears the controller's state from the session's
     thread, and PySide can crash delivering a cross-thread signal to a plain method."""
 
@@ -136,7 +140,7 @@ class DesktopApp(QObject):
         self.store = store
         self.model_dialog: Callable[..., ModelDialog] = model_dialog or ModelMissingDialog
         self._welcome: TranscriptEntry | None = None  # says which model Start talks to
-        controller.preflight = self.preflight
+        controller.preflight = self.preflight  # held weakly (we own the controller)
         controller.state_changed.connect(self._on_state)
         window.settings_requested.connect(self.open_settings)
 
@@ -316,20 +320,25 @@ class DesktopApp(QObject):
     # ---- closing ------------------------------------------------------------------------------
 
     def finish(self, code: int) -> int:
-        """After the window closed: wait for the conversation's threads until the deadline,
-        then end the process. It ends with os._exit either way: everything the app keeps is
-        already saved, and the interpreter's own teardown (torch, Qt, PortAudio) takes about
-        a second more and saves nothing. Past the deadline it says what was still running."""
+        """After the window closed: `wind_down`, then end the process. It ends with os._exit
+        either way: everything the app keeps is already saved, and the interpreter's own
+        teardown (torch, Qt, PortAudio) takes about a second more and saves nothing."""
+        self.wind_down()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def wind_down(self) -> None:
+        """After the window closed (and the app's aboutToQuit, which ends the autosave): wait
+        for the conversation's threads until the deadline; past it, say what still ran. All
+        of closing but the process's exit (a test closes the app this way, and lives on)."""
         closed_at = self.window.closed_at or time.monotonic()
         self.controller.begin_shutdown()
         left = CLOSE_DEADLINE_S - _EXIT_MARGIN_S - (time.monotonic() - closed_at)
         if not self.controller.wait_shutdown(left):
             log.warning("closing: still running after %.1f s (%s); exiting anyway",
                         CLOSE_DEADLINE_S, ", ".join(self.controller.live_threads()) or "?")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def _delete_later(dialog: object) -> None:

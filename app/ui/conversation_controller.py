@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import types
+import weakref
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -30,6 +32,9 @@ CONVERSATION_THREADS = ("conversation", "duplex-engine", "orchestrator", "pipeli
 
 # The states a session ends in by itself (the last it says before its threads end).
 ENDED_STATES = ("stopped", "error", "model_missing")
+
+# The app's check before a conversation starts: the settings to start with, or None.
+Preflight = Callable[[AppSettings], AppSettings | None]
 
 
 class _SessionListener:
@@ -71,9 +76,7 @@ class ConversationController(QObject):
         self._closing: list[ConversationSession] = []
         self._start_when_stopped: AppSettings | None = None
         self.state = "idle"
-        # Called before a conversation starts (the app checks the models are on disk and
-        # offers the download); returns the settings to start with, or None to not start.
-        self.preflight: Callable[[AppSettings], AppSettings | None] | None = None
+        self._preflight: Callable[[], Preflight | None] = lambda: None
         self._local_ids = itertools.count(-1, -1)  # notices made here, apart from sessions
         # Called with each session entry on the session's thread, before the signal: for
         # what must go on while the GUI thread is busy (the autosave). Must return at once.
@@ -82,6 +85,21 @@ class ConversationController(QObject):
         self._reaper.setInterval(100)
         self._reaper.timeout.connect(self._reap)
         self.state_changed.connect(self._remember_state)
+
+    @property
+    def preflight(self) -> Preflight | None:
+        """Called before a conversation starts (the app checks the models are on disk and
+        offers the download); returns the settings to start with, or None to not start.
+        A bound method is held weakly: its object (the app, DesktopApp) owns this controller,
+        and a strong hold back would make the two a cycle that only the collector frees."""
+        return self._preflight()
+
+    @preflight.setter
+    def preflight(self, check: Preflight | None) -> None:
+        if isinstance(check, types.MethodType):
+            self._preflight = weakref.WeakMethod(check)
+        else:
+            self._preflight = lambda: check
 
     # What the session's listener posted, on the GUI thread.
     def _state_from_session(self, state: str, detail: str) -> None:
@@ -114,8 +132,9 @@ class ConversationController(QObject):
             return
         if self.running:
             return
-        if self.preflight is not None:
-            checked = self.preflight(settings)
+        preflight = self.preflight
+        if preflight is not None:
+            checked = preflight(settings)
             if checked is None:
                 return
             settings = checked

@@ -8,9 +8,10 @@ the settings and window tests at varying places, each time with memory-plan thre
 flight).
 
 The app's own dialogs, tabs and windows are no cyclic garbage any more: they are deleted on
-the GUI thread when they close (deleteLater, WA_DeleteOnClose), and their slots are bound
-methods that hold nothing of theirs in a cycle (tests/ui/test_qt_ownership.py checks it
-with gc.DEBUG_SAVEALL). This collector stays for what is not ours (a library's cycle, a
+the GUI thread when they close (deleteLater, WA_DeleteOnClose), their slots are bound
+methods that hold nothing of theirs in a cycle, and the main window, its controller and
+DesktopApp hold each other one way only (tests/ui/test_qt_ownership.py checks it with
+gc.DEBUG_SAVEALL). This collector stays for what is not ours (a library's cycle, a
 future slip), as other PyQt/PySide applications do, for the same reason:
 - napari, "python garbage collector can trigger in any thread":
   https://github.com/napari/napari/issues/1029 (the failure, and the timer-driven

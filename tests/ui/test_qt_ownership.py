@@ -9,13 +9,27 @@ window) is opened and closed ROUNDS times through the app's own code, and then
   app/ui/gui_thread_gc.py guards against);
 - none of them is left behind as a child of the window (a dialog never deleted grows the
   window by one hidden dialog per opening).
+
+The main window too: built with its controller and DesktopApp as run_app builds them, shown,
+and closed as the app closes (Quit: the closeEvent, the event loop's end with aboutToQuit,
+then DesktopApp.wind_down: all of DesktopApp.finish but the process's exit), ROUNDS times.
+Then no Qt wrapper is in gc.garbage, reference counting alone freed each round's window,
+features, autosave keeper, controller and DesktopApp (the app owns its controller, which
+holds its preflight check weakly: a strong hold made the two a cycle), no thread the
+window started runs on (the autosave's writer), and there are no more top-level widgets.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
+import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -90,25 +104,38 @@ def _answer_the_dialog(then: Callable[[QDialog], None] | None = None) -> None:
     QTimer.singleShot(0, poll)
 
 
-def _wrappers_left_to_the_collector(open_and_close: Callable[[], None]) -> list[str]:
-    """Open and close ROUNDS times; the Qt wrappers that only the cyclic collector would free."""
-    open_and_close()  # a first opening fills caches (imports, Qt's own) that stay
-    _settle()
+@contextmanager
+def _refcounting_only() -> Iterator[None]:
+    """Automatic collection off, and what a collection frees kept in gc.garbage (DEBUG_SAVEALL):
+    inside, only reference counting frees anything, and `_cyclic_qt_wrappers` names the rest."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        for _ in range(ROUNDS):
-            open_and_close()
-            _settle()
-        gc.collect()
-        return sorted(type(o).__name__ for o in gc.garbage if isinstance(o, shiboken6.Object))
+        yield
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
         if was_enabled:
             gc.enable()
+
+
+def _cyclic_qt_wrappers() -> list[str]:
+    """The Qt wrappers that only the cyclic collector would free (inside `_refcounting_only`)."""
+    gc.collect()
+    return sorted(type(o).__name__ for o in gc.garbage if isinstance(o, shiboken6.Object))
+
+
+def _wrappers_left_to_the_collector(open_and_close: Callable[[], None]) -> list[str]:
+    """Open and close ROUNDS times; the Qt wrappers that only the cyclic collector would free."""
+    open_and_close()  # a first opening fills caches (imports, Qt's own) that stay
+    _settle()
+    with _refcounting_only():
+        for _ in range(ROUNDS):
+            open_and_close()
+            _settle()
+        return _cyclic_qt_wrappers()
 
 
 def _dialogs_of(window: QWidget) -> list[str]:
@@ -175,3 +202,79 @@ def test_a_saved_conversations_window_dies_when_closed(desktop) -> None:
 
     assert _wrappers_left_to_the_collector(open_and_close) == []
     assert features.viewers == []  # the app forgot each one as it was deleted
+
+
+def _launch(settings: AppSettings) -> tuple[MainWindow, DesktopApp]:
+    """What run_app opens (app/ui/app.py), without its error hooks: the controller, its
+    window, the app around them (the window's child: the caller holds the window, as
+    run_app does); the window shown, then the first run's welcome."""
+    controller = ConversationController(lambda _settings: None)
+    window = MainWindow(controller, settings)
+    desktop = DesktopApp(window, controller, SettingsStore(), model_dialog=_missing_model_dialog)
+    window.show()
+    desktop.first_run(None)
+    return window, desktop
+
+
+def _close_as_the_app_does(desktop: DesktopApp) -> int:
+    """run_app's end but the process's exit: the user quits (the window's closeEvent), the
+    event loop ends with the last window (aboutToQuit: the autosave's last write), then
+    DesktopApp.finish's wind-down. Returns the event loop's exit code (1: the guard ended a
+    loop the close never ended)."""
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    others = [type(w).__name__ for w in app.topLevelWidgets()
+              if w.isVisible() and w is not desktop.window]
+    assert app.quitOnLastWindowClosed() and not others, f"the loop would outlive it: {others}"
+    QTimer.singleShot(0, desktop.window.features.quit_action.trigger)
+    guard = QTimer()  # a hang becomes a failure
+    guard.setSingleShot(True)
+    guard.timeout.connect(partial(app.exit, 1))
+    guard.start(60_000)
+    code = app.exec()
+    guard.stop()
+    desktop.wind_down()
+    return code
+
+
+def _threads_started_since(before: list[threading.Thread]) -> list[str]:
+    """The threads started since `before` that do not end (one that ends by itself, a job
+    reading the saved list, is waited for: bounded)."""
+    def started() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+    deadline = time.monotonic() + 30.0
+    while started() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sorted(t.name for t in started())
+
+
+@pytest.mark.own_collector
+def test_the_main_window_and_its_app_die_when_closed(qapp, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
+    settings = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="ollama", model="qwen3:4b"))
+    opened: list[weakref.ref] = []
+
+    def open_and_close() -> None:
+        window, desktop = _launch(settings)
+        opened.extend(weakref.ref(part) for part in
+                      (window, window.features, window.features.keeper, desktop,
+                       desktop.controller))
+        assert _close_as_the_app_does(desktop) == 0
+
+    open_and_close()  # a first opening fills caches (imports, Qt's own) that stay
+    _settle()
+    before = threading.enumerate()
+    windows = len(QApplication.topLevelWidgets())
+    opened.clear()
+    with _refcounting_only():
+        for _ in range(ROUNDS):
+            open_and_close()
+            _settle()
+        alive = sorted(type(part()).__name__ for part in opened if part() is not None)
+        wrappers = _cyclic_qt_wrappers()
+    assert wrappers == [], f"{len(wrappers)} in gc.garbage: {Counter(wrappers)}"
+    assert alive == [], f"{len(alive)} still alive: {Counter(alive)}"  # refcounting freed them
+    assert _threads_started_since(before) == []  # the close stopped what the window started
+    assert len(QApplication.topLevelWidgets()) == windows
