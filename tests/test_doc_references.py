@@ -26,7 +26,8 @@ def _exists(named: str) -> bool:
 
 
 def _named(document: Path) -> set[str]:
-    return {m.group(1).rstrip(".,:;)") for m in _NAMED_PATH.finditer(document.read_text(encoding="utf-8"))}
+    text = document.read_text(encoding="utf-8")
+    return {m.group(1).rstrip(".,:;)") for m in _NAMED_PATH.finditer(text)}
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: str(d.relative_to(ROOT)))
