@@ -24,6 +24,10 @@ from app.ui.settings.dialog import SettingsDialog  # noqa: E402
 WAIT_MS = 5000
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B"}
 
+# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
+# seconds on an idle machine and many more at load 10.
+JOBS_END_S = 120.0
+
 
 class ListingBackend(LLMBackend):
     name = "listing"
@@ -39,7 +43,7 @@ class ListingBackend(LLMBackend):
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
     yield
-    assert wait_for_jobs(WAIT_MS / 1000)
+    assert wait_for_jobs(JOBS_END_S)
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None) -> SettingsDialog:
