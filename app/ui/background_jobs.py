@@ -32,17 +32,15 @@ def jobs_out() -> int:
     return gui_bridge.expected()
 
 
-_running: set[threading.Thread] = set()  # every window's jobs still running
-_running_lock = threading.Lock()
+# Every window's job threads that may still run. Started and read on the GUI thread only.
+_started: list[threading.Thread] = []
 
 
 def wait_for_jobs(timeout_s: float) -> bool:
     """Wait up to `timeout_s` for every window's jobs to end; False if one still runs (a
     test's teardown: no job of its left inside torch when the next test, or the process's
     exit, comes)."""
-    with _running_lock:
-        threads = list(_running)
-    return _joined(threads, timeout_s)
+    return _joined(_started, timeout_s)
 
 
 def _joined(threads: list[threading.Thread], timeout_s: float) -> bool:
@@ -80,28 +78,23 @@ class BackgroundJobs(QObject):
 
         def job() -> None:
             try:
-                try:
-                    result: object = holder[0]()
-                except Exception as exc:  # shown to the user, never raised in a job's thread
-                    result = exc
-                results.post_last(kind, number, result, holder)
-            finally:
-                with _running_lock:
-                    _running.discard(threading.current_thread())
+                result: object = holder[0]()
+            except Exception as exc:  # shown to the user, never raised in a job's thread
+                result = exc
+            results.post_last(kind, number, result, holder)
 
         results.expect()
         thread = threading.Thread(target=job, name=f"settings-{kind}", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        with _running_lock:
-            _running.add(thread)
+        _started[:] = [t for t in _started if t.is_alive()] + [thread]
         thread.start()
         return number
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for the jobs still running (their result, if it comes
         later, is still delivered); False if one is. A job cannot be cut short (a 7B
-        planned on meta is torch's for a second or more): a window that closes waits for
-        them, so no thread is inside torch when the process ends."""
+        planned on meta is torch's for a second or more): the download dialog's shutdown
+        waits for them, so no thread of its is inside torch when the process ends."""
         done = _joined(self._threads, timeout_s)
         self._threads = [t for t in self._threads if t.is_alive()]
         return done
