@@ -74,16 +74,20 @@ class FrameGather:
         self._talking.add(row)
 
     def next_tick(self, live: Sequence[Source], joining: queue.SimpleQueue[Source],
-                  stop: threading.Event) -> list[tuple[Source, object]]:
+                  stop: threading.Event, busy: Callable[[], bool] = lambda: False
+                  ) -> list[tuple[Source, object]]:
         """The items of the next tick (`take`), returned early when a row waits in
-        `joining` or one of `live` asks to leave (the caller's frame boundary comes first).
-        With no live row it waits up to 50 ms for one to join and returns nothing."""
+        `joining`, one of `live` asks to leave (the caller's frame boundary comes first) or
+        `busy()` says the caller has work of its own without frames (a start in pieces).
+        With no live row it waits up to 50 ms for one to join (not when busy) and returns
+        nothing."""
         if not live:
-            self._wake.wait(0.05)
-            self._wake.clear()
+            if not busy():
+                self._wake.wait(0.05)
+                self._wake.clear()
             return []
-        return self.take(live, stop,
-                         lambda: not joining.empty() or any(s.leaving for s in live))
+        return self.take(live, stop, lambda: (not joining.empty() or busy()
+                                              or any(s.leaving for s in live)))
 
     def take(self, live: Sequence[Source], stop: threading.Event,
              something_else: Callable[[], bool]) -> list[tuple[Source, object]]:
@@ -106,9 +110,9 @@ class FrameGather:
                     not missing or time.monotonic() >= (deadline or 0.0))):
                 break
             if not self._held:
-                self._wake.wait(0.05)
                 if something_else():
                     break
+                self._wake.wait(0.05)
                 continue
             self._wake.wait(max(0.0, (deadline or 0.0) - time.monotonic()))
         taken = [(s, self._held.pop(s.row)) for s in sorted(live, key=lambda s: s.row)

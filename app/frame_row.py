@@ -1,6 +1,7 @@
-"""One conversation's row on a thread that steps many rows at once: the speech engine
-(engine/local_engine.py, a `RowConversation`) and the shared recogniser (asr/recogniser.py,
-a `StreamingAsr`) hold their conversations the same way, so the way is written here once.
+"""One conversation's row on a thread that steps many rows at once (app/row_host.py): the
+speech engine (engine/local_engine.py, a `RowConversation`) and the shared recogniser
+(asr/recogniser.py, a `StreamingAsr`) hold their conversations the same way, so the way is
+written here once.
 
 A row's life: `start()` asks its host to let it join at the next frame boundary; frames come
 in through a bounded queue (`push_frame`; a live microphone never waits, a file's feeder
@@ -16,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,36 +25,17 @@ import numpy.typing as npt
 from app.frame_gather import queue_frame
 from app.frame_worker import END_OF_INPUT
 
+if TYPE_CHECKING:
+    from app.row_host import RowHost
+
 Event = TypeVar("Event")
-
-
-class RowHost(Protocol):
-    """The thread that steps the rows (LocalEngine, Recogniser)."""
-
-    @property
-    def running(self) -> bool: ...
-
-    @property
-    def stopped(self) -> bool: ...
-
-    def start(self) -> None: ...
-
-    def stop(self, timeout: float = 10.0) -> bool: ...
-
-    def join(self, timeout: float = 10.0) -> bool: ...
-
-    def wake(self) -> None: ...
-
-    def request_join(self, row: Any) -> None: ...
-
-    def request_leave(self, row: Any) -> None: ...
 
 
 class FrameRow(Generic[Event]):
     # What `start()` says the second time (each kind names what it runs).
     runs_once = "a conversation's row runs once; open a new one"
 
-    def __init__(self, host: RowHost, row: int, input_queue_frames: int, owns_host: bool,
+    def __init__(self, host: RowHost[Any], row: int, input_queue_frames: int, owns_host: bool,
                  events: queue.SimpleQueue[Event] | None = None) -> None:
         self.row = row
         self.owns_host = owns_host

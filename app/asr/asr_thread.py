@@ -100,7 +100,6 @@ class StreamingAsr(FrameRow[AsrEvent]):
             self._vad = SileroTurnDetector(self.options.vad)
         self._stream = KyutaiStreamingStt(self.stt, self._recogniser.model, self.row)
         self._stream.start()
-        self.ready.set()
 
     def end_of_input(self) -> None:
         assert self._stream is not None
