@@ -186,27 +186,90 @@ def rewind_positions(transformer: torch.nn.Module, count: int) -> None:
             state.offset_cpu -= count
 
 
-# ---- one batch row of a streaming module -----------------------------------------------------
+# ---- one row's state, in a batch-1 copy shared by every row's reads -------------------------
 #
 # moshi's streaming states keep their per-row tensors with the batch first (offsets [B], the
 # KV ring's end offsets [B]; the ring itself [2, B, H, capacity, D]) and update them in
-# place. So batch-1 states whose tensors are views of row r, installed for one forward,
-# make that forward read and advance row r alone: a span or a conversation start for one
-# conversation costs its positions at batch 1, never B rows of them, and the other rows are
-# not touched. Built once per row and kept, the views' tensors stay at the same addresses,
-# so a CUDA graph captured around one replays on it.
+# place. A read for one conversation (a span, a block, its start) runs at batch 1, never B
+# rows of it: it runs on a batch-1 copy of the state, into which the row is loaded before
+# and from which what the read wrote is stored back after. The copy is ONE for every row,
+# its tensors always at the same addresses, so the CUDA graph of a read of each padded size
+# is captured once for all rows (a view of each row would need a graph per row and size:
+# 672 graphs at 48 rows on the H200, which ran out of memory).
 
 
-def _row_ring(ring: RingKVCache, row: int) -> RingKVCache:
-    view = object.__new__(RingKVCache)  # moshi builds rings from sizes only: fill one by hand
-    view.capacity = ring.capacity
-    view.respect_exec_mask = ring.respect_exec_mask
-    view.cache = ring.cache[:, row : row + 1]  # [2, 1, H, capacity, D], a view
-    view.end_offset = ring.end_offset[row : row + 1] if ring.respect_exec_mask else ring.end_offset
-    return view
+class RowScratch:
+    """A batch-1 copy of `module`'s streaming state (module streaming at batch B) that
+    reads of any one row run on (`holding`)."""
+
+    def __init__(self, module: StreamingModule[Any]) -> None:
+        batch = module.get_streaming_state()
+        if batch.get("") is None:
+            raise RuntimeError("a row scratch needs the module in streaming mode")
+        self.batch_size = int(batch[""].batch_size)
+        self._module = module
+        self._batch: dict[str, Any] = batch
+        self._copy: dict[str, Any] = {
+            name: None if state is None else _state_copy(state) for name, state in batch.items()}
+        # (the batch's tensor, the copy's) for every per-row tensor but the rings' storage
+        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._rings: list[tuple[RingKVCache, RingKVCache]] = []
+        for name, state in batch.items():
+            if state is None:
+                continue
+            copy_state = self._copy[name]
+            for f in dataclasses.fields(state):
+                if not f.init or f.name in ("batch_size", "device"):
+                    continue
+                value, mine = getattr(state, f.name), getattr(copy_state, f.name)
+                if isinstance(value, RingKVCache):
+                    if not value.respect_exec_mask:  # one end offset for every row
+                        raise RuntimeError(f"{name}: a KV ring shared by every row cannot "
+                                           "be read for one row")
+                    self._rings.append((value, mine))
+                    self._pairs.append((value.end_offset, mine.end_offset))
+                elif _per_row(value, self.batch_size):
+                    self._pairs.append((value, mine))
+        self.row: int | None = None  # the row loaded while `holding`
+
+    def nbytes(self) -> int:
+        """Device memory the copy holds (its rings, for the most part)."""
+        return sum(ring.cache.numel() * ring.cache.element_size() for _b, ring in self._rings)
+
+    @contextmanager
+    def holding(self, row: int, positions: int) -> Iterator[None]:
+        """While open, `module` streams row `row` alone, in the copy; on leaving, the
+        state the forwards advanced and the `positions` KV slots they wrote last are
+        stored back into the row (padding a graphed read wrote and rewound stays out)."""
+        if not 0 <= row < self.batch_size:
+            raise IndexError(f"row {row} of a batch of {self.batch_size}")
+        with torch.no_grad():
+            for big, mine in self._pairs:
+                mine.copy_(big[row : row + 1])
+            starts = []
+            for big_ring, ring in self._rings:
+                ring.cache.copy_(big_ring.cache[:, row : row + 1])
+                starts.append(ring.end_offset.clone())
+        self._module.set_streaming_state(self._copy)
+        self.row = row
+        try:
+            yield
+        finally:
+            self.row = None
+            self._module.set_streaming_state(self._batch)
+            with torch.no_grad():
+                for big, mine in self._pairs:
+                    big[row : row + 1].copy_(mine)
+                for (big_ring, ring), start in zip(self._rings, starts, strict=True):
+                    _store_written(big_ring, ring, row, start, positions)
 
 
-def _row_state(state: State, row: int) -> State:
+def _per_row(value: object, batch: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch
+
+
+def _state_copy(state: State) -> State:
+    """A batch-1 state with tensors of its own (row 0's values), exec mask all ones."""
     batch = state.batch_size
     changes: dict[str, Any] = {"batch_size": 1}
     for f in dataclasses.fields(state):
@@ -214,36 +277,53 @@ def _row_state(state: State, row: int) -> State:
             continue
         value = getattr(state, f.name)
         if isinstance(value, RingKVCache):
-            changes[f.name] = _row_ring(value, row)
-        elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
-            changes[f.name] = value[row : row + 1]
+            ring = object.__new__(RingKVCache)  # moshi builds rings from sizes: fill one here
+            ring.capacity = value.capacity
+            ring.respect_exec_mask = value.respect_exec_mask
+            ring.cache = value.cache[:, :1].clone()  # [2, 1, H, capacity, D]
+            ring.end_offset = value.end_offset[:1].clone()
+            changes[f.name] = ring
+        elif _per_row(value, batch):
+            changes[f.name] = value[:1].clone()
     return dataclasses.replace(state, **changes)  # exec_mask: a fresh ones(1)
 
 
-RowStates = dict[str, Any]
+def _store_written(big: RingKVCache, ring: RingKVCache, row: int, start: torch.Tensor,
+                   positions: int) -> None:
+    """The KV slots of the copy's last `positions` writes (from `start`) into row `row`."""
+    capacity = int(ring.capacity)
+    if positions >= capacity:
+        big.cache[:, row : row + 1].copy_(ring.cache)
+        return
+    if positions <= 0:
+        return
+    slots = (start + torch.arange(positions, device=start.device)) % capacity  # [positions]
+    big.cache[:, row].index_copy_(2, slots, ring.cache[:, 0].index_select(2, slots))
 
 
-def row_states(module: StreamingModule[Any], row: int) -> RowStates:
-    """Batch-1 views of row `row` of every streaming state under `module` (streaming)."""
-    saved = module.get_streaming_state()
-    if saved.get("") is None:
-        raise RuntimeError("row views need the module in streaming mode")
-    batch = saved[""].batch_size
-    if not 0 <= row < batch:
-        raise IndexError(f"row {row} of a batch of {batch}")
-    return {name: None if state is None else _row_state(state, row)
-            for name, state in saved.items()}
+def unstreamed_copy(module: torch.nn.Module) -> Any:
+    """A deep copy of `module` that does not stream, whatever the original is doing: every
+    streaming state (another thread may be updating it in place) is left out of the copy."""
+    leave_out: dict[int, Any] = {}
+    for sub in module.modules():
+        state = getattr(sub, "_streaming_state", None)
+        if isinstance(sub, StreamingModule) and state is not None:
+            leave_out[id(state)] = None  # deepcopy's memo: this object copies as None
+    return copy.deepcopy(module, leave_out)
 
 
-@contextmanager
-def streaming_row(module: StreamingModule[Any], views: RowStates) -> Iterator[None]:
-    """While open, `module` streams the row whose `row_states` views are given."""
-    saved = module.get_streaming_state()
-    module.set_streaming_state(views)
-    try:
-        yield
-    finally:
-        module.set_streaming_state(saved)
+def streaming_state_bytes(module: torch.nn.Module) -> int:
+    """Device memory the module's streaming states hold (tensors and KV rings)."""
+    total = 0
+    for sub in module.modules():
+        state = getattr(sub, "_streaming_state", None)
+        if not isinstance(sub, StreamingModule) or state is None:
+            continue
+        for value in vars(state).values():
+            tensors = [value.cache, value.end_offset] if isinstance(value, RingKVCache) \
+                else [value] if isinstance(value, torch.Tensor) else []
+            total += sum(t.numel() * t.element_size() for t in tensors)
+    return total
 
 
 # ---- CUDA graphs and torch.compile -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The framework seam: what the one frame loop (frame_loop.py) asks of a framework.
+"""The framework seam: what the one frame loop (local_engine.py) asks of a framework.
 
 The loop, the column bookkeeping (columns.py) and the span injector are written once; a
 framework implements these two small interfaces, as whisper's decoding runs over its
@@ -23,6 +23,20 @@ from app.engine.columns import LmLayout, StepColumns
 
 
 @dataclass(frozen=True)
+class GraphCount:
+    """The CUDA graphs a runtime holds: they and their memory pools are made once for the
+    engine, never per row (a framework without graphs: zeros)."""
+
+    step: int = 0  # the batched step's (the temporal forward, the depformer)
+    reads: int = 0  # one per padded read size, shared by every row
+    scratch_bytes: int = 0  # the batch-1 copy of the state every row's reads run on
+
+    @property
+    def graphs(self) -> int:
+        return self.step + self.reads
+
+
+@dataclass(frozen=True)
 class Sampling:
     """How a frame's tokens are chosen: greedy (argmax), or temperature and top-k, the
     text's and the codebooks' apart (temp <= 0 is greedy too, as moshi's)."""
@@ -39,9 +53,6 @@ class LmRuntime(Protocol):
     context: int  # positions in the context window (0: none)
     text_padding_id: int
     device_label: str  # what EngineReady and the status bar call the device
-    # Reads of many positions are graphed per row (and per padded size): the warm-up must
-    # meet every size on every row, not only on one.
-    graphs_per_row: bool
 
     def streaming(self, rows: int, max_read: int) -> AbstractContextManager[None]:
         """The LM streaming `rows` conversations, its KV rings holding a read of up to
@@ -81,6 +92,10 @@ class LmRuntime(Protocol):
         ...
 
     def seed(self, seed: int) -> None: ...
+
+    def graph_count(self) -> GraphCount:
+        """The graphs (and pools) it holds now: after the warm-up, all it will hold."""
+        ...
 
 
 class FrameCodec(Protocol):

@@ -1,14 +1,16 @@
 """The framework seam on torch: moshi's `LMModel` streaming B conversations, one per row.
 
 A frame is ONE temporal forward over [B, 17, 1] with exec_mask on the rows that step (the
-others' KV rings and offsets do not advance), CUDA-graphed at B; then the depformer over
-those rows only (it keeps no state across frames), graphed at each row count it meets. A
-read of n positions (a span's positions or block, a conversation start) runs for its row
-alone: at B = 1 on the LM's own state, at B > 1 on batch-1 views of the row's state
-(moshi_internals.row_states): n positions at batch 1, never B rows of n. On a GPU a read is
-ONE forward padded to a graphed size (position_forwards.py), per row. With one row, this is
-the single-conversation engine's path exactly: no exec mask, the step and the padded
-reads graphed.
+others' KV rings and offsets do not advance), CUDA-graphed at B; then the depformer over all
+B rows (it keeps no state across frames; the rows that did not step are computed and
+dropped), graphed once. A read of n positions (a span's positions or block, a conversation
+start) runs for its row alone: at B = 1 on the LM's own state, at B > 1 on ONE batch-1 copy
+of the state shared by every row (moshi_internals.RowScratch: the row loaded in, what the
+read wrote stored back): n positions at batch 1, never B rows of n. On a GPU a read is ONE
+forward padded to a graphed size (position_forwards.py), and those graphs, captured on the
+shared copy, serve every row: the engine captures 2 + (padded sizes) graphs whatever its
+number of rows (`graph_count`). With one row, this is the single-conversation engine's path
+exactly: no exec mask, no copy, the step and the padded reads graphed.
 """
 
 from __future__ import annotations
@@ -26,15 +28,9 @@ from moshi.utils.sampling import sample_token
 from app.engine.columns import LmLayout, StepColumns
 from app.engine.device import synchronize
 from app.engine.kv_ring import widen_attention_rings
-from app.engine.lm_runtime import Sampling
-from app.engine.position_forwards import PositionForwards, graphed_forwards, widest_forward
-from app.moshi_internals import (
-    RowStates,
-    graph_captured,
-    initial_tokens,
-    row_states,
-    streaming_row,
-)
+from app.engine.lm_runtime import GraphCount, Sampling
+from app.engine.position_forwards import PositionForwards, widest_forward
+from app.moshi_internals import RowScratch, graph_captured, initial_tokens
 
 
 def layout_of(lm: LMModel) -> LmLayout:
@@ -56,16 +52,15 @@ class TorchRuntime:
         self.text_padding_id = int(lm.text_padding_token_id)
         self.device = lm.device
         self.device_label = str(lm.device)
-        self.graphs_per_row = False
         lm.set_streaming_detached(True)
         self._rows = 0
-        self._initial = initial_tokens(lm)  # [1, 17, 1]
+        self._initial = initial_tokens(lm)[0, :, 0].cpu().numpy()  # [17]
         self._dep_q = int(lm.dep_q)
         self._no_graph = lm.device.type != "cuda"
         self._main: CUDAGraphed | None = None
-        self._depth: dict[int, CUDAGraphed] = {}  # by the number of rows that step
-        self._reads: list[PositionForwards] = []  # one per row (each graphs its sizes)
-        self._views: list[RowStates] = []  # B > 1: each row's batch-1 view of the state
+        self._depth: CUDAGraphed | None = None  # the depformer, at B rows
+        self._reads: PositionForwards | None = None  # every row's (each size graphed once)
+        self._scratch: RowScratch | None = None  # B > 1: the state a row's read runs on
 
     # ---- streaming -----------------------------------------------------------------------
 
@@ -78,14 +73,13 @@ class TorchRuntime:
             # Room for the widest read: on a GPU a read is padded to a graphed size.
             widen_attention_rings(lm, widest_forward(lm, max_read, padded=self._padded))
             self._main = CUDAGraphed(lm.forward_text, disable=self._no_graph)
-            self._depth = {}
-            self._reads = [PositionForwards(lm, padded=self._padded) for _ in range(rows)]
-            self._views = [row_states(lm, row) for row in range(rows)] if rows > 1 else []
-            self.graphs_per_row = rows > 1 and graphed_forwards(lm)
+            self._depth = CUDAGraphed(self._depformer_step, disable=self._no_graph)
+            self._reads = PositionForwards(lm, padded=self._padded)
+            self._scratch = RowScratch(lm.transformer) if rows > 1 else None
             try:
                 yield
             finally:
-                self._main, self._depth, self._reads, self._views = None, {}, [], []
+                self._main, self._depth, self._reads, self._scratch = None, None, None, None
 
     @torch.no_grad()
     def reset_row(self, row: int) -> None:
@@ -100,13 +94,18 @@ class TorchRuntime:
         return mask
 
     @contextmanager
-    def _row(self, row: int) -> Iterator[None]:
-        """The LM streams row `row` alone while open (B = 1: it already does)."""
-        if self._rows == 1:
+    def _row(self, row: int, positions: int) -> Iterator[None]:
+        """The LM streams row `row` alone while open, for a read of `positions` (B = 1: it
+        already does; B > 1: on the shared copy of the state)."""
+        if self._scratch is None:
             yield
             return
-        with streaming_row(self.lm, self._views[row]):
+        with self._scratch.holding(row, positions):
             yield
+
+    def row_reading(self) -> int | None:
+        """The row a read runs for now (B > 1; tests record what each row was fed)."""
+        return None if self._scratch is None else self._scratch.row
 
     # ---- one frame -----------------------------------------------------------------------
 
@@ -128,36 +127,28 @@ class TorchRuntime:
     @torch.no_grad()
     def step(self, rows: Sequence[int], columns: Sequence[StepColumns]
              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        assert self._main is not None, "the runtime is not streaming"
-        count = len(rows)
-        packed = np.stack([np.stack([c.input, c.target, c.provided.astype(np.int64)])
-                           for c in columns])  # [A, 3, 17]
-        given = torch.from_numpy(packed).to(self.device)  # one copy to the device
-        inputs, targets, provided = given[:, 0], given[:, 1], given[:, 2].bool()  # [A, 17]
-        index: torch.Tensor | None = None  # the stepping rows, when not all in batch order
-        if self._rows == 1:
-            batch_input = inputs[:, :, None]  # [1, 17, 1]
-        else:
-            if list(rows) != list(range(self._rows)):
-                index = torch.tensor(list(rows), device=self.device)
-            # Rows that do not step read the initial column; exec_mask keeps them in place.
-            batch_input = self._initial.expand(self._rows, -1, -1).clone()  # [B, 17, 1]
-            batch_input[list(rows), :, 0] = inputs
+        assert self._main is not None and self._depth is not None, "not streaming"
+        # Every row's input, target and provided flags [B, 3, 17]: a row that does not
+        # step reads the initial column (exec_mask keeps its state in place) and its
+        # depformer output is dropped. One copy to the device.
+        packed = np.zeros((self._rows, 3, self.layout.num_codebooks), dtype=np.int64)
+        packed[:, 0] = self._initial
+        for row, c in zip(rows, columns, strict=True):
+            packed[row] = (c.input, c.target, c.provided)
+        given = torch.from_numpy(packed).to(self.device)
+        inputs, targets, provided = given[:, 0], given[:, 1], given[:, 2].bool()  # [B, 17]
+        if self._rows > 1:
             self.lm.set_exec_mask(self._mask(rows))
-        transformer_out, text_logits = self._main(batch_input)  # [B, 1, dim], [B, 1, 1, card]
-        if index is not None:
-            transformer_out, text_logits = transformer_out[index], text_logits[index]
+        transformer_out, text_logits = self._main(inputs[:, :, None])  # [B,1,dim], [B,1,1,card]
+        index = torch.tensor(list(rows), device=self.device)
         s = self.sampling
-        text = sample_token(text_logits.float(), not s.greedy, s.temp_text,
+        text = sample_token(text_logits[index].float(), not s.greedy, s.temp_text,
                             s.top_k_text)[:, 0, 0]  # [A]
-        next_text = torch.where(provided[:, 0], targets[:, 0], text)
-        depth = self._depth.get(count)
-        if depth is None:
-            depth = self._depth[count] = CUDAGraphed(self._depformer_step,
-                                                     disable=self._no_graph)
+        next_text = torch.zeros(self._rows, dtype=torch.long, device=self.device)
+        next_text[index] = torch.where(provided[index, 0], targets[index, 0], text)
         audio_rows = slice(1, 1 + self._dep_q)
-        audio = depth(next_text, transformer_out, targets[:, audio_rows],
-                      provided[:, audio_rows])  # [A, dep_q]
+        audio = self._depth(next_text, transformer_out, targets[:, audio_rows],
+                            provided[:, audio_rows])[index]  # [A, dep_q]
         out = torch.cat([text[:, None], audio], dim=1).cpu().numpy()  # [A, 1 + dep_q]
         return out[:, 0], out[:, 1:]
 
@@ -165,9 +156,10 @@ class TorchRuntime:
 
     @torch.no_grad()
     def _read(self, row: int, columns: npt.NDArray[np.int64]) -> torch.Tensor:
+        assert self._reads is not None, "the runtime is not streaming"
         codes = torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64))
-        with self._row(row):
-            return self._reads[row](codes.to(self.device)[None])  # [1, 17, n] -> [1, n, dim]
+        with self._row(row, int(columns.shape[-1])):
+            return self._reads(codes.to(self.device)[None])  # [1, 17, n] -> [1, n, dim]
 
     def read(self, row: int, columns: npt.NDArray[np.int64]) -> None:
         if columns.shape[-1]:
@@ -182,25 +174,37 @@ class TorchRuntime:
         lm = self.lm
         frames = embeddings.shape[0]
         x = embeddings.reshape(frames, -1, embeddings.shape[-1])[:, 0, :]  # [N, dim]
-        with self._row(row):
+        with self._row(row, frames):
             lm.transformer(x.to(device=lm.device, dtype=lm.dtype)[None])  # [1, N, dim]
 
-    def reads_run(self, row: int) -> int:
-        """Forwards the row's reads ran (tests and benchmarks)."""
-        return self._reads[row].forward_count
+    def reads_run(self) -> int:
+        """Forwards the reads ran, every row's (tests and benchmarks)."""
+        assert self._reads is not None, "the runtime is not streaming"
+        return self._reads.forward_count
 
-    def read_sizes(self, row: int) -> list[int]:
-        """The padded sizes the row's reads met (graphed once met twice, on a GPU)."""
-        return self._reads[row].sizes()
+    def read_sizes(self) -> list[int]:
+        """The padded sizes the reads met (each graphed once, for every row, on a GPU)."""
+        assert self._reads is not None, "the runtime is not streaming"
+        return self._reads.sizes()
+
+    def graph_count(self) -> GraphCount:
+        """The CUDA graphs this runtime holds (captured on a GPU, counted on a CPU where
+        reads are padded): the step's two and one per padded read size met, whatever the
+        number of rows; each has its memory pool (moshi's CUDAGraphed)."""
+        graphs = [g for g in (self._main, self._depth) if g is not None]
+        reads = self._reads.sizes() if self._reads is not None and self._reads.uses_padding() \
+            else []
+        return GraphCount(step=len(graphs), reads=len(reads),
+                          scratch_bytes=0 if self._scratch is None else self._scratch.nbytes())
 
     def sync(self) -> None:
         synchronize(self.device)
 
     def graphs_captured(self) -> bool:
         """Whether the step replays captured CUDA graphs (its forward and its depformer)."""
-        main = self._main
-        return (main is not None and graph_captured(main) and bool(self._depth)
-                and all(graph_captured(depth) for depth in self._depth.values()))
+        main, depth = self._main, self._depth
+        return (main is not None and graph_captured(main) and depth is not None
+                and graph_captured(depth))
 
     @contextmanager
     def recording_text_logits(self) -> Iterator[list[torch.Tensor]]:

@@ -213,10 +213,10 @@ def test_a_block_read_padded_to_a_graphed_size_equals_one_forward(tiny_cs_checkp
     ends = [ring_end(ring) for ring in kv_rings(b.lm)]
     a.read_block(ids)
     assert isinstance(b.runtime, TorchRuntime)
-    before = b.runtime.reads_run(0)
+    before = b.runtime.reads_run()
     b.read_block(ids)
-    assert b.runtime.reads_run(0) - before == 1  # one forward for the whole block
-    assert 64 in b.runtime.read_sizes(0)  # padded to the graphed size
+    assert b.runtime.reads_run() - before == 1  # one forward for the whole block
+    assert 64 in b.runtime.read_sizes()  # padded to the graphed size
     # The padding is taken back: every ring advanced by the block's 37 positions, not 64.
     assert [ring_end(ring) for ring in kv_rings(b.lm)] == [end + len(ids) for end in ends]
     assert [ring_end(ring) for ring in kv_rings(a.lm)] == [ring_end(r) for r in kv_rings(b.lm)]

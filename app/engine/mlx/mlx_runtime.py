@@ -22,6 +22,7 @@ import numpy.typing as npt
 import torch
 
 from app.engine.columns import LmLayout, StepColumns
+from app.engine.lm_runtime import GraphCount
 from app.engine.mlx.frame_codec import FrameCodec as MlxFrameCodec
 from app.engine.mlx.frame_codec import TorchFrameCodec
 from app.engine.mlx.lm import MlxLm, TemporalStream
@@ -46,7 +47,6 @@ class MlxRuntime:
         self.context = lm.shape.context
         self.text_padding_id = lm.shape.text_padding_id
         self.device_label = "mlx"
-        self.graphs_per_row = False
         self._seed_torch = seed_torch  # the torch Mimi samples nothing, but keep it seeded
         self._streams: list[TemporalStream] = []
         self._max_read = 1
@@ -112,6 +112,9 @@ class MlxRuntime:
         if self._seed_torch:
             torch.manual_seed(seed)  # Mimi's side, as the torch engine seeds
         mx.random.seed(seed)
+
+    def graph_count(self) -> GraphCount:
+        return GraphCount()  # MLX captures no graph
 
 
 class MlxCodec:

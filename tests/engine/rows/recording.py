@@ -4,9 +4,10 @@ its own, and on a row of an engine of several.
 As in tests/engine/test_column_exact_conversation.py, `LMModel.forward_text` is wrapped and
 every column it is fed is recorded. In the batched engine a forward is either the batched
 step (batch B, one column, the rows that execute are the exec_mask's) or a forward for one
-row (batch 1: the row is the one whose offsets the transformer's state views). Each
+row (batch 1, on the state's copy the row was loaded into). Each
 generator's `step` is wrapped too, for the frames it returns. A row's record is cut at each
-reset of that row: one segment per conversation that held it.
+reset of that row: one segment per conversation that held it. A forward for one row is
+recognised by the runtime's `row_reading()` (the row loaded into the shared copy).
 """
 
 from __future__ import annotations
@@ -154,18 +155,19 @@ def record_batched(engine: LocalEngine) -> BatchedRecording:
         state = streaming_state(lm.transformer)
         assert state is not None
         n = sequence.shape[-1]
+        reading = engine.runtime.row_reading()
         if not engine.ready.is_set():
             pass  # the warm-up, forgotten by the resets after it
-        elif state.offsets._base is None:  # the batched step: every row, exec_mask's advance
+        elif reading is None:  # the batched step: every row, exec_mask's advance
             rows = torch.nonzero(state.exec_mask).flatten().tolist()
             rec.forwards.append(("step", tuple(rows), tuple(sequence.shape)))
             for row in rows:
                 seg = rec.segment(row)
                 seg.fed.append(sequence[row, :, 0].tolist())
                 seg.forwards.append((sequence.shape[0], n))
-        else:  # one row's forward: its state views that row's offsets
+        else:  # one row's forward, on the shared batch-1 copy of the state
             assert sequence.shape[0] == 1 and state.batch_size == 1
-            row = int(state.offsets.storage_offset())
+            row = reading
             rec.forwards.append(("row", row, tuple(sequence.shape)))
             seg = rec.segment(row)
             seg.fed.extend(sequence[0, :, i].tolist() for i in range(n))
