@@ -12,12 +12,16 @@ the single-conversation loop exactly: the same forwards in the same order.
 The column bookkeeping is the checkpoint's generator's (columns.py), kept per row on the
 host; the framework (torch or MLX) is behind the seam of lm_runtime.py.
 
-Continuous batching: a conversation joins or leaves at a frame boundary. Joining resets its
-row and prefills its conversation start (voice prompt, persona) for that row alone; leaving
-frees the row. A conversation owns its row from `open` to its end (row_conversation.py):
-one that is stopped, or dropped before it started, gives its row back at once. A
-conversation's error (a voice that does not exist, a span that fails) ends that one only;
-a conversation without frames (a slow client) is simply not in the tick.
+Continuous batching: a conversation joins or leaves at a frame boundary (the row host,
+app/row_host.py, keeps the rows, the joins and leaves, and says why when the engine fails).
+Joining resets its row; its conversation start (voice prompt, persona) is planned off this
+thread and read for that row alone in pieces that fit beside the others' frames
+(joining.py), so a join costs the others nothing they can hear; leaving frees the row. A
+conversation owns its row from `open` to its end (row_conversation.py): one that is
+stopped, or dropped before it started, gives its row back at once. A conversation's error
+(a voice that does not exist, a span that fails) ends that one only; a conversation without
+frames (a slow client) is simply not in the tick. The engine's own failure (a fault in the
+shared step, a step that hangs) ends every conversation at once with the reason.
 
 Engine-wide, not per conversation: sampling (greedy or not) and the seed, since the rows
 share one sampling call (a one-row engine seeds each conversation after its start); the
@@ -29,17 +33,20 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from app.checkpoints.loader import LoadedCheckpoint
+
+if TYPE_CHECKING:
+    from moshi.models import MimiModel
 from app.engine.columns import ZERO_TOKEN, ForcedStep, make_book
 from app.engine.conversation_start import Placeholders, StartPlan, placeholder_codes, plan_start
 from app.engine.events import (
@@ -57,16 +64,16 @@ from app.engine.events import (
 )
 from app.engine.frame_budget import ChunkBudget, measure_chunk_budget
 from app.engine.frameworks import framework_for
+from app.engine.joining import PlannedStart, StartPlanner, StartReads
+from app.engine.lm_runtime import GraphCount
 from app.engine.position_forwards import warmup_sizes
 from app.engine.row_conversation import RowConversation
 from app.engine.shown_text import shown_text_id
 from app.engine.span_block import block_columns
 from app.engine.span_text import SpanTokenizer
 from app.engine.speech_engine import EngineOptions
-from app.frame_gather import FrameGather
-from app.frame_worker import END_OF_INPUT
 from app.frames import FRAME_MS, FRAME_SAMPLES
-from app.thread_owner import ThreadOwner
+from app.row_host import RowHost
 
 log = logging.getLogger(__name__)
 
@@ -80,28 +87,33 @@ class _Frame:
     failed: bool = False
 
 
-class EngineStartError(RuntimeError):
-    """The engine cannot take a conversation (it stopped, or failed to warm up)."""
+# A tick that takes longer is the engine's failure (a hung step): on a GPU a few dozen frame
+# budgets; a CPU (the tiny models, tests on a busy machine) is given more.
+STALL_S_GPU = 3.0
+STALL_S_CPU = 15.0
 
 
-class LocalEngine(ThreadOwner):
+class LocalEngine(RowHost[RowConversation]):
+    what = "the speech engine"
+
     def __init__(self, checkpoint: LoadedCheckpoint, rows: int = 1,
                  options: EngineOptions | None = None, gather_ms: float = 20.0,
                  batched_mimi: bool = True) -> None:
         """`options`: the engine-wide ones (greedy, seed, chunk_limit, budget_margin,
-        warmup_frames; the MLX engine's Mimi). `gather_ms`: how long a tick waits, once one
-        row has a frame, for the other talking rows' frames, so they share the step.
-        `batched_mimi` (several rows): Mimi in one batched call per tick (False: one stream
-        per row, bit for bit the one-row engine's PCM; app/mimi_codec.py)."""
-        if rows < 1:
-            raise ValueError("an engine needs at least one row")
-        super().__init__("speech-engine")
-        self.checkpoint = checkpoint
-        self.options = options or EngineOptions()
-        self.row_count = rows
-        self.gather_s = gather_ms / 1000.0
+        warmup_frames, stall_s; the MLX engine's Mimi). `gather_ms`: how long a tick waits,
+        once one row has a frame, for the other talking rows' frames, so they share the
+        step. `batched_mimi` (several rows): Mimi in one batched call per tick (False: one
+        stream per row, bit for bit the one-row engine's PCM; app/mimi_codec.py)."""
+        options = options or EngineOptions()
         manifest = checkpoint.manifest
-        framework = framework_for(checkpoint, self.options, rows, batched_mimi)
+        framework = framework_for(checkpoint, options, max(1, rows), batched_mimi)
+        stall_s = options.stall_s
+        if stall_s is None:
+            on_gpu = framework.runtime.device_label.startswith("cuda")
+            stall_s = STALL_S_GPU if on_gpu else STALL_S_CPU
+        super().__init__("speech-engine", rows, gather_ms, stall_s)
+        self.checkpoint = checkpoint
+        self.options = options
         self.runtime, self.codec = framework.runtime, framework.codec
         self.dtype_label = framework.dtype_label
         self.book = make_book(manifest.generator, self.runtime.layout, rows)
@@ -119,14 +131,14 @@ class LocalEngine(ThreadOwner):
             self.max_chunk = max(1, min(manifest.max_chunk_positions, self.options.chunk_limit
                                         or manifest.max_chunk_positions))
         self.placeholders: Placeholders | None = None
-        self._rows: list[RowConversation | None] = [None] * rows  # a conversation holds its row
-        self._lock = threading.Lock()
-        self._joining: queue.SimpleQueue[RowConversation] = queue.SimpleQueue()
-        self._live: list[RowConversation] = []
-        self._wake_up = threading.Event()  # a frame, a join or a leave to look at
-        self._gather = FrameGather(self._wake_up, self.gather_s)
-        self.ready = threading.Event()  # warmed up: conversations join from now on
-        self.ticks = 0  # steps run for conversations (tests and benchmarks)
+        self.prepare_placeholders()  # Mimi encodes them before it streams (and starts use them)
+        self.persona_start = manifest.conversation_start.kind == "persona_prompt"
+        # Several rows: starts are planned on a thread of their own (joining.py); one row
+        # has nobody else to keep waiting.
+        self._planner = (StartPlanner(checkpoint.mimi, self._plan_for)
+                         if rows > 1 and self.persona_start else None)
+        self._starting: deque[StartReads] = deque()  # joined, their start going in
+        self.start_pieces = 0  # start reads run beside other conversations' frames (tests)
         # Measured at warm-up with every row talking (None with a fixed chunk limit).
         self.budget: ChunkBudget | None = None
         # The step's own time (book, LM, depformer: no Mimi, no span), the last minute.
@@ -139,24 +151,6 @@ class LocalEngine(ThreadOwner):
         return SpanTokenizer(self.checkpoint.tokenizer, manifest.span_wrapping,
                              manifest.max_span_tokens, self.control_ids)
 
-    def _wake(self) -> None:  # stopping: every conversation ends ("stopped")
-        self.wake()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set() or (self._thread is not None and not self._thread.is_alive())
-
-    @property
-    def free_rows(self) -> int:
-        """Rows no conversation holds: what a server can still take."""
-        with self._lock:
-            return sum(holder is None for holder in self._rows)
-
-    def conversations(self) -> list[RowConversation | None]:
-        """Each row's conversation (None: free), in row order."""
-        with self._lock:
-            return list(self._rows)
-
     def open(self, options: EngineOptions | None = None,
              events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
              ) -> RowConversation | None:
@@ -168,53 +162,47 @@ class LocalEngine(ThreadOwner):
         manifest = self.checkpoint.manifest
         if options.forced_ret_frames and (self.ret_id is None or manifest.generator != "forcing"):
             raise ValueError(f"{manifest.id} does not ask with <ret>: nothing to force")
-        if self._stop.is_set() or (self._thread is not None and not self._thread.is_alive()):
-            raise EngineStartError("the speech engine has stopped")
-        with self._lock:
-            row = next((r for r, holder in enumerate(self._rows) if holder is None), None)
-            if row is None:
-                return None
-            conversation = RowConversation(self, row, options, events, owns_engine)
-            self._rows[row] = conversation
-        return conversation
+        return self._hold(lambda row: RowConversation(self, row, options, events, owns_engine))
 
     def request_join(self, conversation: RowConversation) -> None:
-        self._joining.put(conversation)
-        self.wake()
+        if self._planner is not None:  # its start planned first, off this thread
+            self._planner.submit(conversation, super().request_join)
+        else:
+            super().request_join(conversation)
 
-    def request_leave(self, conversation: RowConversation) -> None:
-        if not conversation.started:  # never started: nothing on the engine thread holds it
-            self._free(conversation, "stopped")
-        self.wake()
-
-    def wake(self) -> None:
-        """A frame came, or a conversation wants to join or leave: look now."""
-        self._wake_up.set()
+    def graph_count(self) -> GraphCount:
+        """The CUDA graphs (and their pools) the engine holds: after the warm-up, all it
+        will hold, whatever its number of rows."""
+        return self.runtime.graph_count()
 
     # ---- the engine thread --------------------------------------------------------------
 
-    def _run(self) -> None:
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
         try:
-            self.prepare_placeholders()  # Mimi encodes them before it streams
             with self.runtime.streaming(self.row_count, self.max_chunk), \
                     self.codec.streaming(self.row_count):
                 self._warm_up()
-                self.ready.set()
-                while not self._stop.is_set():
-                    self._tick()
-        except Exception as exc:  # the thread must never die silently
-            log.exception("the speech engine failed")
-            for conversation in self._held_rows():
-                conversation.emit(EngineError(f"{type(exc).__name__}: {exc}", fatal=True))
-                self._free(conversation, "error")
+                yield
         finally:
-            self._stop.set()
-            for conversation in self._held_rows():
-                self._free(conversation, "stopped")
+            if self._planner is not None:
+                self._planner.close()
 
-    def _held_rows(self) -> list[RowConversation]:
-        with self._lock:
-            return [holder for holder in self._rows if holder is not None]
+    def _error_event(self, message: str) -> EngineError:
+        return EngineError(message, fatal=True)
+
+    def _farewell(self, conversation: RowConversation, reason: str) -> None:
+        conversation.emit(EngineStopped(conversation.frame_index, reason))
+
+    def _forget(self, conversation: RowConversation) -> None:
+        self._starting = deque(s for s in self._starting if s.conversation is not conversation)
+
+    def _leaving(self) -> list[RowConversation]:
+        return [c for c in [*self._live, *(s.conversation for s in self._starting)]
+                if c.leaving]
+
+    def _more_to_do(self) -> bool:
+        return bool(self._starting)
 
     def prepare_placeholders(self) -> None:
         """The codes a span block and a forced start carry where nobody speaks."""
@@ -227,9 +215,9 @@ class LocalEngine(ThreadOwner):
                 placement.user_codes or start.user_tone_codes)
 
     def _warm_up(self) -> None:
-        """A few frames on every row (kernels, CUDA graphs), a read of every padded size
-        (a graph is captured on a size's second use), the frame budget measured with every
-        row talking, then every row reset."""
+        """A few frames on every row (kernels, CUDA graphs), a read of every padded size on
+        one row (a graph is captured on a size's second use, and serves every row), the
+        frame budget measured with every row talking, then every row reset."""
         seed = self.options.seed
         if seed is not None:
             self.runtime.seed(seed)
@@ -239,16 +227,15 @@ class LocalEngine(ThreadOwner):
         for _ in range(self.options.warmup_frames):
             self._silent_frame(rows)
         pad = self.runtime.text_padding_id
-        for row in rows if self.runtime.graphs_per_row else rows[:1]:
-            for size in warmup_sizes(self.max_chunk):
-                for _ in range(2):
-                    if self._stop.is_set():
-                        return
-                    if self.blocks:
-                        self.read_block(row, [pad] * size)
-                        self._silent_frame(rows)
-                    else:
-                        self.read_positions(row, [pad] * size)
+        for size in warmup_sizes(self.max_chunk):  # the reads' graphs serve every row
+            for _ in range(2):
+                if self._stop.is_set():
+                    return
+                if self.blocks:
+                    self.read_block(0, [pad] * size)
+                    self._silent_frame(rows)
+                else:
+                    self.read_positions(0, [pad] * size)
         if self.options.chunk_limit is None and not self._stop.is_set():
             self.budget = measure_chunk_budget(
                 run_frame=lambda: self._silent_frame(rows),
@@ -363,73 +350,92 @@ class LocalEngine(ThreadOwner):
             positions += int(before > 0)
         return positions
 
-    # ---- conversations joining and leaving ------------------------------------------------
+    # ---- conversations joining ----------------------------------------------------------
 
-    def _free(self, conversation: RowConversation, reason: str) -> None:
-        with self._lock:
-            if self._rows[conversation.row] is not conversation:
-                return  # already freed
-            self._rows[conversation.row] = None
-        if conversation in self._live:
-            self._live.remove(conversation)
-        self._gather.forget(conversation.row)
-        conversation.emit(EngineStopped(conversation.frame_index, reason))
-        conversation.ended()
-        if conversation.owns_host:  # nobody else will ever join this engine
-            self._stop.set()
-
-    def _fail(self, conversation: RowConversation, exc: Exception) -> None:
-        log.exception("the conversation on row %d failed", conversation.row)
-        conversation.emit(EngineError(f"{type(exc).__name__}: {exc}", fatal=True))
-        self._free(conversation, "error")
-
-    def _boundary(self) -> None:
-        """Between two frames: conversations that asked to leave leave; new ones join."""
-        for conversation in list(self._live):
-            if conversation.leaving:
-                self._free(conversation, "stopped")
-        while True:
-            try:
-                conversation = self._joining.get_nowait()
-            except queue.Empty:
-                break
-            if conversation.leaving:
-                self._free(conversation, "stopped")
-                continue
-            try:
-                self._admit(conversation)
-            except Exception as exc:  # its start failed (a missing voice): it alone ends
-                self._fail(conversation, exc)
-
-    def _plan(self, options: EngineOptions) -> StartPlan | None:
+    def _plan(self, options: EngineOptions, mimi: MimiModel) -> StartPlan | None:
+        """The conversation's start (its voice encoded with `mimi`, not streaming)."""
         ck = self.checkpoint
-        if ck.manifest.conversation_start.kind != "persona_prompt":
+        if not self.persona_start:
             return None
         assert self.placeholders is not None
-        return plan_start(ck.manifest, ck.folder, ck.mimi, ck.tokenizer, self.placeholders,
+        return plan_start(ck.manifest, ck.folder, mimi, ck.tokenizer, self.placeholders,
                           self.runtime.text_padding_id, self.control_ids, voice=options.voice,
                           persona=options.role, user_name=options.user_name,
                           user_city=options.user_city)
 
+    def _plan_for(self, conversation: RowConversation, mimi: MimiModel) -> StartPlan | None:
+        return self._plan(conversation.options, mimi)  # the planner's thread
+
     def _admit(self, conversation: RowConversation) -> None:
-        """The conversation's row starts it: reset, Mimi stream, its start prefilled."""
-        with self.codec.unstreamed():  # a voice recording is encoded in one pass
-            plan = self._plan(conversation.options)
+        """The conversation's row starts: reset, Mimi stream, its start's bookkeeping; its
+        reads go in from the next tick on (`_advance_starts`)."""
+        planned = conversation.planned
+        if planned is None:  # one row: planned here, nobody else waits
+            with self.codec.unstreamed():  # a voice recording is encoded in one pass
+                planned = PlannedStart(self._plan(conversation.options, self.checkpoint.mimi))
+        if planned.error is not None:
+            raise planned.error
+        plan = planned.plan
         row = conversation.row
         conversation.fit_to_budget(self.budget)
         self.book.reset(row)
         self.runtime.reset_row(row)
         self.codec.join(row)
-        prompt_frames = 0
-        if plan is not None:
-            positions = self.feed_start(row, plan, conversation.options.batched_prefix)
-            conversation.ledger.add_frames(positions)
-            prompt_frames = len(plan.steps) + (plan.voice_frames if plan.saved_voice else 0)
+        if plan is None:
+            self._enter(conversation, 0)
+            return
+        prompt_frames = len(plan.steps) + (plan.voice_frames if plan.saved_voice else 0)
+        if not conversation.options.batched_prefix:  # stepwise (what a batched start equals)
+            conversation.ledger.add_frames(self.feed_start(row, plan, batched=False))
+            self._enter(conversation, prompt_frames)
+            return
+        embeddings = None
+        if plan.saved_voice is not None:
+            saved = plan.saved_voice
+            embeddings = saved.embeddings
+            self.book.after_saved_voice(row, saved.ring.numpy(), int(embeddings.shape[0]))
+        columns = self.book.forced_start(row, plan.steps)  # [17, N]
+        self._starting.append(StartReads(conversation, prompt_frames, embeddings, columns))
+
+    def _start_limit(self) -> int:
+        """The positions a start reads in one tick beside the others' frames: the chunk
+        that fits in the frame budget (measured at warm-up), or the fixed chunk limit."""
+        if self.budget is not None:
+            return max(1, min(self.max_chunk, self.budget.chunk_limit))
+        return max(1, min(self.max_chunk, self.options.chunk_limit or self.max_chunk))
+
+    def _advance_starts(self) -> None:
+        """One piece of the oldest joining conversation's start, beside the live ones'
+        frames; with nobody live, every start whole (the conversations that joined
+        together start in step). A start that is in makes its conversation live."""
+        alone = not self._live
+        while self._starting:
+            reads = self._starting[0]
+            try:
+                reads.read_next(self.runtime, self.max_chunk if alone else self._start_limit())
+            except Exception as exc:  # its start failed: it alone ends
+                self._starting.popleft()
+                self._fail(reads.conversation, exc)
+                continue
+            if not alone:
+                self.start_pieces += 1
+            if reads.finished:
+                self._starting.popleft()
+                reads.conversation.ledger.add_frames(reads.total)
+                self._enter(reads.conversation, reads.prompt_frames)
+            if not alone:
+                return
+
+    def _boundary(self) -> None:
+        super()._boundary()
+        if self._starting and not self._live:  # nobody to keep waiting
+            self._advance_starts()
+
+    def _enter(self, conversation: RowConversation, prompt_frames: int) -> None:
+        """Its start is in: its frames are stepped from the next tick on."""
         if self.options.seed is not None and self.row_count == 1:
             self.runtime.seed(self.options.seed)  # a conversation's tokens, reproducible
-        self._live.append(conversation)
-        self._gather.joined(row)
-        conversation.ready.set()
+        self._go_live(conversation)
         conversation.emit(EngineReady(
             model_id=self.checkpoint.manifest.id, device=self.runtime.device_label,
             dtype=self.dtype_label, chunk_limit=conversation.injector.chunk_limit,
@@ -440,19 +446,17 @@ class LocalEngine(ThreadOwner):
 
     # ---- one tick -----------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        self._boundary()
-        frames: list[_Frame] = []
-        for conversation, item in self._gather.next_tick(self._live, self._joining, self._stop):
-            if item is END_OF_INPUT:
-                self._free(conversation, "end of input")
-            else:
-                assert isinstance(item, np.ndarray)
-                frames.append(_Frame(conversation, item))
+    def _step(self, items: Sequence[tuple[RowConversation, object]]) -> None:
+        """The tick's frames (span work, Mimi, ONE step, delivered), then a piece of a
+        joining conversation's start: after them, so it delays nobody's frame out."""
+        frames = [_Frame(conversation, pcm) for conversation, pcm in items
+                  if isinstance(pcm, np.ndarray)]
         if frames:
-            self._step(frames)
+            self._frames(frames)
+        if self._starting:
+            self._advance_starts()
 
-    def _step(self, frames: list[_Frame]) -> None:
+    def _frames(self, frames: list[_Frame]) -> None:
         start = time.perf_counter()
         for frame in frames:  # each conversation's span work, on its row alone
             conversation = frame.conversation

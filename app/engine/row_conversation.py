@@ -25,6 +25,7 @@ import numpy as np
 from app.engine.context_ledger import ContextLedger
 from app.engine.events import EngineEvent, SpanChunkInjected
 from app.engine.frame_budget import AdaptiveChunkLimit, ChunkBudget
+from app.engine.joining import PlannedStart
 from app.engine.span_injector import SpanInjector
 from app.engine.speech_engine import (
     ConversationStats,
@@ -112,6 +113,9 @@ class RowConversation(FrameRow[Any]):
                                      self._cap, blocks=engine.blocks)
         self.adaptive: AdaptiveChunkLimit | None = None  # None: a fixed chunk limit
         self.counters = _Figures()
+        # Its start, planned off the engine's thread before it joins (a many-row engine's
+        # StartPlanner, joining.py); None: planned when it joins.
+        self.planned: PlannedStart | None = None
 
     @property
     def checkpoint(self) -> LoadedCheckpoint:

@@ -2,7 +2,7 @@
 
 The session, the pipeline, the orchestrator's assembly, the server and the evaluations
 drive a conversation through `SpeechEngine` and nothing else: the local engine (one row of
-app/engine/frame_loop.py's engine: the desktop's one-row engine, or a server's N-row one)
+app/engine/local_engine.py's engine: the desktop's one-row engine, or a server's N-row one)
 and the engine on a server (app/remote/remote_engine.py) both are one. This module imports
 no framework, so a client install without torch reads it.
 """
@@ -36,6 +36,9 @@ class EngineOptions:
     user_name: str | None = None  # persona checkpoints trained on the user's name and city
     user_city: str | None = None
     warmup_frames: int = 4
+    # A tick that takes longer than this is the engine's failure (a hung step: the
+    # watchdog ends every conversation with the reason). None: 3 s on a GPU, 15 s elsewhere.
+    stall_s: float | None = None
     batched_prefix: bool = True  # the start's forced frames in one forward (False: stepwise)
     # Frames at which the model's text is forced to its <ret> id (the forcing generator's
     # text forcing; the reference has the same switch, off by default): lets a model with

@@ -1,0 +1,155 @@
+"""The engine's own failure says why, at once, to every waiter (issue 33).
+
+A fault is put into the real engine's step (the tiny model's torch runtime, everything else
+as users run it): a warm-up that runs out of memory, a step that raises on the 5th frame of
+a conversation, and a step that hangs. Each time every waiter ends within seconds with the
+reason (the exception's type and message): `wait_ready`, `open`, and the conversations
+already on the engine (an EngineError naming it, then EngineStopped "error"). Nobody waits
+for a `ready` that will never come.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from app.engine import events as ev
+from app.engine.local_engine import LocalEngine, open_conversation
+from app.engine.speech_engine import EngineOptions
+from app.frames import FRAME_SAMPLES
+from app.row_host import HostFailedError
+
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
+WAIT_S = 60.0  # generous: the shared machine may be slow; the failures come in seconds
+
+
+class StepFault:
+    """The runtime's step, failing from its `at`-th call of a conversation on (the warm-up's
+    steps are not counted unless `warm_up`): raising `error`, or hanging until `release`."""
+
+    def __init__(self, engine: LocalEngine, at: int, error: BaseException | None,
+                 warm_up: bool = False) -> None:
+        self.engine = engine
+        self.at = at
+        self.error = error
+        self.warm_up = warm_up
+        self.calls = 0
+        self.release = threading.Event()
+        self.hanging = threading.Event()
+        self._step = engine.runtime.step
+        engine.runtime.step = self  # type: ignore[method-assign]
+
+    def __call__(self, rows, columns):
+        if self.warm_up or self.engine.ready.is_set():
+            self.calls += 1
+            if self.calls >= self.at:
+                if self.error is not None:
+                    raise self.error
+                self.hanging.set()
+                self.release.wait(WAIT_S)
+        return self._step(rows, columns)
+
+
+def _events_until(events: queue.SimpleQueue, kind: type, timeout: float = WAIT_S) -> list:
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            event = events.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        seen.append(event)
+        if isinstance(event, kind):
+            return seen
+    raise AssertionError(f"no {kind.__name__} within {timeout} s: {seen[-5:]}")
+
+
+def _talk(conversation, frames: int) -> None:
+    for _ in range(frames):
+        conversation.push_frame(np.zeros(FRAME_SAMPLES, np.float32), timeout=10)
+
+
+def test_a_warm_up_out_of_memory_ends_every_waiter_with_the_reason(tiny_checkpoint):
+    engine = LocalEngine(tiny_checkpoint, 2, EngineOptions(chunk_limit=8))
+    StepFault(engine, 1, torch.OutOfMemoryError(OOM), warm_up=True)
+    waiting = engine.open()  # opened before the engine started: it waits for the warm-up
+    assert waiting is not None
+    waiting.start()  # asks to join: it waits for the warm-up
+    engine.start()
+    with pytest.raises(HostFailedError, match="out of memory. Tried to allocate 2.00 GiB"):
+        engine.wait_ready(WAIT_S)  # ends at once with the reason, not after WAIT_S
+    assert engine.failure == f"OutOfMemoryError: {OOM}"
+    seen = _events_until(waiting.events, ev.EngineStopped)
+    errors = [e for e in seen if isinstance(e, ev.EngineError)]
+    assert errors and errors[0].fatal and OOM in errors[0].message
+    assert seen[-1].reason == "error"
+    assert not [e for e in seen if isinstance(e, ev.EngineReady)]
+    with pytest.raises(HostFailedError, match="the speech engine failed: OutOfMemoryError"):
+        engine.open()
+    assert engine.join(WAIT_S)
+
+
+def test_a_step_that_raises_mid_conversation_tells_every_conversation_why(tiny_checkpoint):
+    engine = LocalEngine(tiny_checkpoint, 2, EngineOptions(chunk_limit=8))
+    fault = StepFault(engine, 5, RuntimeError("CUDA error: an illegal memory access"))
+    first, second = engine.open(), engine.open()
+    assert first is not None and second is not None
+    engine.start()
+    engine.wait_ready(WAIT_S)
+    first.start()
+    second.start()
+    _talk(first, 8)
+    _talk(second, 8)
+    for conversation in (first, second):
+        seen = _events_until(conversation.events, ev.EngineStopped)
+        errors = [e for e in seen if isinstance(e, ev.EngineError)]
+        assert errors and "illegal memory access" in errors[0].message, seen[-3:]
+        assert seen[-1].reason == "error"
+        frames = [e for e in seen if isinstance(e, ev.AudioOut)]
+        assert len(frames) == 4  # the 5th step was the fault: four frames came back
+    assert fault.calls == 5
+    assert engine.join(WAIT_S) and engine.finished.is_set()
+    assert engine.failure == "RuntimeError: CUDA error: an illegal memory access"
+    with pytest.raises(HostFailedError, match="illegal memory access"):
+        engine.wait_ready(0.0)  # a late waiter learns it at once too
+
+
+def test_a_step_that_hangs_is_found_by_the_watchdog(tiny_checkpoint):
+    engine = LocalEngine(tiny_checkpoint, 1, EngineOptions(chunk_limit=8, stall_s=1.0))
+    fault = StepFault(engine, 3, None)
+    conversation = engine.open()
+    assert conversation is not None
+    engine.start()
+    engine.wait_ready(WAIT_S)
+    conversation.start()
+    _talk(conversation, 6)
+    try:
+        assert fault.hanging.wait(WAIT_S)
+        seen = _events_until(conversation.events, ev.EngineStopped)
+        errors = [e for e in seen if isinstance(e, ev.EngineError)]
+        assert errors and "StallError: a step made no progress" in errors[0].message
+        assert seen[-1].reason == "error"
+        assert engine.failure is not None and engine.failure.startswith("StallError")
+        assert engine.running  # its thread is still stuck in the step: only a new process
+        with pytest.raises(HostFailedError, match="StallError"):
+            engine.open()
+    finally:
+        fault.release.set()
+    assert engine.join(WAIT_S)
+
+
+def test_a_desktop_conversation_hears_the_reason_of_its_engine_s_failure(tiny_checkpoint):
+    """The desktop's and `run`'s one-row engine of its own: the same, through its face."""
+    conversation = open_conversation(tiny_checkpoint, EngineOptions(chunk_limit=8))
+    StepFault(conversation.engine, 3, torch.OutOfMemoryError(OOM))
+    conversation.start()
+    _talk(conversation, 5)
+    seen = _events_until(conversation.events, ev.EngineStopped)
+    errors = [e for e in seen if isinstance(e, ev.EngineError)]
+    assert errors and errors[0].fatal and OOM in errors[0].message
+    assert conversation.join(WAIT_S)
