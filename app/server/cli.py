@@ -174,6 +174,9 @@ def run_serve(args: argparse.Namespace) -> int:
         asyncio.run(server.serve_until_signalled(announce))
     finally:
         host.close()  # the batched engine's thread, when --slots > 1
+    if host.fatal is not None:  # a supervisor (systemd, Docker) starts a fresh process
+        print(f"serve stopped: {host.fatal}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -13,12 +13,18 @@ conversation is assembled.
 The STT (`--asr`) is one recogniser for every slot (app/asr/recogniser.py): ONE model with
 a row per slot, one batched step a frame; a conversation's recognition takes a row with its
 engine row, and gives it back with it.
+
+Each is kept by a `Supervisor` (supervisor.py): when one fails mid-run its conversations are
+told why, a new one on the same weights is warmed up and serves, and in between `state`
+says "restarting" with the reason (a client who knocks is told so); when none can serve
+again, `on_fatal` is called and `serve` exits non-zero for its own supervisor to restart it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -32,6 +38,8 @@ from app.engine.conversation_start import list_voices
 from app.engine.local_engine import LocalEngine
 from app.engine.row_conversation import RowConversation
 from app.engine.speech_engine import ConversationStats, EngineOptions
+from app.row_host import HostFailedError
+from app.server.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from app.asr.stt_catalog import LoadedStt
@@ -75,13 +83,73 @@ class EngineHost:
         self.slots = slots
         self._leases: set[Lease] = set()
         self.stuck: str | None = None  # an engine that would not stop keeps the slot
-        self.recogniser: Recogniser | None = None
+        self._on_fatal: Callable[[str], None] | None = None
+        self.fatal: str | None = None  # why nothing will serve again: `serve` exits non-zero
+        self._recognition: Supervisor[Recogniser] | None = None
         if stt is not None:
-            self.recogniser = Recogniser(stt, slots)
-            self.recogniser.start()
+            self._recognition = Supervisor(lambda: Recogniser(stt, slots), WARM_UP_TIMEOUT_S,
+                                           self._fatal)
         self._newest: dict[int, RowConversation] = {}  # each row's newest conversation
-        self.engine = LocalEngine(checkpoint, slots, self.engine_options)
-        self.engine.start()
+        self._engine = Supervisor(lambda: LocalEngine(checkpoint, slots, self.engine_options),
+                                  WARM_UP_TIMEOUT_S, self._fatal)
+
+    @property
+    def engine(self) -> LocalEngine:
+        """The engine serving now (a new one after a failure)."""
+        return self._engine.current
+
+    @property
+    def recogniser(self) -> Recogniser | None:
+        return None if self._recognition is None else self._recognition.current
+
+    def _parts(self) -> list[Supervisor[LocalEngine] | Supervisor[Recogniser]]:
+        return [self._engine] + ([self._recognition] if self._recognition is not None else [])
+
+    @property
+    def state(self) -> str:
+        """ready, starting, restarting or failed (the worst of the engine's and the
+        recogniser's), or error when a conversation would not stop."""
+        states = [part.state for part in self._parts()]
+        for worst in ("failed", "restarting", "starting"):
+            if worst in states:
+                return worst
+        return "error" if self.stuck else "ready"
+
+    @property
+    def serving(self) -> bool:
+        """Conversations can start (a stuck one keeps its slot; the others serve)."""
+        return self.state in ("ready", "error")
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why a new conversation cannot start now (None: it can, when a slot is free)."""
+        for part in self._parts():
+            if part.reason is not None:
+                return part.reason
+        if self.state == "starting":
+            return "the speech engine is still warming up"
+        return None
+
+    @property
+    def failures(self) -> int:
+        """Engine and recogniser failures while serving, since the server started."""
+        return sum(part.failures for part in self._parts())
+
+    @property
+    def restarts(self) -> int:
+        return sum(part.restarts for part in self._parts())
+
+    def on_fatal(self, callback: Callable[[str], None]) -> None:
+        """`callback(reason)` when nothing will serve again (called at once if so already)."""
+        self._on_fatal = callback
+        if self.fatal is not None:
+            callback(self.fatal)
+
+    def _fatal(self, reason: str) -> None:
+        if self.fatal is None:
+            self.fatal = reason
+        if self._on_fatal is not None:
+            self._on_fatal(reason)
 
     @classmethod
     def load(cls, config: ConversationConfig, engine_options: EngineOptions | None = None,
@@ -103,22 +171,20 @@ class EngineHost:
         return host
 
     def wait_warm(self, timeout: float = WARM_UP_TIMEOUT_S) -> None:
-        """Blocks until the engine (and the recogniser) is ready; RuntimeError if it failed
-        or took longer."""
-        engine = self.engine
-        warm = engine.ready.is_set() and engine.running
-        if not warm and (not engine.ready.wait(timeout) or not engine.running):
-            raise RuntimeError("the speech engine did not warm up"
-                               + ("" if engine.running else ": it stopped (see the log)"))
-        recogniser = self.recogniser
-        if recogniser is not None and not (recogniser.ready.wait(timeout)
-                                           and recogniser.running):
-            raise RuntimeError("the speech recognition did not start (see the log)")
+        """Blocks until the engine (and the recogniser) is ready; RuntimeError at once if
+        one failed, with the reason (or once `timeout` passed)."""
+        for part in self._parts():
+            if part.reason is not None:
+                raise RuntimeError(part.reason)
+            try:
+                part.current.wait_ready(timeout)
+            except HostFailedError as exc:
+                raise RuntimeError(part.reason or str(exc)) from exc
 
     def close(self, timeout: float = 10.0) -> bool:
         """Stop the engine and the recogniser; True once their threads ended."""
-        stopped = self.recogniser.stop(timeout) if self.recogniser is not None else True
-        return self.engine.stop(timeout) and stopped
+        stopped = [part.close(timeout) for part in reversed(self._parts())]
+        return all(stopped)
 
     @property
     def busy(self) -> bool:
@@ -127,12 +193,16 @@ class EngineHost:
 
     @property
     def free_slots(self) -> int:
-        """Slots a new client can take: neither leased nor held by a conversation."""
+        """Slots a new client can take: neither leased nor held by a conversation (none
+        while the engine is not ready)."""
+        if not self.serving:
+            return 0
         return max(0, min(self.slots - len(self._leases), self.engine.free_rows))
 
     def try_lease(self) -> Lease | None:
-        """A slot, or None while every one holds a conversation (event loop thread only)."""
-        if self.busy or not self.engine.ready.is_set():
+        """A slot, or None while every one holds a conversation or the engine cannot take
+        one (`unavailable` says why; event loop thread only)."""
+        if self.busy or not self.serving:
             return None
         lease = Lease(self)
         self._leases.add(lease)

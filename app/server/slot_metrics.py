@@ -1,5 +1,6 @@
-"""`/metrics` per slot of a `serve --slots N` server: each row of the batched engine, with
-the figures of the conversation that holds it (or held it last).
+"""`/metrics` of the engine: whether it serves (and its failures and restarts), and per slot
+of a `serve --slots N` server each row of the batched engine, with the figures of the
+conversation that holds it (or held it last).
 
 Read from the engine's counters at scrape time (app/engine/row_conversation.py): frames,
 frames whose batched tick took longer than the 80 ms frame, the frame time's p50 and p99
@@ -59,5 +60,22 @@ def render_slots(slots: int, free: int, rows: Sequence[tuple[int, ConversationSt
 
 
 def render_host_slots(host: EngineHost) -> str:
-    """The slots of `host` ('' with one slot)."""
-    return render_slots(host.slots, host.free_slots, host.slot_stats(), host.active_rows())
+    """The engine's state, then the slots of `host` (none with one slot)."""
+    return render_engine_state(host) + render_slots(host.slots, host.free_slots,
+                                                    host.slot_stats(), host.active_rows())
+
+
+def render_engine_state(host: EngineHost) -> str:
+    """Whether the engine serves, and how often it failed and was replaced."""
+    lines = [f"# HELP {PREFIX}_engine_up 1 while the engine can take conversations (0 while "
+             "it starts, restarts after a failure, or has failed).",
+             f"# TYPE {PREFIX}_engine_up gauge", f"{PREFIX}_engine_up {int(host.serving)}",
+             f"# HELP {PREFIX}_engine_failures_total Engine or recogniser failures while "
+             "serving.",
+             f"# TYPE {PREFIX}_engine_failures_total counter",
+             f"{PREFIX}_engine_failures_total {host.failures}",
+             f"# HELP {PREFIX}_engine_restarts_total New engines or recognisers that replaced "
+             "a failed one.",
+             f"# TYPE {PREFIX}_engine_restarts_total counter",
+             f"{PREFIX}_engine_restarts_total {host.restarts}"]
+    return "\n".join(lines) + "\n"

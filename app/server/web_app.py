@@ -43,6 +43,7 @@ from app.wire import events as wire
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
+RESTART_RETRY_AFTER_S = 15  # a new engine warms up
 BUSY_MESSAGE = "the engine holds another conversation: try again when it ends"
 
 
@@ -99,17 +100,30 @@ def authorize(request: web.Request, config: ServerConfig, metrics: ServerMetrics
 
 
 def health(host: EngineHost, metrics: ServerMetrics) -> dict[str, Any]:
+    """The server's state as it is: `status` ready, starting, restarting (after an engine
+    failure, with the reason in `message`), failed (it exits) or error (a conversation
+    would not stop); `free_slots` is 0 whenever no conversation can start."""
     import torch  # loaded with the model already
 
-    body = {"status": "error" if host.stuck else "ready", "model": host.model_id,
+    body = {"status": host.state, "model": host.model_id,
             "device": host.device, "busy": host.busy, "sample_rate": SAMPLE_RATE,
             "frame_size": FRAME_SAMPLES, "sessions_total": sum(metrics.sessions.values()),
             "frames_total": metrics.frames, "late_frames_total": metrics.late_frames,
             "slots": host.slots, "free_slots": host.free_slots,
+            "engine_failures_total": host.failures, "engine_restarts_total": host.restarts,
             "torch_threads": torch.get_num_threads()}
-    if host.stuck:
-        body["message"] = host.stuck
+    message = host.unavailable or host.stuck
+    if message:
+        body["message"] = message
     return body
+
+
+def unavailable_answer(host: EngineHost) -> tuple[str, int]:
+    """What a client who knocks when no slot can be taken is told, and when to retry."""
+    reason = host.unavailable
+    if reason is None:
+        return BUSY_MESSAGE, RETRY_AFTER_S
+    return f"{reason}: try again shortly", RESTART_RETRY_AFTER_S
 
 
 class EngineServer:
@@ -153,13 +167,19 @@ class EngineServer:
             self._runner = None
 
     async def serve_until_signalled(self, on_ready: Callable[[str], None]) -> None:
-        """Serve until SIGINT or SIGTERM, then close every connection with a goodbye."""
+        """Serve until SIGINT or SIGTERM, or until the engine cannot serve again (the
+        host's `fatal` says why), then close every connection with a goodbye."""
         on_ready(await self.start())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):  # Windows: Ctrl+C raises instead
                 loop.add_signal_handler(signum, stop.set)
+
+        def fatal(_reason: str) -> None:  # the supervisor's thread
+            loop.call_soon_threadsafe(stop.set)
+
+        self.host.on_fatal(fatal)
         try:
             await stop.wait()
         finally:
@@ -178,9 +198,10 @@ class EngineServer:
         lease = self.host.try_lease()
         if lease is None:
             self.metrics.busy += 1
+            message, retry_after = unavailable_answer(self.host)
             raise web.HTTPServiceUnavailable(
-                text=json.dumps({"type": "busy", "message": BUSY_MESSAGE}),
-                content_type="application/json", headers={"Retry-After": str(RETRY_AFTER_S)})
+                text=json.dumps({"type": "busy", "message": message}),
+                content_type="application/json", headers={"Retry-After": str(retry_after)})
         events = request.query.get(EVENTS_QUERY[0]) == EVENTS_QUERY[1]
         return await self._serve(request, MoshiCodec(events), lease)
 
@@ -191,7 +212,8 @@ class EngineServer:
             self.metrics.busy += 1
             ws = self._websocket()
             await ws.prepare(request)
-            await ws.send_str(wire.encode_event(wire.Busy(BUSY_MESSAGE, RETRY_AFTER_S)))
+            message, retry_after = unavailable_answer(self.host)
+            await ws.send_str(wire.encode_event(wire.Busy(message, retry_after)))
             await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"busy")
             return ws
         return await self._serve(request, ReferenceCodec(), lease)
