@@ -247,6 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--threads", type=int, default=1,
                         help="torch threads per process (default 1: a shared CPU)")
     server.add_argument("--json", action="store_true", help="print one JSON object")
+    from app.bench.joins_bench import add_arguments as add_joins_arguments
+
+    add_joins_arguments(bench_kinds.add_parser(
+        "joins", help="serve --slots N: a long conversation's gaps while others join, clone "
+                      "a voice, reset and leave; each joiner's time to ready"))
     bench.set_defaults(bench_kinds=tuple(bench_kinds.choices))
     return parser
 
@@ -412,6 +417,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                   threads=args.threads)
         print(json.dumps(result) if args.json else format_server_bench(result))
         return 0
+    if args.bench == "joins":
+        from app.bench.joins_bench import run as run_joins
+
+        return run_joins(args)
     if args.bench == "gpu":
         from app.bench.gpu_bench import describe, run_gpu_bench
 

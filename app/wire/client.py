@@ -266,6 +266,16 @@ class EngineClient:
         """A new conversation on this connection: a new `ready` follows."""
         await self._send_json(wire.ResetRequest())
 
+    async def send_clone(self, pcm: np.ndarray) -> None:
+        """The user's own voice (float32 mono at 24 kHz, 2 to 30 s) for the conversation's
+        voice prompt (a PersonaPlex-family model): it restarts in that voice, a new `ready`
+        follows (app/server/voice_clone.py)."""
+        text = '{"type": "clone"}'
+        await self._ws.send_str(text)
+        data = np.asarray(pcm, dtype="<f4").tobytes()
+        await self._ws.send_bytes(data)
+        self.bytes_sent += len(text) + len(data)
+
     # ---- receiving ----------------------------------------------------------------------
 
     async def receive(self, timeout: float | None = None) -> ClientEvent:
