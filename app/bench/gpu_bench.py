@@ -16,7 +16,9 @@ for span blocks of several sizes) and checks on the GPU, in bf16:
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -502,15 +504,18 @@ def run_gpu_bench(
     seed: int = 0,
     slots: tuple[int, ...] = (),
     slot_frames: int = 40,
+    stop_at_first_miss: bool = False,
 ) -> dict[str, Any]:
     """`slots`: slot counts of an engine to run with every row talking (slots_bench.py),
-    after the blocks; a model not read with span blocks (tiny) runs the slots alone."""
+    after the blocks; a model not read with span blocks (tiny) runs the slots alone.
+    `stop_at_first_miss`: no count after the first that fails or misses the frame."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
     blocks = tuple(dict.fromkeys(int(n) for n in blocks))  # in order, once each
     _check_request(blocks, repeats)
     if slots and model is not None and get_manifest(model).span_placement.kind != "block":
-        return _slots_alone(model, torch_device, dtype, slots, slot_frames, seed, began)
+        return _slots_alone(model, torch_device, dtype, slots, slot_frames, seed, began,
+                            stop_at_first_miss)
     if model is None and torch_device.type != "cuda":
         raise GpuBenchError("the random 7B is built on a CUDA GPU only (about 16 GB); on "
                             "a CPU use --model tiny-cs --allow-cpu")
@@ -524,18 +529,23 @@ def run_gpu_bench(
         result = _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
         if slots:
             result["slots"] = _slots(model, torch_device, torch_dtype, dtype, slots,
-                                     slot_frames, seed)
+                                     slot_frames, seed, stop_at_first_miss)
             result["wall_s"] = round(time.perf_counter() - began, 3)
         return result
 
 
+def emit_figure(kind: str, record: dict[str, Any]) -> None:
+    """One figure as a JSON line on stderr the moment it is measured: a run a time limit
+    cuts short keeps every figure it had (the device scripts keep stderr)."""
+    print(json.dumps({"figure": kind, **record}), file=sys.stderr, flush=True)
+
+
 def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
-           counts: tuple[int, ...], frames: int, seed: int) -> dict[str, Any]:
+           counts: tuple[int, ...], frames: int, seed: int, stop_at_first_miss: bool = False
+           ) -> dict[str, Any]:
     """The slot counts on an engine of the same model, built again (the blocks' rig
     is gone: its memory is not counted against the slots)."""
     import gc
-    import json
-    import sys
 
     from app.bench.slots_bench import random_checkpoint, run_slots_bench, stand_in_tokenizer
 
@@ -550,19 +560,20 @@ def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dt
         manifest = get_manifest(model)
         checkpoint = load_checkpoint(manifest, ensure_built(manifest), device,
                                      runtime_dtype(dtype, device))
-    def progress(row: dict[str, Any]) -> None:  # each count on stderr as it is done
-        print(f"slots {json.dumps(row)}", file=sys.stderr, flush=True)
-
-    return run_slots_bench(checkpoint, counts, frames, seed=seed, progress=progress)
+    return run_slots_bench(checkpoint, counts, frames, seed=seed,
+                           progress=lambda row: emit_figure("slots", row),
+                           stop_at_first_miss=stop_at_first_miss)
 
 
 def _slots_alone(model: str, device: torch.device, dtype: str, counts: tuple[int, ...],
-                 frames: int, seed: int, began: float) -> dict[str, Any]:
+                 frames: int, seed: int, began: float, stop_at_first_miss: bool = False
+                 ) -> dict[str, Any]:
     """A model not read with span blocks: its slots, and no block figures."""
     torch_dtype = runtime_dtype(dtype, device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        slots = _slots(model, device, torch_dtype, dtype, counts, frames, seed)
+        slots = _slots(model, device, torch_dtype, dtype, counts, frames, seed,
+                       stop_at_first_miss)
     return {"bench": "gpu", "model": model, **_environment(device, torch_dtype),
             "seed": seed, "budget_ms": FRAME_MS, "blocks": None,
             "note": f"{model} is not read with span blocks: the block figures need tiny-cs "
@@ -629,9 +640,14 @@ def _measure(rig: _Rig, blocks: tuple[int, ...], repeats: int) -> dict[str, Any]
     """Every number of the report, on a streaming rig whose rings fit the largest block."""
     _warm_up(rig, blocks)
     step_ms, frame_ms = _time_steps(rig, max(20, 4 * repeats))
-    rows = [_time_block(rig, n, repeats) for n in blocks]
+    emit_figure("step", {"step_ms": round(step_ms, 3), "frame_ms": round(frame_ms, 3)})
+    rows = []
+    for n in blocks:
+        rows.append(_time_block(rig, n, repeats))
+        emit_figure("block", rows[-1])
     for row in rows:
         row["exact"] = _exactness(rig, row["n"])
+        emit_figure("exactness", {"n": row["n"], **row["exact"]})
     graph_replay = _graph_replay(rig, max(blocks))
     return {
         "cuda_graphs": _graphs_used(rig),

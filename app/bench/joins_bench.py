@@ -152,10 +152,10 @@ async def _join(url: str, index: int, frames: int, clone_s: float | None, reset:
     from app.wire.client import EngineClient, ServerBusy
 
     started = time.monotonic()
-    while True:
+    client: EngineClient | None = None
+    while client is None:
         try:
             client = await EngineClient.connect(url, TOKEN, timeout=CONNECT_S)
-            break
         except ServerBusy:  # every slot held: wait for one (not counted as a join's cost)
             await asyncio.sleep(0.1)
             started = time.monotonic()

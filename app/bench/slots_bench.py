@@ -6,9 +6,13 @@ frame f out), with one span landing every `span_every` frames in the next slot i
 Reported per N: the frame time (from handing frame f to all N slots to the last of their
 N frames out: what every conversation waited) p50/p99/max, the engine's own tick time per
 slot (FrameStats), the frames that carried a span and their time, late frames, device
-memory per slot, and whether N holds the frame (p99 < 80 ms). Lock-step frames come as fast
-as the engine takes them, so a count that holds is real time with room to spare, and one
-that does not says by how much it falls behind.
+memory per slot split into its KV ring, its codec state and the rest, the CUDA graphs the
+engine holds, whether N holds the frame (p99 < 80 ms), and beside it stock moshi's
+`LMGen.step` at batch N on the same weights (stock_anchor.py) with our frame's ratio to it.
+Lock-step frames come as fast as the engine takes them, so a count that holds is real time
+with room to spare, and one that does not says by how much it falls behind. A count whose
+engine fails (out of memory) is an error row with the reason, at once, and the next count
+runs; each row is handed to `progress` the moment it is measured.
 
 The random 7B (bench gpu's default) has no tokenizer on the lent machine: a stand-in
 SentencePiece model (trained here, a few hundred pieces) spells the spans, and text ids
@@ -34,6 +38,8 @@ import sentencepiece
 import torch
 from moshi.models import LMModel, MimiModel
 
+from app.bench.stock_anchor import INCLUDES as STOCK_INCLUDES
+from app.bench.stock_anchor import stock_step_ms
 from app.checkpoints.catalog import ConversationStart, get_manifest
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.device import synchronize
@@ -42,6 +48,8 @@ from app.engine.local_engine import LocalEngine
 from app.engine.row_conversation import RowConversation
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
+from app.moshi_internals import kv_rings, streaming_state_bytes
+from app.row_host import HostFailedError
 
 READY_TIMEOUT_S = 600.0
 FRAME_TIMEOUT_S = 120.0
@@ -58,6 +66,17 @@ INCLUDES = {
     "memory_per_slot_gb": "CUDA only: memory allocated once the N conversations have joined "
                           "minus before the engine was made, over N (KV rings, the batch's "
                           "state, graph pools); null on a CPU",
+    "kv_per_slot_gb": "one row's share of the temporal transformer's KV rings (counted from "
+                      "the tensors, widened for the longest read)",
+    "codec_per_slot_gb": "one row's share of Mimi's streaming state (counted)",
+    "rest_per_slot_gb": "CUDA only: memory_per_slot_gb minus the KV and codec shares (the "
+                        "batch's activations, the graphs' pools and the shared read copy, "
+                        "spread over N)",
+    "graphs": "the CUDA graphs the engine holds (captured on CUDA, counted elsewhere): the "
+              "step's and one per padded read size, the same at any N",
+    "stock_step_ms": STOCK_INCLUDES,
+    "frame_over_stock": "frame_ms_p50 / stock_step_ms p50: what our frame (Mimi, bookkeeping, "
+                        "spans, hand-offs) costs over the plain batched step",
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
     "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
                     "landed (a span of positions goes in chunks of what fits a frame now)",
@@ -171,6 +190,19 @@ def drain_bound(spans_sent: int, count: int, positions: int) -> int:
     return -(-spans_sent // count) * positions
 
 
+def _gb(n_bytes: float) -> float:
+    return round(n_bytes / 2**30, 4)
+
+
+def _wait_joined(engine: LocalEngine, slot: RowConversation) -> None:
+    """The slot's start is in; HostFailedError at once (with why) if the engine failed."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not slot.ready.wait(0.2):
+        engine.check_running()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"slot {slot.row} did not join in {READY_TIMEOUT_S:g} s")
+
+
 def _memory(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
@@ -195,18 +227,21 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
     engine.start()
     slots: list[RowConversation] = []
     try:
-        if not engine.ready.wait(READY_TIMEOUT_S) or not engine.running:
-            raise RuntimeError("the engine did not warm up")
+        engine.wait_ready(READY_TIMEOUT_S)  # a failure ends this at once, with its reason
+        warm_s = time.perf_counter() - started
         for _ in range(count):
             slot = engine.open(options)
             assert slot is not None, "a fresh engine has a slot for each conversation"
             slot.start()
             slots.append(slot)
         for slot in slots:
-            if not slot.ready.wait(READY_TIMEOUT_S):
-                raise RuntimeError(f"slot {slot.row} did not join")
+            _wait_joined(engine, slot)
         joined_s = time.perf_counter() - started
         after = _memory(device)
+        kv_row = sum(ring.cache.numel() * ring.cache.element_size()
+                     for ring in kv_rings(checkpoint.lm)) / count
+        codec_row = streaming_state_bytes(checkpoint.mimi) / count
+        graphs = engine.graph_count()
         logs = [_SlotLog(slot) for slot in slots]
         walls: list[float] = []
         span_walls: list[float] = []
@@ -265,9 +300,16 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
             "block_plus_tick_ms_max": round(max(ms for log in logs
                                                 for ms in log.block_total_ms), 3)
             if any(log.block_total_ms for log in logs) else None,
-            "memory_per_slot_gb": round((after - before) / count / 2**30, 3)
+            "memory_per_slot_gb": _gb((after - before) / count)
             if after is not None and before is not None else None,
+            "kv_per_slot_gb": _gb(kv_row),
+            "codec_per_slot_gb": _gb(codec_row),
+            "rest_per_slot_gb": _gb((after - before) / count - kv_row - codec_row)
+            if after is not None and before is not None else None,
+            "graphs": {"step": graphs.step, "reads": graphs.reads,
+                       "read_copy_gb": _gb(graphs.scratch_bytes)},
             "holds_frame": p99 is not None and p99 < FRAME_MS,
+            "warm_up_s": round(warm_s, 3),
             "join_s": round(joined_s, 3),
             "batched_steps": engine.ticks,
             # N conversations' frames per second of wall time, lock-step (as fast as taken)
@@ -280,13 +322,24 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
         engine.stop(30.0)
 
 
+def _stock(checkpoint: LoadedCheckpoint, count: int, seed: int) -> dict[str, Any]:
+    gc.collect()
+    try:
+        return stock_step_ms(checkpoint.lm, count, seed=seed)
+    except (RuntimeError, AssertionError) as exc:  # out of memory: said, not fatal
+        return {"batch": count, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def run_slots_bench(checkpoint: LoadedCheckpoint, counts: tuple[int, ...], frames: int = 40,
                     span_every: int = 12, span_tokens: int = 64, seed: int = 0,
-                    progress: Callable[[dict[str, Any]], None] | None = None
+                    progress: Callable[[dict[str, Any]], None] | None = None,
+                    stock: bool = True, stop_at_first_miss: bool = False
                     ) -> dict[str, Any]:
-    """Every slot count in turn; a count that fails (out of memory) is said and the rest
-    still run. `progress`: called with each count's row as it is done (a run cut short by
-    a timeout keeps what it had)."""
+    """Every slot count in turn; a count that fails (out of memory) is said with its
+    reason and the rest still run (`stop_at_first_miss`: none after the first count that
+    fails or misses the frame). `progress`: called with each count's row the moment it is
+    measured, and with its stock anchor (a run cut short keeps what it had). `stock`:
+    beside each count that holds, stock moshi's LMGen.step at that batch."""
     if not counts or min(counts) < 1:
         raise ValueError("--slots takes counts of 1 or more, e.g. 1,8,16")
     if frames < 1 or span_every < 1:
@@ -295,12 +348,26 @@ def run_slots_bench(checkpoint: LoadedCheckpoint, counts: tuple[int, ...], frame
     rows: list[dict[str, Any]] = []
     for count in counts:
         try:
-            rows.append(run_slot_count(checkpoint, count, frames, span_every, text, seed=seed))
+            row = run_slot_count(checkpoint, count, frames, span_every, text, seed=seed)
         except (RuntimeError, TimeoutError) as exc:  # torch's OutOfMemoryError is one too
-            rows.append({"slots": count, "error": f"{type(exc).__name__}: {exc}"[:500],
-                         "holds_frame": False})
+            reason = str(exc) if isinstance(exc, HostFailedError) else \
+                f"{type(exc).__name__}: {exc}"
+            row = {"slots": count, "error": reason[:500], "holds_frame": False}
+        rows.append(row)
         if progress is not None:
-            progress(rows[-1])
+            progress(row)
+        if "error" in row or not row["holds_frame"]:
+            if stop_at_first_miss:
+                break
+            continue
+        if stock:
+            row["stock"] = _stock(checkpoint, count, seed)
+            ours = row["frame_ms_p50"]
+            stock_ms = row["stock"].get("step_ms_p50")
+            row["frame_over_stock"] = round(ours / stock_ms, 2) if stock_ms else None
+            if progress is not None:
+                progress({"slots": count, "stock": row["stock"],
+                          "frame_over_stock": row["frame_over_stock"]})
     holding = [row["slots"] for row in rows if row["holds_frame"]]
     return {
         "counts": list(counts),

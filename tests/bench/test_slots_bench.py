@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from app.bench.gpu_bench import describe, run_gpu_bench
 from app.bench.slots_bench import drain_bound, run_slot_count, span_text
 from app.frames import FRAME_MS
@@ -75,3 +77,42 @@ def test_every_span_lands_on_the_busiest_machine(tiny_checkpoint):
     # One position a frame from the first measured frame, the two spans one after the other.
     assert row["drain_frames"] == 2 * positions - FRAMES
     assert row["drain_frames"] <= drain_bound(2, 1, positions)
+
+
+def test_a_failing_count_is_a_row_with_its_reason_and_the_next_runs(tiny_checkpoint,
+                                                                    monkeypatch):
+    """Issue 33: the engine of 2 slots runs out of memory in its warm-up; that count is an
+    error row saying so, at once (not after a timeout), and the counts after it run. Every
+    row that runs has its memory split, its graphs and the stock anchor beside it, and each
+    row reached `progress` the moment it was measured."""
+    from app.bench.slots_bench import run_slots_bench
+    from app.engine.local_engine import LocalEngine
+
+    warm_up = LocalEngine._warm_up
+
+    def out_of_memory_at_two(self) -> None:
+        if self.row_count == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        warm_up(self)
+
+    monkeypatch.setattr(LocalEngine, "_warm_up", out_of_memory_at_two)
+    seen: list[dict] = []
+    result = run_slots_bench(tiny_checkpoint, (1, 2, 3), FRAMES, progress=seen.append)
+    one, two, three = result["rows"]
+    assert two == {"slots": 2, "holds_frame": False,
+                   "error": "the speech engine failed: OutOfMemoryError: CUDA out of memory. "
+                            "Tried to allocate 9.00 GiB"}
+    for row in (one, three):
+        assert row["kv_per_slot_gb"] > 0 and row["codec_per_slot_gb"] > 0
+        assert row["rest_per_slot_gb"] is None  # measured on CUDA only
+        assert row["graphs"]["step"] == 2  # the same at any count
+        if row["holds_frame"]:
+            stock = row["stock"]
+            assert stock["batch"] == row["slots"] and stock["step_ms_p50"] > 0
+            assert row["frame_over_stock"] == round(row["frame_ms_p50"]
+                                                    / stock["step_ms_p50"], 2)
+    assert (one["graphs"]["step"], one["graphs"]["reads"]) == \
+        (three["graphs"]["step"], three["graphs"]["reads"])
+    assert one["graphs"]["read_copy_gb"] == 0 < three["graphs"]["read_copy_gb"]
+    assert [r["slots"] for r in seen if "frames" in r or "error" in r] == [1, 2, 3]
+    json.dumps(result, allow_nan=False)
