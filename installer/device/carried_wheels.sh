@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by gpu_check.sh and gpu_scale.sh (on a lent device machine, from the repository
+# Sourced by gpu_check.sh and gpu_run.sh (on a lent device machine, from the repository
 # root, with .whl/ carried: fetch_wheels.sh makes it): the steps they share.
 
 # Install the carried wheels into SITE ($2) for PYTHON ($1), beside the machine's own
