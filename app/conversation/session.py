@@ -709,12 +709,16 @@ class ConversationSession:
     def _pump(self, pipeline: ConversationPipeline) -> None:
         self._run_deferred(requests_only=False)  # a resume asked while it loaded, say
         next_status = 0.0  # the status bar's first figures at once
+        failure: str | None = None  # the engine's fatal error, if it sends one
         while not self._stop.is_set():
             wait = max(0.0, next_status - time.monotonic())
             message = self._next(min(wait, self._status_interval_s))
+            if isinstance(message, ev.EngineError) and message.fatal:
+                failure = message.message  # the window's last words say why
             if isinstance(message, ev.EngineStopped):
                 if message.reason == "error":
-                    raise RuntimeError("the speech engine stopped after an error")
+                    raise RuntimeError(f"The speech engine stopped: {failure}" if failure
+                                       else "The speech engine stopped after an error")
                 return
             if message is not None:
                 self._dispatch(message)

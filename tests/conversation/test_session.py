@@ -336,3 +336,37 @@ def test_what_is_sent_before_the_engine_is_up_is_shown_and_handled_in_order(tiny
     typed = sorted(recorder.of("user"), key=lambda e: e.entry_id)
     assert [e.text for e in typed] == ["first?", "second?"]  # shown, in the order typed
     assert standin.requests[-1]["messages"][-1]["content"] == "second?"  # asked last
+
+
+def test_an_engine_failure_mid_conversation_says_why(tiny_folder, data_dir, monkeypatch):
+    """Issue 33: the engine's step runs out of memory mid-conversation. The window's state
+    says why (the exception's type and message, not "stopped after an error") and the
+    transcript shows the error."""
+    import torch
+
+    from app.engine.torch_runtime import TorchRuntime
+
+    step = TorchRuntime.step
+    calls = {"n": 0}
+
+    def failing_step(self, rows, columns):
+        calls["n"] += 1
+        if calls["n"] > 30:  # the warm-up's and the first frames' steps pass
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB")
+        return step(self, rows, columns)
+
+    monkeypatch.setattr(TorchRuntime, "step", failing_step)
+    recorder = Recorder()
+    source = FileAudioSource(np.zeros(24000 * 20, np.float32))
+    plain = AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                        llm=LlmSettings(backend="none"))
+    session = ConversationSession(plain, recorder, lambda _s: source, CheckpointCache())
+    session.start()
+    recorder.wait(lambda: recorder.states and recorder.states[-1][0] == "error", timeout=120)
+    assert session.join(30.0)
+    state, detail = recorder.states[-1]
+    assert state == "error"
+    assert detail == ("The speech engine stopped: the speech engine failed: OutOfMemoryError: "
+                      "CUDA out of memory. Tried to allocate 3.00 GiB")
+    errors = [e for e in recorder.of("notice") if "out of memory" in e.text]
+    assert errors
