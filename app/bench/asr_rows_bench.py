@@ -27,7 +27,7 @@ from moshi.modules.transformer import RingKVCache
 
 from app.asr.asr_thread import AsrOptions
 from app.asr.recogniser import Recogniser
-from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
+from app.asr.stt_catalog import LoadedStt, ensure_stt_built, get_stt_manifest, load_stt
 from app.frames import FRAME_SAMPLES
 
 ESTIMATED_STT = "kyutai-stt-1b-en_fr"
@@ -60,9 +60,29 @@ def _state_bytes(recogniser: Recogniser) -> int:
     return total
 
 
-def _measure(stt_id: str, rows: int, frames: int) -> dict[str, Any]:
+def random_stt(stt_id: str, device: torch.device, dtype: torch.dtype,
+               tokenizer: Any) -> LoadedStt:
+    """An STT of `stt_id`'s published architecture with random weights on `device` (the 1B
+    on a GPU, where no checkpoint can be downloaded): its speed, not its words."""
+    from typing import cast
+
+    from moshi.models import loaders
+
     manifest = get_stt_manifest(stt_id)
-    stt = load_stt(manifest, ensure_stt_built(manifest), "cpu")
+    if not manifest.published_config:
+        raise ValueError(f"{stt_id} has no published configuration to build")
+    lm = loaders.get_moshi_lm(None, lm_kwargs=dict(manifest.published_config), device=device,
+                              dtype=dtype)
+    mimi = loaders.get_mimi(None, device=device)
+    lm.eval()
+    mimi.eval()
+    return LoadedStt(manifest, manifest.default_folder(), cast(Any, None), mimi, lm, tokenizer,
+                     device, dtype, audio_delay_s=0.5, silence_prefix_s=0.0,
+                     end_of_speech=None)
+
+
+def measure_recogniser(stt: LoadedStt, rows: int, frames: int) -> dict[str, Any]:
+    """A recogniser of `rows` rows on `stt`, fed `frames` frames of noise in lock-step."""
     weights = sum(p.numel() * p.element_size()
                   for module in (stt.lm, stt.mimi) for p in module.parameters())
     recogniser = Recogniser(stt, rows)
@@ -91,7 +111,14 @@ def _measure(stt_id: str, rows: int, frames: int) -> dict[str, Any]:
     finally:
         recogniser.stop(30)
     return {"rows": rows, "frames": frames, "state_bytes": state, "weights_bytes": weights,
-            "batched_steps": ticks, "frames_per_s": round(rows * frames / wall, 2)}
+            "batched_steps": ticks, "frames_per_s": round(rows * frames / wall, 2),
+            "frame_ms": round(wall / frames * 1000.0, 3)}
+
+
+def _measure(stt_id: str, rows: int, frames: int) -> dict[str, Any]:
+    manifest = get_stt_manifest(stt_id)
+    return measure_recogniser(load_stt(manifest, ensure_stt_built(manifest), "cpu"), rows,
+                              frames)
 
 
 def _estimate(rows: tuple[int, ...]) -> dict[str, Any]:

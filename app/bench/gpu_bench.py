@@ -33,6 +33,7 @@ from moshi.modules.streaming import StreamingModule
 from moshi.modules.transformer import RingKVCache
 from moshi.utils import compile as moshi_compile
 
+from app.asr.stt_catalog import LoadedStt
 from app.checkpoints.architectures import personaplex_7b
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import LoadedCheckpoint, ensure_built, load_checkpoint, runtime_dtype
@@ -505,17 +506,20 @@ def run_gpu_bench(
     slots: tuple[int, ...] = (),
     slot_frames: int = 40,
     stop_at_first_miss: bool = False,
+    asr: str | None = None,
 ) -> dict[str, Any]:
     """`slots`: slot counts of an engine to run with every row talking (slots_bench.py),
     after the blocks; a model not read with span blocks (tiny) runs the slots alone.
-    `stop_at_first_miss`: no count after the first that fails or misses the frame."""
+    `stop_at_first_miss`: no count after the first that fails or misses the frame. `asr`:
+    an STT whose recogniser runs at each slot count too (not on disk: its published
+    architecture with random weights)."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
     blocks = tuple(dict.fromkeys(int(n) for n in blocks))  # in order, once each
     _check_request(blocks, repeats)
     if slots and model is not None and get_manifest(model).span_placement.kind != "block":
         return _slots_alone(model, torch_device, dtype, slots, slot_frames, seed, began,
-                            stop_at_first_miss)
+                            stop_at_first_miss, asr)
     if model is None and torch_device.type != "cuda":
         raise GpuBenchError("the random 7B is built on a CUDA GPU only (about 16 GB); on "
                             "a CPU use --model tiny-cs --allow-cpu")
@@ -529,7 +533,7 @@ def run_gpu_bench(
         result = _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
         if slots:
             result["slots"] = _slots(model, torch_device, torch_dtype, dtype, slots,
-                                     slot_frames, seed, stop_at_first_miss)
+                                     slot_frames, seed, stop_at_first_miss, asr)
             result["wall_s"] = round(time.perf_counter() - began, 3)
         return result
 
@@ -540,9 +544,25 @@ def emit_figure(kind: str, record: dict[str, Any]) -> None:
     print(json.dumps({"figure": kind, **record}), file=sys.stderr, flush=True)
 
 
+def _stt(stt_id: str, device: torch.device, torch_dtype: torch.dtype, seed: int) -> LoadedStt:
+    """The STT to run beside the slots: built or on disk, else random weights."""
+    from app.asr.stt_catalog import ensure_stt_built, get_stt_manifest, load_stt
+    from app.bench.asr_rows_bench import random_stt
+    from app.bench.slots_bench import stand_in_tokenizer
+    from app.checkpoints.catalog import CatalogError
+
+    manifest = get_stt_manifest(stt_id)
+    try:
+        folder = ensure_stt_built(manifest) if manifest.source_kind == "built" else \
+            manifest.default_folder()
+        return load_stt(manifest, folder, device, torch_dtype)
+    except (CatalogError, FileNotFoundError, OSError):
+        return random_stt(stt_id, device, torch_dtype, stand_in_tokenizer(seed=seed))
+
+
 def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
-           counts: tuple[int, ...], frames: int, seed: int, stop_at_first_miss: bool = False
-           ) -> dict[str, Any]:
+           counts: tuple[int, ...], frames: int, seed: int, stop_at_first_miss: bool = False,
+           asr: str | None = None) -> dict[str, Any]:
     """The slot counts on an engine of the same model, built again (the blocks' rig
     is gone: its memory is not counted against the slots)."""
     import gc
@@ -560,20 +580,21 @@ def _slots(model: str | None, device: torch.device, torch_dtype: torch.dtype, dt
         manifest = get_manifest(model)
         checkpoint = load_checkpoint(manifest, ensure_built(manifest), device,
                                      runtime_dtype(dtype, device))
+    stt = None if asr is None else _stt(asr, device, torch_dtype, seed)
     return run_slots_bench(checkpoint, counts, frames, seed=seed,
                            progress=lambda row: emit_figure("slots", row),
-                           stop_at_first_miss=stop_at_first_miss)
+                           stop_at_first_miss=stop_at_first_miss, asr=stt)
 
 
 def _slots_alone(model: str, device: torch.device, dtype: str, counts: tuple[int, ...],
-                 frames: int, seed: int, began: float, stop_at_first_miss: bool = False
-                 ) -> dict[str, Any]:
+                 frames: int, seed: int, began: float, stop_at_first_miss: bool = False,
+                 asr: str | None = None) -> dict[str, Any]:
     """A model not read with span blocks: its slots, and no block figures."""
     torch_dtype = runtime_dtype(dtype, device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         slots = _slots(model, device, torch_dtype, dtype, counts, frames, seed,
-                       stop_at_first_miss)
+                       stop_at_first_miss, asr)
     return {"bench": "gpu", "model": model, **_environment(device, torch_dtype),
             "seed": seed, "budget_ms": FRAME_MS, "blocks": None,
             "note": f"{model} is not read with span blocks: the block figures need tiny-cs "

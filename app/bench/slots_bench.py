@@ -38,6 +38,7 @@ import sentencepiece
 import torch
 from moshi.models import LMModel, MimiModel
 
+from app.asr.stt_catalog import LoadedStt
 from app.bench.stock_anchor import INCLUDES as STOCK_INCLUDES
 from app.bench.stock_anchor import stock_step_ms
 from app.checkpoints.catalog import ConversationStart, get_manifest
@@ -77,6 +78,8 @@ INCLUDES = {
     "stock_step_ms": STOCK_INCLUDES,
     "frame_over_stock": "frame_ms_p50 / stock_step_ms p50: what our frame (Mimi, bookkeeping, "
                         "spans, hand-offs) costs over the plain batched step",
+    "asr": "with --asr: a recogniser of N rows on the same device, fed noise in lock-step "
+           "(frame_ms: one lock-step frame of all N rows; its state and weights in bytes)",
     "holds_frame": f"frame_ms p99 < {FRAME_MS:g} ms",
     "drain_frames": "unmeasured frames after the measured ones, until every span sent had "
                     "landed (a span of positions goes in chunks of what fits a frame now)",
@@ -322,6 +325,19 @@ def run_slot_count(checkpoint: LoadedCheckpoint, count: int, frames: int, span_e
         engine.stop(30.0)
 
 
+def _recognition(stt: LoadedStt, count: int, frames: int = 20) -> dict[str, Any]:
+    """A recogniser of `count` rows on `stt`, lock-step, as `bench asr` measures it."""
+    from app.bench.asr_rows_bench import measure_recogniser
+
+    gc.collect()
+    try:
+        result = measure_recogniser(stt, count, frames)
+    except (RuntimeError, AssertionError) as exc:  # out of memory: said, not fatal
+        return {"rows": count, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {key: result[key] for key in ("rows", "frame_ms", "frames_per_s", "state_bytes",
+                                         "weights_bytes")}
+
+
 def _stock(checkpoint: LoadedCheckpoint, count: int, seed: int) -> dict[str, Any]:
     gc.collect()
     try:
@@ -333,13 +349,15 @@ def _stock(checkpoint: LoadedCheckpoint, count: int, seed: int) -> dict[str, Any
 def run_slots_bench(checkpoint: LoadedCheckpoint, counts: tuple[int, ...], frames: int = 40,
                     span_every: int = 12, span_tokens: int = 64, seed: int = 0,
                     progress: Callable[[dict[str, Any]], None] | None = None,
-                    stock: bool = True, stop_at_first_miss: bool = False
-                    ) -> dict[str, Any]:
+                    stock: bool = True, stop_at_first_miss: bool = False,
+                    asr: LoadedStt | None = None) -> dict[str, Any]:
     """Every slot count in turn; a count that fails (out of memory) is said with its
     reason and the rest still run (`stop_at_first_miss`: none after the first count that
     fails or misses the frame). `progress`: called with each count's row the moment it is
     measured, and with its stock anchor (a run cut short keeps what it had). `stock`:
-    beside each count that holds, stock moshi's LMGen.step at that batch."""
+    beside each count that ran, stock moshi's LMGen.step at that batch. `asr`: beside
+    it too, a recogniser of that many rows on this STT (`serve --slots N --asr` runs both
+    on the same device)."""
     if not counts or min(counts) < 1:
         raise ValueError("--slots takes counts of 1 or more, e.g. 1,8,16")
     if frames < 1 or span_every < 1:
@@ -356,7 +374,7 @@ def run_slots_bench(checkpoint: LoadedCheckpoint, counts: tuple[int, ...], frame
         rows.append(row)
         if progress is not None:
             progress(row)
-        if "error" in row or not row["holds_frame"]:
+        if "error" in row:
             if stop_at_first_miss:
                 break
             continue
@@ -368,6 +386,12 @@ def run_slots_bench(checkpoint: LoadedCheckpoint, counts: tuple[int, ...], frame
             if progress is not None:
                 progress({"slots": count, "stock": row["stock"],
                           "frame_over_stock": row["frame_over_stock"]})
+        if asr is not None:
+            row["asr"] = _recognition(asr, count)
+            if progress is not None:
+                progress({"slots": count, "asr": row["asr"]})
+        if stop_at_first_miss and not row["holds_frame"]:
+            break
     holding = [row["slots"] for row in rows if row["holds_frame"]]
     return {
         "counts": list(counts),

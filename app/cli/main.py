@@ -237,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="frames measured per slot count (default 40)")
     gpu.add_argument("--slots-until-miss", action="store_true",
                      help="no slot count after the first that fails or misses the frame")
+    gpu.add_argument("--asr", default=None, metavar="STT",
+                     help="with --slots: a recogniser of N rows on this STT beside each count "
+                          "(not on disk: its published architecture, random weights)")
     gpu.add_argument("--json", action="store_true", help="print one JSON object")
     server = bench_kinds.add_parser(
         "server", help="serve's network path: round trip per frame over a local engine, "
@@ -434,7 +437,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_gpu_bench(args.model, args.device, args.dtype, blocks, args.repeats,
                                allow_cpu=args.allow_cpu, slots=slot_counts,
                                slot_frames=args.slot_frames,
-                               stop_at_first_miss=args.slots_until_miss)
+                               stop_at_first_miss=args.slots_until_miss, asr=args.asr)
         print(json.dumps(result) if args.json else describe(result))
         return 0
     ks = tuple(args.k) if args.k else (16, 64, 256)

@@ -6,7 +6,8 @@
 #        -> blocks.jsonl
 #   2. slots: bench gpu --slots 1,16,32,48,64,80, stopping at the first count that fails
 #      or misses the 80 ms frame; beside each, stock moshi's LMGen.step at that batch on
-#      the same weights (the anchor), memory per conversation split, graphs
+#      the same weights (the anchor), memory per conversation split, graphs, and the 1B
+#      recogniser (random weights of its architecture) at that many rows
 #        -> slots.jsonl
 #   3. precisions: bench gpu --precision (bf16 and fp8; PRECISIONS overrides)
 #        -> precision.jsonl
@@ -55,7 +56,7 @@ main() {
 if [ "$DRY" = "1" ]; then
     MODEL=(--model tiny-cs --allow-cpu)
     BLOCK_ARGS=(--block 4 --block 8 --repeats 1)
-    SLOT_ARGS=(--block 4 --repeats 1 --slots 1,2,3 --slot-frames 13)
+    SLOT_ARGS=(--block 4 --repeats 1 --slots 1,2,3 --slot-frames 13 --asr tiny-stt)
     PRECISION_ARGS=(--block 4 --repeats 1)
     PRECISIONS="${DRY_PRECISIONS:-fp32,bf16}"
     PROFILE_ARGS=(--block 16 --repeats 1 --steps 2)
@@ -63,7 +64,8 @@ else
     MODEL=()
     BLOCK_ARGS=(--block 16 --block 64 --block 256 --block 400 --block 600 --block 1024
                 --repeats 5)
-    SLOT_ARGS=(--block 16 --repeats 1 --slots 1,16,32,48,64,80 --slot-frames 40)
+    SLOT_ARGS=(--block 16 --repeats 1 --slots 1,16,32,48,64,80 --slot-frames 40
+               --asr kyutai-stt-1b-en_fr)
     PRECISION_ARGS=(--block 600 --repeats 3)
     PROFILE_ARGS=(--block 600 --repeats 5 --steps 20)
     install_carried_wheels "$PYTHON" "$SITE" || exit 1
