@@ -115,6 +115,12 @@ def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
     """What the link carried, each way, over the input's duration."""
     stats = engine.network_stats()
     seconds = max(frames * FRAME_S, FRAME_S)
+    streams = engine.stream_bytes()
+
+    def rates(way: str) -> dict[str, float]:
+        return {stream: round(count * 8 / seconds / 1000, 1)
+                for stream, count in sorted(streams.get(way, {}).items())}
+
     return LinkRecord(
         audio_codec=stats.audio_codec, bytes_sent=stats.bytes_sent,
         bytes_received=stats.bytes_received,
@@ -122,7 +128,8 @@ def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
         kbit_s_down=round(stats.bytes_received * 8 / seconds / 1000, 1),
         frame_rtt_ms=_round(stats.frame_rtt_ms), network_rtt_ms=_round(stats.network_rtt_ms),
         late_frames=stats.late_frames, most_in_flight=engine.most_in_flight,
-        frames_not_sent=engine.dropped_frames)
+        frames_not_sent=engine.dropped_frames, kbit_s_up_by_stream=rates("sent"),
+        kbit_s_down_by_stream=rates("received"))
 
 
 def _round(value: float | None) -> float | None:

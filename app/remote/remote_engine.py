@@ -28,7 +28,7 @@ import queue
 import statistics
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -156,6 +156,10 @@ class RemoteEngine:
         self.bytes_sent = 0  # on every connection, the audio and the messages
         self.bytes_received = 0
         self._client_bytes = (0, 0)  # the current connection's, already counted above
+        # The same per stream ("audio", "text", "control"), each way: every connection's.
+        self._streams: dict[str, Counter[str]] = {"sent": Counter(), "received": Counter()}
+        self._client_streams: dict[str, Counter[str]] = {"sent": Counter(),
+                                                         "received": Counter()}
 
     # ---- the session's thread ---------------------------------------------------------
 
@@ -274,6 +278,17 @@ class RemoteEngine:
         return NetworkStats(self._connected.is_set(), frame_rtt, self.late_frames,
                             network_rtt_ms=network, audio_codec=self.audio_codec,
                             bytes_sent=sent, bytes_received=received)
+
+    def stream_bytes(self) -> dict[str, dict[str, int]]:
+        """The link's payload bytes per stream ("audio", "text", "control"), "sent" and
+        "received", over every connection of this conversation."""
+        out = {way: Counter(counts) for way, counts in self._streams.items()}
+        client = self._client
+        if client is not None:  # the current connection's, not yet added
+            for way in out:
+                out[way].update(client.stream_bytes[way])
+                out[way].subtract(self._client_streams[way])
+        return {way: {k: v for k, v in counts.items() if v} for way, counts in out.items()}
 
     @property
     def connected(self) -> bool:
@@ -446,6 +461,7 @@ class RemoteEngine:
         client = await EngineClient.connect(o.url, o.token or None, timeout=o.connect_timeout_s,
                                             session=self._http, audio=o.audio)
         self._client_bytes = (client.bytes_sent, client.bytes_received)
+        self._client_streams = {way: Counter(c) for way, c in client.stream_bytes.items()}
         try:
             if o.voice:
                 await client.send_voice(o.voice)
@@ -602,6 +618,10 @@ class RemoteEngine:
         self.bytes_sent += client.bytes_sent - sent
         self.bytes_received += client.bytes_received - received
         self._client_bytes = (client.bytes_sent, client.bytes_received)
+        for way, counts in self._streams.items():
+            counts.update(client.stream_bytes[way])
+            counts.subtract(self._client_streams[way])
+        self._client_streams = {way: Counter(c) for way, c in client.stream_bytes.items()}
 
     def _on_audio(self, frame: AudioFrame) -> None:
         if self._in_flight:
