@@ -8,7 +8,9 @@ holds it to 80 ms a frame as well). No frame is dropped, so the reply is as long
 input. The LLM side (when asked for) runs here, on the server's words with `--asr server`
 or on this machine's recogniser, and its answers go over the wire as spans; its latency is
 the real one, not replayed in frames (a server's conversation runs on its own).
-A lost connection ends the run with an error: the server's conversation is gone with it.
+A network stall shorter than the link's heartbeat allows (15 s) is waited for, the run going
+on where it was; the link line counts the stalls. A lost connection ends the run with an
+error: the server's conversation is gone with it.
 The transcript's last line but one says what the link carried (`type` "link").
 """
 
@@ -129,7 +131,8 @@ def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
         frame_rtt_ms=_round(stats.frame_rtt_ms), network_rtt_ms=_round(stats.network_rtt_ms),
         late_frames=stats.late_frames, most_in_flight=engine.most_in_flight,
         frames_not_sent=engine.dropped_frames, kbit_s_up_by_stream=rates("sent"),
-        kbit_s_down_by_stream=rates("received"))
+        kbit_s_down_by_stream=rates("received"), stalls=engine.stalls,
+        longest_stall_s=engine.longest_stall_s)
 
 
 def _round(value: float | None) -> float | None:

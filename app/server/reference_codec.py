@@ -157,7 +157,9 @@ class ReferenceCodec:
         if words is None:
             return [wire.encode_event(event)]
         if isinstance(event, wire.UserText):
-            return [self._encode(w) for w in words.user_text(event)]
-        if isinstance(event, wire.Text):
-            return [self._encode(w) for w in words.text(event)]
-        return [self._encode(w) for w in words.flush()] + [self._encode(event)]
+            due = words.user_text(event)
+        elif isinstance(event, wire.Text):
+            due = words.text(event)
+        else:  # what is held goes first
+            return [*(self._encode(w) for w in words.flush()), self._encode(event)]
+        return [self._encode(w) for w in due]

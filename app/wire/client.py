@@ -52,8 +52,10 @@ from app.wire.words import WordsReader
 
 CONNECT_TIMEOUT_S = 30.0  # the first conversation's engine warms up before `ready`
 # A ping after this long without a message from the server, a pong due within half of it:
-# a server whose machine or network vanished is a `Disconnected` within 3 s, not a hang.
-HEARTBEAT_S = 2.0
+# a server whose machine or network vanished is a `Disconnected` within 15 s, not a hang,
+# and a network that stalls for less (Wi-Fi and mobile links stall for seconds) keeps the
+# connection: what waited on either side flows on. `silent_s` says how long it has been.
+HEARTBEAT_S = 10.0
 PING_EVERY_S = 1.0  # the network's own round trip, measured this often
 PINGS_KEPT = 5  # the network round trips the median is taken over
 # After asking for Opus: the longest the frames after the first wait for the server's answer
@@ -116,8 +118,10 @@ def ws_url(url: str) -> str:
 
 class EngineClient:
     def __init__(self, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse,
-                 ready: wire.Ready, owns_session: bool) -> None:
+                 ready: wire.Ready, owns_session: bool, heartbeat: float | None = HEARTBEAT_S
+                 ) -> None:
         self._session = session
+        self._heartbeat = heartbeat
         self._owns_session = owns_session
         self._ws = ws
         self.ready = ready
@@ -146,6 +150,7 @@ class EngineClient:
         self._codec_settled = asyncio.Event()  # the answer, a refusal, or the first audio
         self.network_rtts_ms: deque[float] = deque(maxlen=PINGS_KEPT)
         self._pings: dict[bytes, float] = {}  # payload -> when it was sent
+        self._last_heard = time.monotonic()  # the server's last message of any kind
         self._reader = asyncio.create_task(self._read(), name="engine-client-reader")
         self._pinger = asyncio.create_task(self._ping(), name="engine-client-pinger")
 
@@ -184,7 +189,7 @@ class EngineClient:
         event = (wire.decode_event(first.data) if first.type == aiohttp.WSMsgType.TEXT
                  else None)
         if isinstance(event, wire.Ready):
-            client = cls(session, ws, event, owns)
+            client = cls(session, ws, event, owns, heartbeat)
             if audio == wire.OPUS:
                 client.audio_asked = wire.OPUS
                 await client._send_json(wire.AudioCodecRequest(wire.OPUS))
@@ -228,6 +233,18 @@ class EngineClient:
     @property
     def connected(self) -> bool:
         return not self._ws.closed
+
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the server's last message of any kind (its pongs come every
+        second on a working link: more than a few seconds is a stalled network)."""
+        return time.monotonic() - self._last_heard
+
+    @property
+    def gives_up_s(self) -> float | None:
+        """The silence after which the heartbeat ends the connection (None: no heartbeat)."""
+        heartbeat = self._heartbeat
+        return None if heartbeat is None else heartbeat * 1.5
 
     async def send_frame(self, pcm: np.ndarray) -> int:
         """One 80 ms frame (float32 [1920] at 24 kHz); returns its index."""
@@ -311,6 +328,7 @@ class EngineClient:
         try:
             while True:
                 message = await self._ws.receive()
+                self._last_heard = time.monotonic()
                 if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                     aiohttp.WSMsgType.CLOSED):
                     if message.type == aiohttp.WSMsgType.CLOSE and message.extra:
@@ -327,7 +345,10 @@ class EngineClient:
                     for event in self._events_of(message.data):
                         self._events.put_nowait(event)
                 elif message.type == aiohttp.WSMsgType.PING:
-                    await self._ws.pong(message.data)
+                    # A socket closing already: its end is the next message, with the
+                    # reason (a pong that cannot be written is not it).
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await self._ws.pong(message.data)
                 elif message.type == aiohttp.WSMsgType.PONG:
                     self._ponged(message.data)
                 elif message.type == aiohttp.WSMsgType.ERROR:
