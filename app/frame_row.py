@@ -76,6 +76,11 @@ class FrameRow(Generic[Event]):
         self._host.wake()
         return True
 
+    def room(self) -> int:
+        """Frames its queue takes now without waiting: a caller that paces itself by it
+        (a server's connection) never has a frame refused, so nothing is counted dropped."""
+        return max(0, self._input.maxsize - self._input.qsize())
+
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames: the row leaves once its queued frames are stepped. Waits for
         room while it lives; raises queue.Full only when `timeout` passes with the row

@@ -40,6 +40,14 @@ class FrameWorker(ThreadOwner):
             self.dropped_frames += 1
             return False
 
+    def room(self) -> int:
+        """Frames its queue takes now without waiting (a caller's probe: nothing counted)."""
+        return max(0, self._input.maxsize - self._input.qsize())
+
+    def waiting(self) -> int:
+        """Frames queued and not yet taken by the thread."""
+        return self._input.qsize()
+
     def _queued(self, frame: np.ndarray, timeout: float | None) -> object:
         """What goes into the queue for a frame (a subclass may keep the timeout too)."""
         return frame

@@ -7,15 +7,16 @@ mishearing). Its reference server levels the live microphone before both the mod
 speech recogniser hear it; this module does the same, on our own 80 ms frames.
 
 Per frame (1920 float32 samples, 24 kHz mono), in order:
-1. Noise gate: `noisereduce`'s stationary spectral gate (80 % reduction, 1024-point FFT) over
-   the last 1 s of raw audio, of which the newest frame is kept. The noise profile comes from
-   that same second, so a steady fan or hiss between words is pushed down; with under 0.5 s of
-   history the frame passes un-gated. The same rule takes some 6-8 dB from speech itself in
-   the frequency bins it fills for most of that second (measured on espeak-ng speech); the
-   meter reads after the gate, so the gain makes up for it.
-2. Meter: ITU-R BS.1770 integrated loudness (`pyloudnorm`) of the last 3 s of gated audio
-   (at least 0.4 s, one BS.1770 block). Its -70 LUFS absolute gate and relative gate make
-   pauses between words not count.
+1. Noise gate: noisereduce's stationary spectral gate (80 % reduction, 1024-point FFT; on
+   numpy, app/audio/spectral_gate.py) over the last 1 s of raw audio, of which the newest
+   frame is kept. The noise profile comes from that same second, so a steady fan or hiss
+   between words is pushed down; with under 0.5 s of history the frame passes un-gated.
+   The same rule takes some 6-8 dB from speech itself in the frequency bins it fills for
+   most of that second (measured on espeak-ng speech); the meter reads after the gate, so
+   the gain makes up for it.
+2. Meter: ITU-R BS.1770 integrated loudness (pyloudnorm's, on numpy: app/audio/loudness.py)
+   of the last 3 s of gated audio (at least 0.4 s, one BS.1770 block). Its -70 LUFS absolute
+   gate and relative gate make pauses between words not count.
 3. Gain toward the target: target - loudness, clamped to [-24, +30] dB, followed with one-pole
    smoothing (time constant 0.1 s, the same up and down). In silence (loudness <= -70 LUFS or
    not finite) the gain holds, so a pause is not pumped up into hiss.
@@ -34,19 +35,19 @@ import math
 import time
 from dataclasses import dataclass
 
-import noisereduce
 import numpy as np
-import pyloudnorm
 
+from app.audio.loudness import BLOCK_S as _BS1770_BLOCK_S  # the meter refuses less
+from app.audio.loudness import integrated_loudness, normalized
+from app.audio.spectral_gate import DEFAULT_PADDING as _NOISEREDUCE_PADDING
+from app.audio.spectral_gate import TIME_SMOOTH_MS, stationary_gate
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
 
-_BS1770_BLOCK_S = 0.4  # pyloudnorm's gating block: it refuses anything shorter
-_NOISEREDUCE_PADDING = 30000  # reduce_noise's default zero padding around its chunk
-_GATE_SMOOTH_S = 0.05  # reduce_noise's default time smoothing of the mask (50 ms)
+_GATE_SMOOTH_S = TIME_SMOOTH_MS / 1000.0  # the gate's time smoothing of its mask (50 ms)
 
 
 def _gate_padding(n_fft: int) -> int:
-    """Zero padding for `reduce_noise` that gives bit-identical output to its default.
+    """Zero padding for the gate that gives bit-identical output to its default.
 
     The default pads the 1 s window with 30000 zeros each side, 3.5x the audio, which makes
     the gate about 5x slower. Zeros further out than one STFT window plus the mask's time
@@ -81,7 +82,7 @@ class LevellerSettings:
         if self.smoothing_s <= 0:
             raise ValueError("smoothing_s must be positive")
         if self.gate_n_fft < 128:
-            raise ValueError("gate_n_fft below 128 is finer than noisereduce's 500 Hz smoothing")
+            raise ValueError("gate_n_fft below 128 is finer than the gate's 500 Hz smoothing")
         if not 0 < self.gate_min_s <= self.gate_history_s:
             raise ValueError("need 0 < gate_min_s <= gate_history_s")
         if not 0 < self.meter_min_s <= self.meter_window_s:
@@ -131,7 +132,6 @@ class UserLeveller:
         self._meter_min = max(round(s.meter_min_s * SAMPLE_RATE),
                               math.ceil(_BS1770_BLOCK_S * SAMPLE_RATE))
         self._gate_padding = _gate_padding(s.gate_n_fft)
-        self._meter = pyloudnorm.Meter(SAMPLE_RATE)
         self._gain_db = 0.0
         self._loudness: float | None = None
 
@@ -177,17 +177,14 @@ class UserLeveller:
         window = self._raw.recent()  # [filled <= 1 s]
         if not np.any(window):
             return pcm  # all zeros: nothing to gate (and no noise profile to learn)
-        cleaned = noisereduce.reduce_noise(
-            y=window, sr=SAMPLE_RATE, stationary=True,
-            prop_decrease=s.gate_prop_decrease, n_fft=s.gate_n_fft,
-            padding=self._gate_padding,
-        )
+        cleaned = stationary_gate(window, SAMPLE_RATE, s.gate_prop_decrease, s.gate_n_fft,
+                                  self._gate_padding)
         return np.asarray(cleaned[-pcm.shape[0]:], dtype=np.float32)
 
     def _measure(self) -> float | None:
         if self._gated.filled < self._meter_min:
             return None
-        loudness = float(self._meter.integrated_loudness(self._gated.recent()))
+        loudness = integrated_loudness(self._gated.recent(), SAMPLE_RATE)
         self._loudness = loudness
         return loudness
 
@@ -220,10 +217,10 @@ def normalize_loudness(pcm: np.ndarray, sample_rate: int,
     audio = np.asarray(pcm, dtype=np.float32)
     if audio.shape[0] < math.ceil(_BS1770_BLOCK_S * sample_rate):
         return audio
-    loudness = float(pyloudnorm.Meter(sample_rate).integrated_loudness(audio))
+    loudness = integrated_loudness(audio, sample_rate)
     if not math.isfinite(loudness):
         return audio
-    levelled = pyloudnorm.normalize.loudness(audio, loudness, target_lufs)
+    levelled = normalized(audio, loudness, target_lufs)
     return np.asarray(levelled, dtype=np.float32)
 
 
@@ -257,6 +254,6 @@ def measure_leveller_cost(frames: int = 250) -> dict:
         "frames": frames,
         "median_ms": float(np.median(times_ms)),
         "p95_ms": float(np.percentile(times_ms, 95)),
-        "includes": "noise gate (noisereduce, 1 s window) + BS.1770 meter (3 s window) "
-                    "+ gain + limiter, per 80 ms frame",
+        "includes": "noise gate (stationary spectral gate, 1 s window) + BS.1770 meter "
+                    "(3 s window) + gain + limiter, per 80 ms frame",
     }

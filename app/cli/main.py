@@ -251,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="try up to N conversations at once (0: skip that part)")
     server.add_argument("--threads", type=int, default=1,
                         help="torch threads per process (default 1: a shared CPU)")
+    server.add_argument("--asr", default=None, metavar="STT",
+                        help="the server recognises the user's words with this STT model "
+                             "(as serve --asr, e.g. tiny-stt): the link's text stream with "
+                             "each word sent once and event by event")
     server.add_argument("--json", action="store_true", help="print one JSON object")
     from app.bench.joins_bench import add_arguments as add_joins_arguments
 
@@ -419,7 +423,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("--frames must be at least 5, --most 0 or more, --threads 1 "
                              "or more")
         result = run_server_bench(args.model, args.device, args.frames, args.most,
-                                  threads=args.threads)
+                                  threads=args.threads, asr=args.asr)
         print(json.dumps(result) if args.json else format_server_bench(result))
         return 0
     if args.bench == "joins":

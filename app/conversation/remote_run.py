@@ -8,7 +8,9 @@ holds it to 80 ms a frame as well). No frame is dropped, so the reply is as long
 input. The LLM side (when asked for) runs here, on the server's words with `--asr server`
 or on this machine's recogniser, and its answers go over the wire as spans; its latency is
 the real one, not replayed in frames (a server's conversation runs on its own).
-A lost connection ends the run with an error: the server's conversation is gone with it.
+A network stall shorter than the link's heartbeat allows (15 s) is waited for, the run going
+on where it was; the link line counts the stalls. A lost connection ends the run with an
+error: the server's conversation is gone with it.
 The transcript's last line but one says what the link carried (`type` "link").
 """
 
@@ -115,6 +117,12 @@ def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
     """What the link carried, each way, over the input's duration."""
     stats = engine.network_stats()
     seconds = max(frames * FRAME_S, FRAME_S)
+    streams = engine.stream_bytes()
+
+    def rates(way: str) -> dict[str, float]:
+        return {stream: round(count * 8 / seconds / 1000, 1)
+                for stream, count in sorted(streams.get(way, {}).items())}
+
     return LinkRecord(
         audio_codec=stats.audio_codec, bytes_sent=stats.bytes_sent,
         bytes_received=stats.bytes_received,
@@ -122,7 +130,9 @@ def _link_line(engine: RemoteEngine, frames: int) -> LinkRecord:
         kbit_s_down=round(stats.bytes_received * 8 / seconds / 1000, 1),
         frame_rtt_ms=_round(stats.frame_rtt_ms), network_rtt_ms=_round(stats.network_rtt_ms),
         late_frames=stats.late_frames, most_in_flight=engine.most_in_flight,
-        frames_not_sent=engine.dropped_frames)
+        frames_not_sent=engine.dropped_frames, kbit_s_up_by_stream=rates("sent"),
+        kbit_s_down_by_stream=rates("received"), stalls=engine.stalls,
+        longest_stall_s=engine.longest_stall_s)
 
 
 def _round(value: float | None) -> float | None:

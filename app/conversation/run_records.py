@@ -279,6 +279,12 @@ class LinkRecord:
     late_frames: int = 0
     most_in_flight: int = 0
     frames_not_sent: int = 0
+    # The kbit/s each way in its streams: "audio", "text" (the model's and the user's words,
+    # and spans), "control" (the rest of the JSON).
+    kbit_s_up_by_stream: dict[str, float] = field(default_factory=dict)
+    kbit_s_down_by_stream: dict[str, float] = field(default_factory=dict)
+    stalls: int = 0  # times the server went silent for 2 s or more (a stalled network)
+    longest_stall_s: float = 0.0
 
 
 @dataclass(frozen=True)

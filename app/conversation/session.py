@@ -55,6 +55,7 @@ from app.conversation.transcript.entries import TranscriptEntry
 from app.cuts import Cut, cut_if_longer
 from app.engine import events as ev
 from app.engine.speech_engine import SpeechEngine
+from app.frames import FRAME_S
 from app.install_kind import engine_installed, needs_full_install
 from app.orchestrator import events as oe
 from app.remote import events as remote
@@ -775,6 +776,9 @@ class ConversationSession:
                               remote.Reconnected)):
             self._connection_changed(event)
             return
+        if isinstance(event, (remote.LinkStalled, remote.LinkResumed)):
+            self._link_stalled(event)
+            return
         if isinstance(event, ev.FrameStats):
             self._status = _with(self._status, frame_ms=event.frame_ms,
                                  context_used=event.context.used,
@@ -783,6 +787,29 @@ class ConversationSession:
             self._status = _with(self._status, llm_state=event.state, llm_message=event.message)
         for entry in self._builder.entries_for(event):
             self._listener.on_entry(entry)
+
+    def _link_stalled(self, event: remote.LinkStalled | remote.LinkResumed) -> None:
+        """The network to the speech server stalls, or is back: the conversation is kept
+        and waited for, and the user told what the stall cost, if anything."""
+        if isinstance(event, remote.LinkStalled):
+            self._notice(
+                f"Nothing has come from the speech server for {event.silent_s:g} s: the "
+                "network is stalling. The conversation is kept and waits for it (what you "
+                "say meanwhile may not reach the model); it reconnects on its own if "
+                f"nothing comes within {event.gives_up_s:g} s.", "warning")
+            self._listener.on_state("running", "Speech server not heard: waiting for the "
+                                               "network (reconnecting if it does not come "
+                                               "back)")
+            return
+        lost = event.frames_not_sent
+        cost = ("nothing went missing" if lost == 0 else
+                f"{lost * FRAME_S:.1f} s of what you said ({lost} audio frames) could not "
+                "be sent in time: the model did not hear it, say it again if it mattered")
+        self._notice(f"The speech server is back after a {event.stalled_s:g} s stall; the "
+                     f"conversation goes on where it was, and {cost}.",
+                     "info" if lost == 0 else "warning")
+        if not self._audio_missing:
+            self._listener.on_state("running", "Listening")
 
     def _connection_changed(self, event: object) -> None:
         """The speech server's connection dropped, an attempt failed, or it is back."""

@@ -162,7 +162,11 @@ class EngineEventMapper:
         return [] if read is None else read(self, event)
 
     def _text(self, event: wire.Text) -> list[object]:
-        return [ev.TextPiece(max(0, self.frames - 1), event.delta, -1)]
+        # The frame of the audio before it: its arrival's, or where the server held it a
+        # moment (`words`) the audio frames it said were sent before it.
+        audio = _count(event.audio)
+        before = self.frames if audio is None else self._base + audio
+        return [ev.TextPiece(max(0, before - 1), event.delta, -1)]
 
     def _ret(self, event: wire.Ret) -> list[object]:
         return [ev.RetToken(self._local(event.frame) or 0)]
@@ -304,6 +308,7 @@ NOT_ENGINE_EVENTS: dict[type, str] = {
     wire.Busy: "the connection's: the server holds another conversation",
     wire.Voice: "the connection's: the voice the server switched to",
     wire.AudioCodec: "the connection's: the audio's codec from the next message on",
+    wire.Words: "the connection's: its client rebuilds the `text` and `user_text` it holds",
     # An LLM side on the server's; this app runs its own (remote_engine.py), so there is
     # none to show (an orchestrator's `late` likewise, in _late).
     wire.Question: "the server's LLM side",

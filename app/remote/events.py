@@ -34,6 +34,28 @@ class Reconnected:
 
 
 @dataclass(frozen=True)
+class LinkStalled:
+    """Nothing has come from the server for `silent_s` (its pongs come every second on a
+    working link): the network stalls. The connection and its conversation are kept and
+    waited for; only a silence of `gives_up_s` ends it (then ConnectionLost, and a
+    reconnect). A microphone's frames that cannot go meanwhile are dropped and counted
+    (sent seconds late they would only delay the conversation)."""
+
+    silent_s: float
+    gives_up_s: float
+
+
+@dataclass(frozen=True)
+class LinkResumed:
+    """The server is heard again after a stall of `stalled_s`: the conversation goes on
+    where it was (what waited on either side flows on). `frames_not_sent`: the user's
+    frames dropped while it stalled (0: nothing the user said was lost)."""
+
+    stalled_s: float
+    frames_not_sent: int
+
+
+@dataclass(frozen=True)
 class NetworkStats:
     """The link to the speech server, in its parts: an audio frame's round trip (sent ->
     the frame that answers it) is the network's round trip plus the frame's time at the

@@ -12,10 +12,13 @@ The audio goes as Opus where the server offers it (app/wire/opus.py), else as PC
 
 The network runs on its own thread with its own asyncio loop (app/wire/client.py's
 EngineClient); nothing here waits on the network from another thread, except `connect`,
-which the session's thread calls once, bounded by a timeout. A dropped connection is not
-the end: the engine says so (ConnectionLost), tries again with a growing pause, and says
-when it is back (Reconnected) — with a new conversation on the server, whose model no
-longer has what was said or read before.
+which the session's thread calls once, bounded by a timeout. A stalled network is not
+the end either: the engine says so (LinkStalled) after STALL_NOTICE_S without a word from
+the server and when it is heard again (LinkResumed, with what was lost, if anything); the
+connection's heartbeat rides out stalls of up to 15 s (app/wire/client.py), the server's too.
+A dropped connection is not the end: the engine says so (ConnectionLost), tries again with a
+growing pause, and says when it is back (Reconnected) — with a new conversation on the
+server, whose model no longer has what was said or read before.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import queue
 import statistics
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -40,7 +43,14 @@ from app.cuts import cut_if_longer
 from app.engine import events as ev
 from app.engine.speech_engine import ConversationStats, EngineFacts
 from app.remote.engine_events import EngineEventMapper, SentSpan
-from app.remote.events import ConnectionLost, NetworkStats, Reconnected, ReconnectFailed
+from app.remote.events import (
+    ConnectionLost,
+    LinkResumed,
+    LinkStalled,
+    NetworkStats,
+    Reconnected,
+    ReconnectFailed,
+)
 from app.remote.link_words import describe_busy, describe_disconnect
 from app.wire import events as wire
 from app.wire.client import (
@@ -63,7 +73,12 @@ OUTBOX_FRAMES = 25  # 2 s of the user's audio waiting to be sent; more is droppe
 # dropped and counted, as a local engine drops what its full input queue cannot take.
 MAX_LAG_S = 2.0
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # then every 8 s until Stop
-SILENT_SERVER_S = 10.0  # frames go out and nothing comes back this long: the link is dead
+# Frames go out and no audio or event comes back this long, though the server answers its
+# pings: its conversation is stuck. Past the heartbeat's 15 s, which ends a stalled link.
+SILENT_SERVER_S = 30.0
+# Nothing at all from the server this long (its pongs come every second): the link stalls.
+STALL_NOTICE_S = 2.0
+RECEIVE_POLL_S = 0.25  # how often the receiver looks at the silence between events
 RTT_WINDOW = 25  # frames in the round-trip median (2 s)
 # A frame later than the fastest round trip by more than the playback buffer's priming
 # margin (2 frames, app/audio/jitter_buffer.py) arrives after its turn to be played.
@@ -146,6 +161,8 @@ class RemoteEngine:
         self._rtts: deque[float] = deque(maxlen=RTT_WINDOW)
         self._fastest_rtt: float | None = None
         self.late_frames = 0
+        self.stalls = 0  # times the link stalled (LinkStalled), and the longest, in seconds
+        self.longest_stall_s = 0.0
         # When each frame sent on this connection that no audio answered yet was sent.
         self._in_flight: deque[float] = deque()
         self.most_in_flight = 0  # the most frames ever sent and not answered at once
@@ -156,6 +173,10 @@ class RemoteEngine:
         self.bytes_sent = 0  # on every connection, the audio and the messages
         self.bytes_received = 0
         self._client_bytes = (0, 0)  # the current connection's, already counted above
+        # The same per stream ("audio", "text", "control"), each way: every connection's.
+        self._streams: dict[str, Counter[str]] = {"sent": Counter(), "received": Counter()}
+        self._client_streams: dict[str, Counter[str]] = {"sent": Counter(),
+                                                         "received": Counter()}
 
     # ---- the session's thread ---------------------------------------------------------
 
@@ -274,6 +295,17 @@ class RemoteEngine:
         return NetworkStats(self._connected.is_set(), frame_rtt, self.late_frames,
                             network_rtt_ms=network, audio_codec=self.audio_codec,
                             bytes_sent=sent, bytes_received=received)
+
+    def stream_bytes(self) -> dict[str, dict[str, int]]:
+        """The link's payload bytes per stream ("audio", "text", "control"), "sent" and
+        "received", over every connection of this conversation."""
+        out = {way: Counter(counts) for way, counts in self._streams.items()}
+        client = self._client
+        if client is not None:  # the current connection's, not yet added
+            for way in out:
+                out[way].update(client.stream_bytes[way])
+                out[way].subtract(self._client_streams[way])
+        return {way: {k: v for k, v in counts.items() if v} for way, counts in out.items()}
 
     @property
     def connected(self) -> bool:
@@ -446,6 +478,7 @@ class RemoteEngine:
         client = await EngineClient.connect(o.url, o.token or None, timeout=o.connect_timeout_s,
                                             session=self._http, audio=o.audio)
         self._client_bytes = (client.bytes_sent, client.bytes_received)
+        self._client_streams = {way: Counter(c) for way, c in client.stream_bytes.items()}
         try:
             if o.voice:
                 await client.send_voice(o.voice)
@@ -570,31 +603,45 @@ class RemoteEngine:
 
     async def _receive(self, client: EngineClient) -> str:
         last_heard = time.monotonic()
-        while True:
-            try:
-                event = await client.receive(timeout=1.0)
-            except asyncio.TimeoutError:
-                if self._stop.is_set():
-                    return "stopped"
-                if self._in_flight and time.monotonic() - last_heard > SILENT_SERVER_S:
-                    return f"nothing came back from the server for {SILENT_SERVER_S:g} s"
-                continue
-            last_heard = time.monotonic()
-            if isinstance(event, Disconnected):
-                return describe_disconnect(event.code, event.reason)
-            if client.network_rtts_ms:
-                self._network_rtt_ms = statistics.median(client.network_rtts_ms)
-            if isinstance(event, AudioFrame):
-                self._on_audio(event)
-            elif isinstance(event, wire.Ready):  # the server restarted the conversation
-                self._in_flight.clear()  # what was still queued there is dropped
-                self._adopt(event)
-            else:
-                if isinstance(event, wire.Error) and event.frame is not None and (
-                        self._in_flight):
-                    self._in_flight.popleft()  # a refused frame: no audio will answer it
-                for mapped in self._mapper.map(event):
-                    self._put(mapped)
+        stall = _Stall(self)
+        try:
+            while True:
+                try:
+                    event = await client.receive(timeout=RECEIVE_POLL_S)
+                except asyncio.TimeoutError:
+                    if self._stop.is_set():
+                        return "stopped"
+                    stall.look(client)
+                    if self._in_flight and time.monotonic() - last_heard > SILENT_SERVER_S:
+                        return f"nothing came back from the server for {SILENT_SERVER_S:g} s"
+                    continue
+                if not isinstance(event, Disconnected):  # an end is no resumption
+                    stall.look(client)
+                last_heard = time.monotonic()
+                why = self._received(client, event)
+                if why is not None:
+                    return why
+        finally:
+            stall.end()
+
+    def _received(self, client: EngineClient, event: object) -> str | None:
+        """One event from the server; why the connection ended, if it did."""
+        if isinstance(event, Disconnected):
+            return describe_disconnect(event.code, event.reason)
+        if client.network_rtts_ms:
+            self._network_rtt_ms = statistics.median(client.network_rtts_ms)
+        if isinstance(event, AudioFrame):
+            self._on_audio(event)
+        elif isinstance(event, wire.Ready):  # the server restarted the conversation
+            self._in_flight.clear()  # what was still queued there is dropped
+            self._adopt(event)
+        else:
+            if isinstance(event, wire.Error) and event.frame is not None and (
+                    self._in_flight):
+                self._in_flight.popleft()  # a refused frame: no audio will answer it
+            for mapped in self._mapper.map(event):
+                self._put(mapped)
+        return None
 
     def _count_bytes(self, client: EngineClient) -> None:
         """Add what `client` sent and received since it was last counted."""
@@ -602,6 +649,10 @@ class RemoteEngine:
         self.bytes_sent += client.bytes_sent - sent
         self.bytes_received += client.bytes_received - received
         self._client_bytes = (client.bytes_sent, client.bytes_received)
+        for way, counts in self._streams.items():
+            counts.update(client.stream_bytes[way])
+            counts.subtract(self._client_streams[way])
+        self._client_streams = {way: Counter(c) for way, c in client.stream_bytes.items()}
 
     def _on_audio(self, frame: AudioFrame) -> None:
         if self._in_flight:
@@ -623,3 +674,44 @@ class RemoteEngine:
         for quiet in self._mapper.quiet_recognition():
             self._put(quiet)
         self._put(stats)
+
+
+class _Stall:
+    """One connection's stalls: LinkStalled once the server has been silent STALL_NOTICE_S,
+    LinkResumed (with the frames the stall cost) once it is heard again."""
+
+    def __init__(self, engine: RemoteEngine) -> None:
+        self.engine = engine
+        self.since: float | None = None  # when the silence began, while stalled
+        self.dropped_at_start = 0
+
+    def look(self, client: EngineClient) -> None:
+        silent = client.silent_s
+        now = time.monotonic()
+        if self.since is None:
+            if silent >= STALL_NOTICE_S:
+                engine = self.engine
+                self.since = now - silent
+                self.dropped_at_start = engine.dropped_frames
+                engine.stalls += 1
+                engine._put(LinkStalled(round(silent, 1), client.gives_up_s or SILENT_SERVER_S))
+        elif silent < STALL_NOTICE_S:
+            self._resumed(now - silent)
+
+    def end(self) -> None:
+        """The connection ended while stalled: its end says the rest (ConnectionLost)."""
+        if self.since is not None:
+            self._note(time.monotonic() - self.since)
+            self.since = None
+
+    def _resumed(self, heard_at: float) -> None:
+        assert self.since is not None
+        stalled = heard_at - self.since
+        self._note(stalled)
+        engine = self.engine
+        engine._put(LinkResumed(round(stalled, 1),
+                                engine.dropped_frames - self.dropped_at_start))
+        self.since = None
+
+    def _note(self, stalled: float) -> None:
+        self.engine.longest_stall_s = max(self.engine.longest_stall_s, round(stalled, 1))

@@ -7,7 +7,11 @@ costs on the wire, and how many conversations this machine holds at once.
    `/api/chat` with Opus). The network path adds the difference.
 2. Bandwidth per conversation both ways, from the payload bytes on the wire (audio and JSON
    messages; WebSocket and TCP/IP headers not counted): Opus on /api/chat and /ws, PCM on
-   /ws.
+   /ws; and /ws with Opus as the app's client speaks it, per stream: audio, text (the
+   model's and the user's words, spans) and control (the rest of the JSON). With `--asr`
+   the server recognises the user's words (`serve --asr`), and the same conversation is
+   measured with each word sent once (`words`, what the app asks for) and event by event
+   (a `text` and the whole utterance's `user_text` a word, what other clients get).
 3. What Opus adds to the delay: its own (the decoded audio lags what was encoded; found by
    cross-correlation, both ways of a round trip), and the CPU time to encode and decode a
    frame.
@@ -28,13 +32,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from app.conversation.config import ConversationConfig
+from app.conversation.config import NONE, ConversationConfig
 from app.engine import events as ev
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
@@ -84,13 +89,15 @@ def local_round_trips(host: EngineHost, frames: int) -> list[float]:
         engine.stop()
 
 
-async def _reference_round_trips(url: str, frames: int, audio: str = "pcm"
-                                 ) -> tuple[list[float], int, int]:
+async def _reference_round_trips(url: str, frames: int, audio: str = "pcm",
+                                 streams: dict[str, Counter[str]] | None = None,
+                                 words: bool = True) -> tuple[list[float], int, int]:
     """`/ws` as the app's client speaks it; `audio` "opus": as it asks for it (its first
-    frame goes as PCM, until the server's answer)."""
+    frame goes as PCM, until the server's answer); `words`: the words once, as it asks for
+    them. `streams`: the payload bytes per stream are added to it ("up/audio", ...)."""
     from app.wire.client import AudioFrame, EngineClient
 
-    async with await EngineClient.connect(url, TOKEN, audio=audio) as client:
+    async with await EngineClient.connect(url, TOKEN, audio=audio, words=words) as client:
         start = time.perf_counter()
         for i in range(frames):
             await client.send_frame_encoded(_frame(i))
@@ -99,6 +106,9 @@ async def _reference_round_trips(url: str, frames: int, audio: str = "pcm"
             await asyncio.sleep(_pace(start, i))
         if audio != "pcm" and client.audio_codec != audio:
             raise RuntimeError(f"the server did not take {audio}: {client.audio_refused}")
+        if streams is not None:
+            for way, name in (("sent", "up"), ("received", "down")):
+                streams[name].update(client.stream_bytes[way])
         return list(client.round_trips_ms), client.bytes_sent, client.bytes_received
 
 
@@ -187,16 +197,30 @@ async def transport_round_trips(frames: int) -> list[float]:
     return out
 
 
-async def network_round_trips(host: EngineHost, frames: int) -> dict[str, Any]:
+def _streams() -> dict[str, Counter[str]]:
+    return {"up": Counter(), "down": Counter()}
+
+
+async def network_round_trips(host: EngineHost, frames: int,
+                              streams: dict[str, dict[str, Counter[str]]]) -> dict[str, Any]:
+    """Each path in turn; `streams` gains /ws Opus's bytes per stream ("ws_opus", and with
+    the server's recognition "ws_opus_event_by_event" too)."""
     server = EngineServer(host, ServerConfig(port=0, token=TOKEN))
     url = await server.start()
+
+    async def free() -> None:
+        while host.busy:  # the last conversation's engine is still stopping
+            await asyncio.sleep(0.02)
+
     try:
         reference = await _reference_round_trips(url, frames)
-        while host.busy:  # the first conversation's engine is still stopping
-            await asyncio.sleep(0.02)
-        opus = await _reference_round_trips(url, frames, "opus")
-        while host.busy:
-            await asyncio.sleep(0.02)
+        await free()
+        opus = await _reference_round_trips(url, frames, "opus", streams["ws_opus"])
+        if "ws_opus_event_by_event" in streams:
+            await free()
+            await _reference_round_trips(url, frames, "opus",
+                                         streams["ws_opus_event_by_event"], words=False)
+        await free()
         moshi = await _moshi_round_trips(url, frames)
         return {"reference": reference, "opus": opus, "moshi": moshi}
     finally:
@@ -288,14 +312,17 @@ def concurrent_conversations(model: str, device: str, frames: int, most: int,
 
 def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125,
                      most_conversations: int = 4, chunk_limit: int | None = 16,
-                     folder: Path | None = None, threads: int = 1) -> dict[str, Any]:
+                     folder: Path | None = None, threads: int = 1,
+                     asr: str | None = None) -> dict[str, Any]:
     """`threads`: torch threads of this process and of each server. On a shared CPU more
-    than one makes every step wait for the slowest thread (OpenMP's barriers)."""
+    than one makes every step wait for the slowest thread (OpenMP's barriers). `asr`: the
+    server's recognition (an STT model, as `serve --asr`)."""
     import torch
 
     torch.set_num_threads(threads)
     speech = ConversationConfig(model_id=model, device=device,
-                                custom_folder=str(folder) if folder else None)
+                                custom_folder=str(folder) if folder else None,
+                                stt_model=asr or NONE)
     host = EngineHost.load(speech, EngineOptions(seed=1, chunk_limit=chunk_limit))
     # Rounds of each path in turn: what else loads the machine weighs on all three alike.
     per_round = max(1, frames // ROUNDS)
@@ -305,9 +332,12 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
     moshi_rtts: list[float] = []
     ws_opus_rtts: list[float] = []
     ws_sent = ws_received = opus_sent = opus_received = ws_opus_sent = ws_opus_received = 0
+    streams = {"ws_opus": _streams()}
+    if asr:
+        streams["ws_opus_event_by_event"] = _streams()
     for _ in range(ROUNDS):
         local += local_round_trips(host, per_round)
-        network = asyncio.run(network_round_trips(host, per_round))
+        network = asyncio.run(network_round_trips(host, per_round, streams))
         reference_rtts += network["reference"][0]
         ws_sent += network["reference"][1]
         ws_received += network["reference"][2]
@@ -349,6 +379,13 @@ def run_server_bench(model: str = "tiny", device: str = "cpu", frames: int = 125
                 "up": round((ws_opus_sent - ROUNDS * FRAME_SAMPLES * 4) / seconds),
                 "down": round(ws_opus_received / seconds)},
             "ws_pcm": {"up": round(ws_sent / seconds), "down": round(ws_received / seconds)}},
+        "server_recognition": asr,
+        # /ws with Opus per stream, each way: what the app's link line adds up.
+        "bytes_per_second_by_stream": {
+            path: {way: {stream: round(count / seconds)
+                         for stream, count in sorted(counts[way].items())}
+                   for way in ("up", "down")}
+            for path, counts in streams.items()},
         "conversations_at_once": rows,
         "conversations_without_late_frames": held,
     }
@@ -370,6 +407,16 @@ def format_server_bench(result: dict[str, Any]) -> str:
     for path, rate in result["bytes_per_second"].items():
         lines.append(f"  {path:14} up {rate['up'] * 8 / 1000:7.1f} kbit/s   down "
                      f"{rate['down'] * 8 / 1000:7.1f} kbit/s (payloads: audio and messages)")
+    recognition = result.get("server_recognition")
+    for path, ways in result.get("bytes_per_second_by_stream", {}).items():
+        lines.append(f"  {path} by stream" + (f" (recognition {recognition} on the server)"
+                                               if recognition else "") + ":")
+        for way in ("down", "up"):
+            rates = ways[way]
+            parts = "   ".join(f"{stream} {count * 8 / 1000:6.1f}" for stream, count in
+                               rates.items())
+            total = sum(rates.values()) * 8 / 1000
+            lines.append(f"    {way:4} {total:6.1f} kbit/s = {parts}")
     delay = result["opus_delay"]
     lines.append(f"  Opus's own delay {delay['ms_one_way']:.1f} ms each way "
                  f"({delay['samples']} samples); encode median {delay['encode_ms']['median']} "

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the server's own modules load only when the command runs (s
     from app.server.config import Limits
 
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
+HEARTBEAT_S = 10.0  # Limits.heartbeat_s (app/server/config.py, which loads numpy)
 # The ConversationConfig fields `serve` chooses (their options: app/conversation/config.py).
 SERVE_SPEECH_OPTIONS = ("model_id", "device", "dtype", "precision", "custom_folder", "voice",
                         "role", "user_name", "user_city")
@@ -80,9 +81,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                      help="longest a connection may hold the engine (default 3600)")
     net.add_argument("--max-message-bytes", type=int, default=64 * 1024,
                      help="larger client messages are refused with an error event")
-    net.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS",
+    net.add_argument("--heartbeat", type=float, default=HEARTBEAT_S, metavar="SECONDS",
                      help="ping a client silent this long; one that does not answer within "
-                          "half of it has vanished and frees the engine (default 1)")
+                          "half of it has vanished and frees the engine; a network stall "
+                          f"shorter than 1.5 times it keeps the conversation (default "
+                          f"{HEARTBEAT_S:g})")
 
     add_conversation_options(serve.add_argument_group("the LLM side on the server (optional)"),
                              SERVE_LLM_OPTIONS)

@@ -13,8 +13,10 @@ replica at `max_ongoing_requests` in its own queue, and a WebSocket handshake he
 gets no answer at all (and one beyond `max_queued_requests` an HTTP 500, measured with
 Ray 2.53). So a replica takes one conversation plus room for an immediate answer: a
 conversation that reaches a replica whose engine is taken gets `busy` (with the scaling
-state) and a close with 1013. The request router below sends a new connection to the
-least loaded replica of all, so a free replica, when there is one, is always the one found.
+state): on `/ws` in the socket, closed with 1013, as the reference answers; on `/api/chat`
+as `serve` answers it, a 503 before the upgrade (Retry-After, a JSON `busy` body). The
+request router below sends a new connection to the least loaded replica of all, so a free
+replica, when there is one, is always the one found.
 
 The one public address is not Serve's proxy but `serve`'s own listener (front_door.py: the
 header deadline, the connection cap, this computer's rule without a token, the token), which
@@ -26,6 +28,7 @@ Needs the `cluster` extra (`pip install -e ".[cluster]"`): ray[serve] and starle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -176,7 +179,12 @@ class EngineReplica:
         slots = self.settings.slots
         return "a conversation" if slots == 1 else f"{slots} conversations each"
 
-    async def serve_socket(self, websocket: WebSocket, codec: Codec) -> None:
+    async def serve_socket(self, websocket: WebSocket, codec: Codec,
+                           busy_before_upgrade: bool = False) -> None:
+        """`busy_before_upgrade`: a busy replica refuses the handshake itself (503, Retry-After
+        and the JSON `busy` body: `serve`'s answer on `/api/chat`, which moshi's clients
+        read), where the server lets it; else (and on `/ws`, as the reference answers) the
+        socket opens, says `busy` and closes with 1013."""
         refused = self.refused(websocket)
         if refused is not None:
             status, why = refused
@@ -187,6 +195,14 @@ class EngineReplica:
             return
         socket = AsgiSocket(websocket)
         lease = self.host.try_lease()
+        if lease is None and busy_before_upgrade:
+            busy = self.busy_answer()
+            with contextlib.suppress(RuntimeError):  # a server without denial responses
+                await websocket.send_denial_response(JSONResponse(
+                    {"type": wire.Busy.TYPE, "message": busy.message}, status_code=503,
+                    headers={"Retry-After": str(RETRY_AFTER_S)}))
+                self.metrics.busy += 1
+                return
         await websocket.accept()
         if lease is None:
             self.metrics.busy += 1
@@ -207,7 +223,7 @@ async def _reference_ws(websocket: WebSocket) -> None:
 
 async def _moshi_chat(websocket: WebSocket) -> None:
     events = websocket.query_params.get(EVENTS_QUERY[0]) == EVENTS_QUERY[1]
-    await _replica().serve_socket(websocket, MoshiCodec(events))
+    await _replica().serve_socket(websocket, MoshiCodec(events), busy_before_upgrade=True)
 
 
 async def _health(request: Request) -> Response:

@@ -21,10 +21,14 @@ class Limits:
     max_conversation_s: float = 3600.0  # a connection holds the engine at most this long
     max_message_bytes: int = 64 * 1024  # a PCM frame is 7680 bytes, an Opus page ~400
     # A ping after this long without a message, a pong due within half of it: a client that
-    # vanished without closing (its machine or network gone) frees the engine within 1.5x.
+    # vanished without closing (its machine or network gone) frees the engine within 1.5x
+    # (15 s), and a network that stalls for less than that (Wi-Fi and mobile links stall for
+    # seconds) keeps its conversation: what waited on either side flows on after it.
     # A talking client sends 12.5 frames a second, so a working one is never pinged.
-    heartbeat_s: float = 1.0
-    max_send_lag_s: float = 5.0  # audio waiting longer for a slow reader: the client is dropped
+    heartbeat_s: float = 10.0
+    # Audio waiting longer for a slow reader: the client is dropped. Longer than a stall the
+    # heartbeat rides out, so a link that comes back is not taken for a reader that stopped.
+    max_send_lag_s: float = 20.0
     stop_timeout_s: float = 30.0  # how long an engine may take to stop
     # A connection's request headers (a WebSocket handshake too) must all arrive within this;
     # past `max_connections` open at once a new one is answered 503 (connection_guard.py).

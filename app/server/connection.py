@@ -4,7 +4,7 @@ the last message, whichever protocol (the codec) it speaks.
 Four tasks run side by side, so none waits on another:
 - reading: every message is taken off the socket at once, so the socket's heartbeat is
   answered and a vanished client is found even while a reset restarts the engine;
-- processing, in order: frames go to the engine (a full engine queue is retried, never
+- processing, in order: frames go to the engine (a full engine queue is waited for, never
   dropped: the client paces the conversation, one step per frame, as the reference serves
   it); span, context, voice and reset messages are applied; garbage is refused with an error
   event;
@@ -50,7 +50,7 @@ from app.wire import events as wire
 
 log = logging.getLogger(__name__)
 
-_PUSH_RETRY_S = 0.005
+_PUSH_WAIT_S = 0.005  # how often a full engine queue is looked at again
 _WATCH_EVERY_S = 0.1
 # Messages read but not yet processed: about 20 s of frames. A client further ahead than
 # that waits at its socket (TCP's flow control), never losing a frame.
@@ -368,11 +368,13 @@ class Connection:
             return
         self._talking = True
         # The engine's queue holds 2 s of frames; a client sending faster than the engine
-        # steps waits here (and its socket fills), it never loses frames.
-        while not conversation.push_frame(frame.pcm):
+        # steps waits here (and its socket fills), it never loses frames. The frame goes in
+        # once there is room: a push refused is a frame dropped (and counted so).
+        while not conversation.takes_frame():
             if not conversation.running:
                 return
-            await asyncio.sleep(_PUSH_RETRY_S)
+            await asyncio.sleep(_PUSH_WAIT_S)
+        conversation.push_frame(frame.pcm)
 
     async def _apply(self, message: wire.ClientMessage) -> None:
         if isinstance(message, wire.SpanRequest):

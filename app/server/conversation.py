@@ -53,8 +53,21 @@ class Conversation:
     def start(self) -> None:
         self.pipeline.start()
 
+    def takes_frame(self) -> bool:
+        """Whether a frame pushed now reaches the engine without a drop. The connection
+        waits for this rather than pushing and retrying: a retried push counted a dropped
+        frame each time (thousands for a conversation that lost none) and handed the
+        recogniser, which takes every frame pushed, the same frame again."""
+        leveller = self.pipeline.leveller
+        if leveller is None:
+            return self.engine.room() > 0
+        # The leveller hands its frames on without waiting: the engine must have room for
+        # those it holds, and for the one it may be handing on now.
+        return leveller.room() > 0 and self.engine.room() > leveller.waiting() + 1
+
     def push_frame(self, pcm: npt.NDArray[np.float32]) -> bool:
-        """Never waits: False when the engine's queue is full (retry later)."""
+        """Never waits: False when the engine's queue is full (then the frame is dropped
+        and counted; `takes_frame` first says whether it has room)."""
         return self.pipeline.push_frame(pcm, 0.0)
 
     def inject(self, text: str, source: str) -> int:

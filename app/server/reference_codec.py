@@ -7,6 +7,9 @@ app/wire/events.py): from then on a binary message that begins with an Ogg page 
 frame's Opus pages, any other is still a PCM frame (what it sent before the answer reached
 it), and the server's audio goes out as Opus, the first preceded by the answer
 `{"type": "audio_codec", "codec": "opus"}`. Nothing changes for a client that never asks.
+Likewise `{"type": "words"}` (ours): from then on the model's `text` and the recognition's
+`user_text` go out as `words`, each recognised word once and a few frames' in one message
+(app/wire/words.py), and every event's JSON without spaces.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from app.server.voice_clone import is_clone_request, voice_recording
 from app.server.wire_socket import Incoming
 from app.wire import events as wire
 from app.wire.opus import OpusError, OpusFrameReader, OpusFrameWriter, OpusStuck, is_ogg
+from app.wire.words import WordsWriter
 
 FRAME_BYTES = FRAME_SAMPLES * 4
 
@@ -52,6 +56,7 @@ class ReferenceCodec:
         self._opus_in: OpusFrameReader | None = None
         self._opus_out: OpusFrameWriter | None = None
         self._opus_said = False
+        self._words: WordsWriter | None = None  # once the client asked for `words`
 
     @property
     def frames_received(self) -> int:
@@ -65,6 +70,9 @@ class ReferenceCodec:
         if message.kind == "text":
             if is_clone_request(message.data):  # nothing to do until its recording comes
                 self.expects_recording = True
+                return []
+            if wire.is_words_request(message.data):
+                self._words = self._words or WordsWriter()
                 return []
             try:
                 asked = wire.decode_audio_codec_request(message.data)
@@ -123,18 +131,35 @@ class ReferenceCodec:
         self._frames += 1
         return self._frames - 1
 
+    def _encode(self, event: wire.ServerEvent) -> str:
+        return wire.encode_event(event, compact=self._words is not None)
+
     def ready(self, event: wire.Ready) -> list[bytes | str]:
-        return [wire.encode_event(event)]
+        out: list[bytes | str] = []
+        if self._words is not None:  # a new conversation: its words start afresh
+            out += [self._encode(w) for w in self._words.new_conversation()]
+        return [*out, self._encode(event)]
 
     def audio(self, pcm: npt.NDArray[np.float32]) -> list[bytes | str]:
-        if self._opus_out is None:
-            return [np.asarray(pcm, dtype="<f4").tobytes()]
         out: list[bytes | str] = []
+        if self._words is not None:  # words held long enough go before this frame
+            out += [self._encode(w) for w in self._words.frame()]
+        if self._opus_out is None:
+            return [*out, np.asarray(pcm, dtype="<f4").tobytes()]
         if not self._opus_said:  # just before the first audio in Opus, so the client
             self._opus_said = True  # knows from which binary message on it is Opus
-            out.append(wire.encode_event(wire.AudioCodec(wire.OPUS)))
+            out.append(self._encode(wire.AudioCodec(wire.OPUS)))
         out.append(self._opus_out.pages(pcm))
         return out
 
     def event(self, event: wire.ServerEvent) -> list[bytes | str]:
-        return [wire.encode_event(event)]
+        words = self._words
+        if words is None:
+            return [wire.encode_event(event)]
+        if isinstance(event, wire.UserText):
+            due = words.user_text(event)
+        elif isinstance(event, wire.Text):
+            due = words.text(event)
+        else:  # what is held goes first
+            return [*(self._encode(w) for w in words.flush()), self._encode(event)]
+        return [self._encode(w) for w in due]

@@ -12,8 +12,9 @@ keeps it; a `voice` message replaces it).
 The recording becomes the engine's voice as a WAV file in the connection's own folder, so it
 takes the same path as a voice file given to `serve --voice`
 (app/engine/conversation_start.py `load_voice`: resampled to 24 kHz, levelled to -24 LUFS
-with pyloudnorm, Mimi-encoded in one non-streaming pass), on the engine's own thread,
-where Mimi is not streaming at that moment (a batched engine's slots share one Mimi).
+(BS.1770, app/audio/loudness.py), Mimi-encoded in one non-streaming pass), on the engine's
+own thread, where Mimi is not streaming at that moment (a batched engine's slots share one
+Mimi).
 
 The messages belong with the wire's others in app/wire/events.py; they are here until that
 module takes them.

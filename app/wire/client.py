@@ -14,6 +14,13 @@ its `error` event; a `ready` after a reset says from which frame the new convers
 counts). Reconnecting is the caller's choice: a dropped connection is a `Disconnected`
 event, never an exception out of `receive`.
 
+The model's words (`text`) and the server's recognition (`user_text`) come as those events,
+rebuilt here from the `words` messages the client asks for (each recognised word sent once,
+a few frames' words a message: app/wire/words.py); an older server refuses the request and
+sends them as before. What the link carries is counted per
+stream: `stream_bytes` (audio, text: the model's and the user's words and spans, control:
+the rest of the JSON).
+
 `connect(..., audio="opus")` asks the server for Opus (app/wire/opus.py): frames go as PCM
 until the server's `audio_codec` answer arrives, then as Opus both ways (~33 kbit/s instead
 of 768). A server that does not know the request answers it with an error, which is kept
@@ -31,7 +38,7 @@ import contextlib
 import ssl as ssl_module
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,11 +48,14 @@ import numpy as np
 from app.frames import FRAME_SAMPLES
 from app.wire import events as wire
 from app.wire.opus import OpusError, OpusFrameReader, OpusFrameWriter
+from app.wire.words import WordsReader
 
 CONNECT_TIMEOUT_S = 30.0  # the first conversation's engine warms up before `ready`
 # A ping after this long without a message from the server, a pong due within half of it:
-# a server whose machine or network vanished is a `Disconnected` within 3 s, not a hang.
-HEARTBEAT_S = 2.0
+# a server whose machine or network vanished is a `Disconnected` within 15 s, not a hang,
+# and a network that stalls for less (Wi-Fi and mobile links stall for seconds) keeps the
+# connection: what waited on either side flows on. `silent_s` says how long it has been.
+HEARTBEAT_S = 10.0
 PING_EVERY_S = 1.0  # the network's own round trip, measured this often
 PINGS_KEPT = 5  # the network round trips the median is taken over
 # After asking for Opus: the longest the frames after the first wait for the server's answer
@@ -108,8 +118,10 @@ def ws_url(url: str) -> str:
 
 class EngineClient:
     def __init__(self, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse,
-                 ready: wire.Ready, owns_session: bool) -> None:
+                 ready: wire.Ready, owns_session: bool, heartbeat: float | None = HEARTBEAT_S
+                 ) -> None:
         self._session = session
+        self._heartbeat = heartbeat
         self._owns_session = owns_session
         self._ws = ws
         self.ready = ready
@@ -123,6 +135,11 @@ class EngineClient:
         self.bytes_received = 0
         self.audio_bytes_sent = 0  # the audio's alone
         self.audio_bytes_received = 0
+        # The same payloads per stream: "audio", "text" (words), "control" (the rest).
+        self.stream_bytes: dict[str, Counter[str]] = {"sent": Counter(), "received": Counter()}
+        self.words_asked = False
+        self.words_refused: str | None = None  # an older server's error for the request
+        self._words = WordsReader()
         # The audio's codec each way: PCM until the server answered an Opus request.
         self.audio_asked = wire.PCM
         self.audio_codec = wire.PCM
@@ -133,6 +150,7 @@ class EngineClient:
         self._codec_settled = asyncio.Event()  # the answer, a refusal, or the first audio
         self.network_rtts_ms: deque[float] = deque(maxlen=PINGS_KEPT)
         self._pings: dict[bytes, float] = {}  # payload -> when it was sent
+        self._last_heard = time.monotonic()  # the server's last message of any kind
         self._reader = asyncio.create_task(self._read(), name="engine-client-reader")
         self._pinger = asyncio.create_task(self._ping(), name="engine-client-pinger")
 
@@ -142,9 +160,11 @@ class EngineClient:
                       timeout: float = CONNECT_TIMEOUT_S,
                       session: aiohttp.ClientSession | None = None,
                       heartbeat: float | None = HEARTBEAT_S,
-                      audio: str = wire.PCM) -> EngineClient:
+                      audio: str = wire.PCM, words: bool = True) -> EngineClient:
         """Connect and wait for `ready`. Raises Unauthorized, ServerBusy or ConnectError.
-        `audio` "opus": ask for Opus (see the module's docstring)."""
+        `audio` "opus": ask for Opus; `words`: ask for the words once, a few frames' a
+        message (see the module's docstring; False: a `text` and a whole `user_text` a
+        word)."""
         if audio not in wire.AUDIO_CODECS:
             raise ValueError(f"audio is {' or '.join(wire.AUDIO_CODECS)}, not {audio!r}")
         owns = session is None
@@ -169,10 +189,13 @@ class EngineClient:
         event = (wire.decode_event(first.data) if first.type == aiohttp.WSMsgType.TEXT
                  else None)
         if isinstance(event, wire.Ready):
-            client = cls(session, ws, event, owns)
+            client = cls(session, ws, event, owns, heartbeat)
             if audio == wire.OPUS:
                 client.audio_asked = wire.OPUS
                 await client._send_json(wire.AudioCodecRequest(wire.OPUS))
+            if words:
+                client.words_asked = True
+                await client._send_json(wire.WordsRequest())
             return client
         await ws.close()
         await cls._cleanup(session, owns)
@@ -211,6 +234,18 @@ class EngineClient:
     def connected(self) -> bool:
         return not self._ws.closed
 
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the server's last message of any kind (its pongs come every
+        second on a working link: more than a few seconds is a stalled network)."""
+        return time.monotonic() - self._last_heard
+
+    @property
+    def gives_up_s(self) -> float | None:
+        """The silence after which the heartbeat ends the connection (None: no heartbeat)."""
+        heartbeat = self._heartbeat
+        return None if heartbeat is None else heartbeat * 1.5
+
     async def send_frame(self, pcm: np.ndarray) -> int:
         """One 80 ms frame (float32 [1920] at 24 kHz); returns its index."""
         pcm = np.asarray(pcm, dtype=np.float32)
@@ -238,12 +273,17 @@ class EngineClient:
         await self._ws.send_bytes(data)
         self.bytes_sent += len(data)
         self.audio_bytes_sent += len(data)
+        self.stream_bytes["sent"]["audio"] += len(data)
         return index
 
-    async def _send_json(self, message: wire.ClientMessage | wire.AudioCodecRequest) -> None:
+    async def _send_json(self, message: wire.ClientMessage | wire.AudioCodecRequest
+                         | wire.WordsRequest) -> None:
         text = wire.encode_request(message)
         await self._ws.send_str(text)
-        self.bytes_sent += len(text.encode())
+        size = len(text.encode())
+        self.bytes_sent += size
+        stream = "text" if isinstance(message, wire.SpanRequest) else "control"
+        self.stream_bytes["sent"][stream] += size
 
     async def send_span(self, text: str, source: str = "client", span_id: str | None = None
                         ) -> str:
@@ -298,6 +338,7 @@ class EngineClient:
         try:
             while True:
                 message = await self._ws.receive()
+                self._last_heard = time.monotonic()
                 if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                     aiohttp.WSMsgType.CLOSED):
                     if message.type == aiohttp.WSMsgType.CLOSE and message.extra:
@@ -306,15 +347,18 @@ class EngineClient:
                 if message.type == aiohttp.WSMsgType.BINARY:
                     self.bytes_received += len(message.data)
                     self.audio_bytes_received += len(message.data)
+                    self.stream_bytes["received"]["audio"] += len(message.data)
                     for frame in self._audio(message.data):
                         self._events.put_nowait(frame)
                 elif message.type == aiohttp.WSMsgType.TEXT:
                     self.bytes_received += len(message.data.encode())
-                    event = self._event(message.data)
-                    if event is not None:
+                    for event in self._events_of(message.data):
                         self._events.put_nowait(event)
                 elif message.type == aiohttp.WSMsgType.PING:
-                    await self._ws.pong(message.data)
+                    # A socket closing already: its end is the next message, with the
+                    # reason (a pong that cannot be written is not it).
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await self._ws.pong(message.data)
                 elif message.type == aiohttp.WSMsgType.PONG:
                     self._ponged(message.data)
                 elif message.type == aiohttp.WSMsgType.ERROR:
@@ -348,31 +392,45 @@ class EngineClient:
         self.round_trips_ms.append(rtt)
         return AudioFrame(pcm, index, rtt)
 
-    def _event(self, text: str) -> wire.ServerEvent | wire.UnknownEvent | None:
-        """The event, or None for what this client handles itself (the codec's answer)."""
+    def _events_of(self, text: str) -> list[wire.ServerEvent | wire.UnknownEvent]:
+        """A text message's events: one, those a `words` stands for, or none (what this
+        client handles itself, the codec's answer)."""
         try:
             event = wire.decode_event(text)
         except ValueError:
-            return wire.UnknownEvent("", {"text": text})
+            event = wire.UnknownEvent("", {"text": text})
+        kind = event.type if isinstance(event, wire.UnknownEvent) else event.TYPE
+        stream = "text" if kind in wire.TEXT_EVENTS else "control"
+        self.stream_bytes["received"][stream] += len(text.encode())
+        if isinstance(event, wire.UnknownEvent):
+            return [event]
+        if isinstance(event, wire.Words):
+            return list(self._words.events(event))  # the events the server's codec held
+        if (isinstance(event, wire.Error) and event.stage == "message"
+                and self.words_asked and self.words_refused is None
+                and f"{wire.WordsRequest.TYPE!r}" in event.message):
+            self.words_refused = event.message  # an older server: event by event it is
+            return []
         if isinstance(event, wire.AudioCodec):
             if event.codec == wire.OPUS and self.audio_asked == wire.OPUS:
                 self._opus_in, self._opus_out = OpusFrameReader(), OpusFrameWriter()
                 self.audio_codec = wire.OPUS
             self._codec_settled.set()
-            return None
+            return []
         if (isinstance(event, wire.Error) and event.stage == "message"
                 and self.audio_asked != wire.PCM and self.audio_codec == wire.PCM
                 and self.audio_refused is None and wire.AudioCodecRequest.TYPE in event.message):
             self.audio_refused = event.message  # an older server: the audio stays PCM
             self._codec_settled.set()
-            return None
+            return []
         if isinstance(event, wire.Ready):
             self.ready = event
+            self._words.new_conversation()  # as the server's writer did
             for index in [i for i in self._sent if i < event.frames_received]:
                 del self._sent[index]  # the conversation they were for has ended
         elif isinstance(event, wire.Error) and event.frame is not None:
             self._sent.pop(event.frame, None)  # refused: no audio will answer it
-        return event
+        return [event]
 
     # ---- the network's own round trip ----------------------------------------------------
 

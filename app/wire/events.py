@@ -10,7 +10,11 @@ Audio on `/ws` is the reference's float32 PCM unless the client asks for Opus wi
 Ogg/Opus pages as well as PCM frames from it, and answers `{"type": "audio_codec",
 "codec": "opus"}` just before its first audio in Opus. A client that never asks (the
 reference's page) never sees a change; one whose server does not know the message gets an
-`error` for it and goes on in PCM.
+`error` for it and goes on in PCM. In the same way `{"type": "words"}` (ours) asks for the
+model's and the recognition's words as `words` messages, each recognised word sent once
+(the utterance's characters kept, and what follows them) and a few frames' words in one
+message, instead of a `text` and a `user_text` (the whole utterance again) with each word;
+app/wire/words.py writes and reads them.
 
 On `/ws` each is one text message; on `/api/chat` one binary message of kind 0x10 followed
 by the same JSON, for clients that asked for it (moshi_codec.py). Unknown fields are
@@ -23,11 +27,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from app.frames import FRAME_SAMPLES, SAMPLE_RATE
-from app.wire.named_json import NamedJsonError, from_json_object, registry, to_json_object
+from app.wire.named_json import (
+    NamedJsonError,
+    from_json_object,
+    omitted_when_none,
+    registry,
+    to_json_object,
+)
 
 PCM = "pcm"  # the reference's float32 frames
 OPUS = "opus"  # Ogg/Opus pages, one frame's per message (app/wire/opus.py)
@@ -85,6 +95,9 @@ class Busy:
 class Text:
     TYPE: ClassVar[str] = "text"
     delta: str = ""
+    # Where a client rebuilt it from `words` (ours): the conversation's audio frames sent
+    # before it, which say its frame as its arrival would have.
+    audio: int | None = omitted_when_none()
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,20 @@ class UserText:
     final: bool = False
     t: float = 0.0  # seconds of user audio at the utterance's end
     text: str = ""
+
+
+@dataclass(frozen=True)
+class Words:
+    """The words of a few frames in one message (ours, for a client that asked with
+    WordsRequest; app/wire/words.py): the model's `text` and the recognition's `user_text`
+    events, in their order, an item each. [delta, audio]: a `text` sent after `audio`
+    frames of the conversation's audio. [utt, keep, text, t], with a fifth item 1 for an
+    utterance's final: a `user_text` whose text is the first `keep` characters of its
+    utterance's last, then `text`, so each recognised word is sent once (`user_text`
+    resends the whole utterance with each: most of the bytes a conversation sent down)."""
+
+    TYPE: ClassVar[str] = "words"
+    items: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -214,12 +241,15 @@ class Error:
 
 
 ServerEvent = (
-    Ready | Busy | Text | UserText | Ret | Question | SpanQueued | SpanAccepted | Span
-    | SpanRejected | NoSpan | Late | Slot | Voice | AudioCodec | Error
+    Ready | Busy | Text | UserText | Words | Ret | Question | SpanQueued | SpanAccepted
+    | Span | SpanRejected | NoSpan | Late | Slot | Voice | AudioCodec | Error
 )
 _SERVER_TYPES: dict[str, type[ServerEvent]] = registry((
-    Ready, Busy, Text, UserText, Ret, Question, SpanQueued, SpanAccepted, Span, SpanRejected,
-    NoSpan, Late, Slot, Voice, AudioCodec, Error))
+    Ready, Busy, Text, UserText, Words, Ret, Question, SpanQueued, SpanAccepted, Span,
+    SpanRejected, NoSpan, Late, Slot, Voice, AudioCodec, Error))
+# The server's words, the model's and the user's: the link's text stream (the rest of its
+# JSON is control: readiness, spans' lives, errors).
+TEXT_EVENTS = frozenset({Text.TYPE, UserText.TYPE, Words.TYPE})
 
 
 @dataclass(frozen=True)
@@ -230,8 +260,11 @@ class UnknownEvent:
     data: dict[str, Any]
 
 
-def encode_event(event: ServerEvent) -> str:
-    return json.dumps(to_json_object(event), ensure_ascii=False)
+def encode_event(event: ServerEvent, compact: bool = False) -> str:
+    """One event's JSON; `compact`: without the spaces after separators (for our own
+    client, which asked for it with WordsRequest: the reference's page gets them)."""
+    separators = (",", ":") if compact else None
+    return json.dumps(to_json_object(event), ensure_ascii=False, separators=separators)
 
 
 def decode_event(text: str | bytes) -> ServerEvent | UnknownEvent:
@@ -290,7 +323,18 @@ class AudioCodecRequest:
     codec: str = OPUS
 
 
-def encode_request(message: ClientMessage | AudioCodecRequest) -> str:
+@dataclass(frozen=True)
+class WordsRequest:
+    """The client's choice for `/ws` (ours, after `ready`): the model's and the
+    recognition's words as `words`, each recognised word once and a few frames' in one
+    message, instead of a `text` and a `user_text` (the whole utterance) a word; and every
+    event's JSON without spaces. A server that does not know it answers an `error` and goes
+    on as before. The server's codec takes it, so it is not a ClientMessage."""
+
+    TYPE: ClassVar[str] = "words"
+
+
+def encode_request(message: ClientMessage | AudioCodecRequest | WordsRequest) -> str:
     body = {k: v for k, v in to_json_object(message).items() if v is not None}
     return json.dumps(body, ensure_ascii=False)
 
@@ -366,3 +410,12 @@ def decode_audio_codec_request(text: str | bytes) -> AudioCodecRequest | None:
         raise WireError("message", f"unknown audio codec {str(codec)[:40]!r}: "
                                    f"{' or '.join(AUDIO_CODECS)}")
     return AudioCodecRequest(codec)
+
+
+def is_words_request(text: str | bytes) -> bool:
+    """Whether this client message asks for `words` (WordsRequest)."""
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and obj.get("type") == WordsRequest.TYPE

@@ -129,3 +129,41 @@ def test_windows_install_names_the_client_switch_and_the_engine_extra():
     assert '"$Src[engine]"' in script and "if ($Client) { $Src }" in script
     # The ValidateSet'd $Torch never holds "client" (PowerShell would throw on it).
     assert '$Torch = "client"' not in script
+
+
+def _closure(requirements: list[str]) -> dict[str, str]:
+    """Every distribution the requirements pull in, as this venv's metadata says (what an
+    install of them resolves to, extras and other platforms' markers left out): name ->
+    the requirement that first brought it."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip carries the same parser
+        from pip._vendor.packaging.requirements import Requirement
+
+    found: dict[str, str] = {}
+    pending = [(Requirement(r), "pyproject.toml") for r in requirements]
+    while pending:
+        requirement, by = pending.pop()
+        name = _normalise(requirement.name)
+        if name in found or (requirement.marker is not None
+                             and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        found[name] = by
+        try:
+            requires = distribution(requirement.name).requires or []
+        except PackageNotFoundError:
+            continue  # not installed here: nothing known of what it pulls in
+        pending += [(Requirement(r), name) for r in requires]
+    return found
+
+
+def test_the_client_install_brings_no_scipy_and_no_matplotlib():
+    """The thin client's install was 862 MB, over its 700 MB goal: noisereduce declares
+    matplotlib (its plots) and it and pyloudnorm scipy (an STFT, two biquads), some 250 MB
+    together. The leveller's gate and meter are theirs on numpy now (app/audio)."""
+    pulled = _closure(_project()["dependencies"])
+    heavy = {name: by for name, by in pulled.items() if name in {"scipy", "matplotlib"}}
+    assert not heavy, f"pulled in by: {heavy}"
+    assert {"numpy", "aiohttp", "sphn"} <= set(pulled)  # the closure is read at all

@@ -122,7 +122,10 @@ def test_run_on_a_server_with_its_recognition_holds_the_conversation_from_a_clie
     assert 0 < span["chunks"][-1]["before_frame"] <= frames
     link = by_type["link"][0]
     assert link["audio_codec"] == "opus" and link["frames_not_sent"] == 0
-    assert link["kbit_s_up"] < 100 and link["kbit_s_down"] < 100, link
+    print(f"\nlink: {link}")
+    # The audio is ~27 kbit/s each way; the server's words come once each (`user_words`):
+    # the whole utterance with every word made it 97 kbit/s down.
+    assert link["kbit_s_up"] < 100 and link["kbit_s_down"] <= 40, link
 
 
 def test_the_app_on_a_server_with_its_recognition_from_a_client(

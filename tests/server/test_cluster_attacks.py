@@ -260,3 +260,38 @@ def test_the_front_door_relays_a_conversation_and_refuses_bad_header_bytes(tiny_
         assert answer.split(b"\r\n", 1)[0].endswith(b"401 Unauthorized"), answer[:200]
     assert unauthorized == 3
     assert len(of(AudioFrame, events)) == 3
+
+
+def test_a_busy_replica_answers_api_chat_as_serve_does(ingress, tiny_host, monkeypatch):
+    """moshi's clients read `serve`'s busy `/api/chat` as an HTTP 503 before the upgrade,
+    with Retry-After and a JSON `busy` body; a replica must not upgrade and then close with
+    1013 instead. `/ws` keeps the reference's answer: a `busy` event, then 1013."""
+    from types import SimpleNamespace
+
+    from starlette.testclient import WebSocketDenialResponse
+
+    from app.server import cluster
+    from app.server.web_app import RETRY_AFTER_S
+
+    # The busy answer counts the replicas Serve runs: one, as a replica outside Serve.
+    monkeypatch.setattr(cluster.serve, "get_replica_context",
+                        lambda: SimpleNamespace(world_size=1))
+    client = ingress(TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    held = tiny_host.try_lease()
+    assert held is not None
+    try:
+        with pytest.raises(WebSocketDenialResponse) as refused, client.websocket_connect(
+                "/api/chat", headers=auth):
+            pass
+        with client.websocket_connect("/ws", headers=auth) as reference:
+            said = reference.receive_json()
+            closed = reference.receive()
+    finally:
+        held.release()
+    answer = refused.value
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == str(RETRY_AFTER_S)
+    body = answer.json()
+    assert body["type"] == "busy" and "replica" in body["message"]
+    assert said["type"] == "busy" and closed["code"] == 1013

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from app.server.cli import add_serve_parser, main
+from app.server.config import Limits
 from app.server.threads import choose_threads
 from app.wire.client import AudioFrame, EngineClient
 from tests.server.helpers import TOKEN, collect, health, of, tone
@@ -31,7 +32,8 @@ def test_defaults_listen_on_the_loopback_on_moshis_port(monkeypatch):
     monkeypatch.delenv("CONTEXTSPAN_SERVER_TOKEN", raising=False)
     args = _parse([])
     assert (args.host, args.port, args.token, args.cluster) == ("127.0.0.1", 8998, None, False)
-    assert (args.idle_timeout, args.max_conversation, args.heartbeat) == (60.0, 3600.0, 1.0)
+    assert (args.idle_timeout, args.max_conversation, args.heartbeat) == (
+        60.0, 3600.0, Limits().heartbeat_s)
 
 
 def test_an_open_address_needs_a_token(monkeypatch, capsys):

@@ -56,6 +56,21 @@ def cluster_url(tiny_folder):
         ray.shutdown()
 
 
+async def _busy_api_chat(url: str) -> tuple[int, str | None, dict]:
+    """/api/chat's handshake refused: its status, Retry-After and JSON body."""
+    import json
+
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {TOKEN}", "Connection": "Upgrade",
+               "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session, \
+            session.get(url + "/api/chat", headers=headers) as answer:
+        body = await answer.read()
+        return answer.status, answer.headers.get("Retry-After"), json.loads(body or b"{}")
+
+
 def test_two_replicas_two_conversations_and_the_third_is_busy(cluster_url):
     async def main():
         first = await EngineClient.connect(cluster_url, TOKEN)
@@ -64,6 +79,7 @@ def test_two_replicas_two_conversations_and_the_third_is_busy(cluster_url):
             await EngineClient.connect(cluster_url, TOKEN)
         with pytest.raises(Unauthorized):
             await EngineClient.connect(cluster_url, "wrong")
+        chat = await _busy_api_chat(cluster_url)
         heard = []
         for client in (first, second):  # both talk at once
             await client.send_span("a fact", "notes")
@@ -83,10 +99,13 @@ def test_two_replicas_two_conversations_and_the_third_is_busy(cluster_url):
                 await asyncio.sleep(0.2)
         await third.close()
         await second.close()
-        return busy.value.busy, heard
+        return busy.value.busy, heard, chat
 
-    busy, heard = asyncio.run(main())
+    busy, heard, chat = asyncio.run(main())
     assert "all 2 replica(s) hold a conversation" in busy.message and busy.retry_after_s
+    # moshi's /api/chat is refused before the upgrade, as `serve` refuses it.
+    status, retry_after, body = chat
+    assert status == 503 and retry_after and body["type"] == "busy", chat
     for events in heard:
         assert [a.index for a in of(AudioFrame, events)] == [0, 1, 2]
         assert of(wire.Span, events)[0].source == "notes"

@@ -23,6 +23,7 @@ SERVER_EVENTS = [
     wire.SpanRejected(None, "client", "empty", "a2"), wire.NoSpan("q", "nothing found"),
     wire.Late("q", 3.1, "llm", None, "orchestrator"), wire.Slot(12.2, 93.0, 105.2, True, 4),
     wire.Voice("NATF0"), wire.AudioCodec("opus"), wire.Error("frame", "too short", 3),
+    wire.Text(" there", 12), wire.Words([[" hi", 3], [3, 0, "hi", 1.25, 1]]),
 ]
 
 
@@ -30,9 +31,13 @@ def test_every_server_event_is_written_type_first_with_all_its_fields():
     for event in SERVER_EVENTS:
         text = wire.encode_event(event)
         obj = json.loads(text)
-        assert list(obj) == ["type"] + [f.name for f in fields(event)]
+        written = [f.name for f in fields(event)  # but ours left out while None
+                   if not (getattr(event, f.name) is None and f.metadata)]
+        assert list(obj) == ["type"] + written
         assert obj["type"] == event.TYPE
         assert wire.decode_event(text) == event
+    # The reference's `text`, as its page has always read it: our `audio` is not there.
+    assert wire.encode_event(wire.Text(" hello")) == '{"type": "text", "delta": " hello"}'
 
 
 def test_a_message_of_an_unknown_type_or_shape_is_kept_not_raised():
