@@ -144,6 +144,33 @@ def widen_kv_ring(layer: StreamingMultiheadAttention, capacity: int) -> None:
     )
 
 
+class _QuantizedProjectionAttention(StreamingMultiheadAttention):
+    """An attention layer whose in-projection is a quantized layer that computes in the
+    model's dtype (app/engine/int4_linear.py, fp8_linear.py): moshi knows one quantized
+    linear, its QLinear, whose products are float16, and so gives such a layer's KV ring
+    float16 (`_init_streaming_state`, moshi 0.2.13 transformer.py L446-460); this ring is
+    kept in `kv_dtype`, the dtype the projection writes into it."""
+
+    kv_dtype: torch.dtype
+
+    def _init_streaming_state(self, batch_size: int) -> Any:
+        state = super()._init_streaming_state(batch_size)
+        ring = state.kv_cache
+        if ring is not None and ring.cache.dtype != self.kv_dtype:
+            _, batch, heads, capacity, dim_per_head = ring.cache.shape
+            state.kv_cache = RingKVCache(batch, heads, dim_per_head, capacity,
+                                         respect_exec_mask=ring.respect_exec_mask,
+                                         device=ring.cache.device, dtype=self.kv_dtype)
+        return state
+
+
+def keep_kv_dtype(attention: StreamingMultiheadAttention, dtype: torch.dtype) -> None:
+    """Keys and values of `attention` (whose in-projection is a QLinear subclass computing in
+    `dtype`) in `dtype`, not moshi's float16. Before streaming starts."""
+    attention.__class__ = _QuantizedProjectionAttention
+    attention.kv_dtype = dtype
+
+
 def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:
     """A copy of what the ring holds: (keys and values [2, B, H, capacity, D], end offsets)."""
     return ring.cache.clone(), ring.end_offset.clone()

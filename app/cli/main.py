@@ -222,8 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     gpu.add_argument("--precision", default=None, metavar="LIST",
                      help="comma-separated precisions to measure one after the other, e.g. "
-                          "bf16,int8,fp8 (fp32, bf16, int8, fp8): each one's step, block + "
-                          "step, memory and token agreement with the first")
+                          "bf16,fp8,int4 (fp32, bf16, int8, fp8, int4): each one's step, "
+                          "block + step, memory and token agreement with the first, each "
+                          "row on stderr as soon as it is measured")
     gpu.add_argument("--block", type=int, action="append", default=None, metavar="N",
                      help="span block size in tokens, repeatable (default 16 64 256 400 600)")
     gpu.add_argument("--repeats", type=int, default=7)
@@ -309,7 +310,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> int:
-    """`bench gpu --precision bf16,int8,fp8` (app/bench/precision_bench.py)."""
+    """`bench gpu --precision bf16,fp8,int4` (app/bench/precision_bench.py)."""
     from app.bench.precision_bench import (
         describe_precisions,
         parse_precisions,
@@ -319,8 +320,12 @@ def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> 
     if args.dtype != "bfloat16" or getattr(args, "slots", None):
         raise ValueError("bench gpu --precision chooses each precision's dtype itself and "
                          "runs no slots: leave out --dtype and --slots")
+    def progress(row: dict) -> None:  # a time limit that cuts the run keeps what was measured
+        print(f"precision {json.dumps(row)}", file=sys.stderr, flush=True)
+
     result = run_precision_bench(parse_precisions(args.precision), args.model, args.device,
-                                 blocks, args.repeats, allow_cpu=args.allow_cpu)
+                                 blocks, args.repeats, allow_cpu=args.allow_cpu,
+                                 progress=progress)
     print(json.dumps(result) if args.json else describe_precisions(result))
     return 0
 
