@@ -192,11 +192,21 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class Recommendation:
+    """The precision that keeps real time on this device, not only fits, and why (made by
+    app/engine/speed_plan.py from predictions; None: nothing it runs keeps up and fits)."""
+
+    precision: str | None
+    why: str
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     device: DeviceMemory
     plan: MemoryPlan  # the best that fits; when nothing does, the smallest tried
     suggestions: tuple[Suggestion, ...]  # only when the plan does not fit
     notes: tuple[str, ...] = ()
+    recommendation: Recommendation | None = None  # a known card and the 7B only
 
     @property
     def fits(self) -> bool:
@@ -218,6 +228,8 @@ class MemoryReport:
             else:
                 lines.append("Nothing of this fits on this device, even with the speech engine "
                              "on a server and the LLM on another machine.")
+        if self.recommendation is not None:
+            lines.append(f"Real time: {self.recommendation.why}.")
         return lines + list(self.notes)
 
 
