@@ -22,7 +22,7 @@ import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import moshi
 import torch
@@ -156,7 +156,7 @@ class _QuantizedProjectionAttention(StreamingMultiheadAttention):
     kv_dtype: torch.dtype
 
     def _init_streaming_state(self, batch_size: int) -> _MHAState:
-        device = self.in_projs[0].weight.device
+        device = next(self.in_projs[0].parameters()).device
         if self.context is not None:
             capacity = self.context
         elif self.weights_per_step:
@@ -179,7 +179,7 @@ def keep_kv_dtype(attention: StreamingMultiheadAttention, dtype: torch.dtype) ->
     if attention.cross_attention:
         raise ValueError("only self-attention layers keep a KV ring")
     attention.__class__ = _QuantizedProjectionAttention
-    attention.kv_dtype = dtype
+    cast(_QuantizedProjectionAttention, attention).kv_dtype = dtype
 
 
 def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ One JSON line per model, precision and engine as soon as it is counted, then the
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from moshi.models import LMGen, LMModel, loaders
+from moshi.modules.transformer import StreamingMultiheadAttention
 from moshi.utils import compile as moshi_compile
 
 from app.bench.step_count import PARTS, PartCount, StepCounter, summed
@@ -288,7 +290,8 @@ def _full_width_bytes(parts: dict[str, PartCount], small: LMModel, full: LMModel
 
 def _depformer_width(lm: LMModel) -> int:
     assert lm.depformer is not None
-    return int(lm.depformer.layers[0].self_attn.embed_dim)
+    return next(m.embed_dim for m in lm.depformer.modules()
+                if isinstance(m, StreamingMultiheadAttention))
 
 
 def _kv_bits(lm: LMModel, precision: str) -> int:
@@ -360,6 +363,10 @@ def count_model(model: str, precision: str, device: torch.device, steps: int = 2
         rows.append(row)
         if emit is not None:
             emit(row)
+    del built  # the next precision builds the model again: this one's memory is given back
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return rows
 
 

@@ -54,6 +54,11 @@ def quantize_fp8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 class Fp8Linear(QLinear):
     """A linear layer (no bias) whose product runs in fp8 through `torch._scaled_mm`."""
 
+    weight: torch.nn.Parameter  # [out, in] e4m3
+    weight_scale: torch.nn.Parameter  # [1, out] float32
+    one: torch.Tensor
+    floor: torch.Tensor
+
     def __init__(self, linear: torch.nn.Linear, mode: str = "rowwise") -> None:
         torch.nn.Module.__init__(self)  # not QLinear's: it would quantize with bitsandbytes
         if mode not in FP8_MODES:

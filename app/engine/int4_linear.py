@@ -93,6 +93,9 @@ class Int4Linear(QLinear):
     """A linear layer (no bias) with 4-bit group-quantized weights, packed for the device of
     the layer it replaces; computes in that layer's dtype (bfloat16 on CUDA, the kernel's)."""
 
+    weight: torch.nn.Parameter  # the codes in the device's packing
+    scales_and_zeros: torch.nn.Parameter  # [in / group, out, 2]
+
     def __init__(self, linear: torch.nn.Linear, group_size: int = INT4_GROUP_SIZE) -> None:
         torch.nn.Module.__init__(self)  # not QLinear's: it would quantize with bitsandbytes
         if group_size not in INT4_GROUP_SIZES:
