@@ -22,7 +22,7 @@ import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import moshi
 import torch
@@ -30,7 +30,7 @@ from moshi.models import LMModel, loaders
 from moshi.models.lm_utils import _delay_sequence
 from moshi.modules import transformer as moshi_transformer
 from moshi.modules.streaming import State, StreamingModule
-from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention
+from moshi.modules.transformer import RingKVCache, StreamingMultiheadAttention, _MHAState
 from moshi.quantization.core_vq import EuclideanCodebook
 from moshi.utils import compile as moshi_compile
 
@@ -142,6 +142,44 @@ def widen_kv_ring(layer: StreamingMultiheadAttention, capacity: int) -> None:
         device=ring.cache.device,
         dtype=ring.cache.dtype,
     )
+
+
+class _QuantizedProjectionAttention(StreamingMultiheadAttention):
+    """A self-attention layer whose in-projection is a quantized layer that computes in the
+    model's dtype (app/engine/int4_linear.py, fp8_linear.py): moshi knows one quantized
+    linear, its QLinear, whose products are float16, and so gives such a layer's KV ring
+    float16; this one's ring is in `kv_dtype`, the dtype the projection writes into it.
+    Otherwise moshi's own state (`_init_streaming_state`, moshi 0.2.13 transformer.py
+    L446-483, self-attention branch), made here rather than made and replaced: the
+    depformer makes its states anew at every step, and each ring costs a fill."""
+
+    kv_dtype: torch.dtype
+
+    def _init_streaming_state(self, batch_size: int) -> _MHAState:
+        device = next(self.in_projs[0].parameters()).device
+        if self.context is not None:
+            capacity = self.context
+        elif self.weights_per_step:
+            capacity = self.weights_per_step
+        else:
+            raise RuntimeError("Cannot create a streaming KVCache without a context to "
+                               "estimate capacity.")
+        ring = RingKVCache(batch_size, self.num_heads // self.kv_repeat,
+                           self.embed_dim // self.num_heads, capacity,
+                           respect_exec_mask=not self.weights_per_step, device=device,
+                           dtype=self.kv_dtype)
+        return _MHAState(batch_size, device, ring,
+                         offset=torch.zeros(batch_size, device=device, dtype=torch.long),
+                         offset_cpu=0)
+
+
+def keep_kv_dtype(attention: StreamingMultiheadAttention, dtype: torch.dtype) -> None:
+    """Keys and values of `attention` (a self-attention whose in-projection is a QLinear
+    subclass computing in `dtype`) in `dtype`, not moshi's float16. Before streaming."""
+    if attention.cross_attention:
+        raise ValueError("only self-attention layers keep a KV ring")
+    attention.__class__ = _QuantizedProjectionAttention
+    cast(_QuantizedProjectionAttention, attention).kv_dtype = dtype
 
 
 def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,10 +1,11 @@
-"""`python main.py bench gpu --precision bf16,int8,fp8`: `bench gpu`'s figures at each
+"""`python main.py bench gpu --precision bf16,fp8,int4`: `bench gpu`'s figures at each
 precision of the torch engine, on one GPU, one after the other, and how far each one's
 tokens follow the first precision's.
 
 For each precision the rig is built again from the same seed (the same random weights, or
 the same checkpoint), its linear layers quantized where the precision asks (int8: moshi's
-bitsandbytes QLinear; fp8: float8 e4m3 weights, app/engine/quantize.py), and measured as
+bitsandbytes QLinear; fp8: float8 e4m3 products in torch._scaled_mm; int4: 4-bit weights in
+torch's int4 kernel; app/engine/quantize.py), and measured as
 `bench gpu` measures: the step, the full frame, block + step for each block size, the
 exactness twins and the graphed replay. Then:
 - memory: the weights' bytes, and torch's peak over the measurements (reset after the
@@ -15,14 +16,16 @@ exactness twins and the graphed replay. Then:
   equal the reference's, and the first step that differs. Greedy runs part after their
   first difference, so these are upper-bound-free: a flipped token changes all after it.
 
-fp8 is refused where the GPU has none; with --allow-cpu every precision runs on the CPU
-(fp8's weight-only layers emulated there), for testing the command's paths.
+fp8 is refused where the GPU has none, int4 below Ampere; with --allow-cpu every precision
+runs on the CPU (fp8 through the CPU's per-tensor `_scaled_mm`, int4 through its CPU kernel),
+for testing the command's paths.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,21 +46,19 @@ from app.bench.gpu_bench import (
     _step,
     streaming_for_blocks,
 )
+from app.engine.fp8_linear import fp8_unavailable_reason
+from app.engine.int4_linear import int4_unavailable_reason
 from app.engine.precision import TORCH_PRECISIONS
-from app.engine.quantize import (
-    fp8_unavailable_reason,
-    int8_unavailable_reason,
-    quantize_linears_fp8,
-    quantize_linears_int8,
-)
+from app.engine.quantize import QUANTIZED_PRECISIONS, int8_unavailable_reason, quantize_linears
 
-# The float dtype each precision builds its model in (the 8-bit ones quantize a bf16 model).
-BUILD_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "bfloat16", "fp8": "bfloat16"}
+# The float dtype each precision builds its model in (the quantized ones quantize a bf16 model).
+BUILD_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "bfloat16", "fp8": "bfloat16",
+                "int4": "bfloat16"}
 AGREEMENT_STEPS = 2 * CHECK_STEPS  # live frames before the block and after it, each
 
 
 def parse_precisions(text: str) -> tuple[str, ...]:
-    """"bf16,int8,fp8" -> ("bf16", "int8", "fp8"); GpuBenchError for an unknown one."""
+    """"bf16,fp8,int4" -> ("bf16", "fp8", "int4"); GpuBenchError for an unknown one."""
     names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     unknown = [p for p in names if p not in TORCH_PRECISIONS]
     if not names or unknown:
@@ -73,16 +74,16 @@ def _check_runs(precision: str, device: torch.device, allow_cpu: bool) -> None:
         why_not = int8_unavailable_reason(device)
     elif precision == "fp8" and not (allow_cpu and device.type == "cpu"):
         why_not = fp8_unavailable_reason(device)
+    elif precision == "int4":
+        why_not = int4_unavailable_reason(device)
     if why_not is not None:
         raise GpuBenchError(why_not)
 
 
 def _quantize(rig: _Rig, precision: str) -> dict[str, Any]:
     weights_before = _weight_bytes(rig)
-    if precision in ("int8", "fp8"):
-        quantize = quantize_linears_int8 if precision == "int8" else quantize_linears_fp8
-        summary = quantize(rig.lm)
-        layers = summary.layers
+    if precision in QUANTIZED_PRECISIONS:
+        layers = quantize_linears(rig.lm, precision, rig.device).layers
     else:
         layers = 0
     gc.collect()
@@ -131,7 +132,9 @@ def run_precision_bench(
     repeats: int = 7,
     allow_cpu: bool = False,
     seed: int = 0,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """`progress`: called with each precision's row as soon as it is measured."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
     blocks = tuple(dict.fromkeys(int(n) for n in blocks))
@@ -155,6 +158,8 @@ def run_precision_bench(
         row["agreement_with"] = precisions[0]
         row["agreement"] = agreement(reference, frames)
         rows.append(row)
+        if progress is not None:
+            progress(row)
     environment = _environment(torch_device, torch.float32)
     environment.pop("dtype")  # each precision has its own (its row's float_dtype)
     return {"bench": "gpu-precision", "model": name, **environment, "precisions": rows,

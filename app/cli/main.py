@@ -178,6 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--baseline-tree", type=Path, default=None, metavar="DIR",
                         help="another checkout of ContextSpan, measured in the same run")
     engine.add_argument("--json", action="store_true", help="print one JSON object")
+    step = bench_kinds.add_parser(
+        "step", help="what one engine step launches and reads, by part, beside stock moshi's "
+                     "LMGen on the same weights (any machine)")
+    step.add_argument("--model", action="append", default=None,
+                      help="catalog id (tiny-cs), or 7b: the 7B architecture with random "
+                           "weights, at a small width on a CPU and in full on CUDA "
+                           "(repeatable; default tiny-cs and 7b)")
+    step.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    step.add_argument("--precision", default=None, metavar="LIST",
+                      help="comma-separated precisions counted one after the other (fp32, "
+                           "bf16, int8, fp8, int4; default fp32 on a CPU, bf16 on CUDA)")
+    step.add_argument("--steps", type=int, default=2, help="steps counted (default 2)")
+    step.add_argument("--greedy", action="store_true",
+                      help="greedy tokens (default: sampled, as the app samples)")
+    step.add_argument("--json", action="store_true", help="print one JSON object")
     asr = bench_kinds.add_parser(
         "asr", help="one recogniser for N conversations: its state, speed, and the 1B's")
     asr.add_argument("--stt", default="tiny-stt", help="STT model measured (default tiny-stt)")
@@ -222,8 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     gpu.add_argument("--precision", default=None, metavar="LIST",
                      help="comma-separated precisions to measure one after the other, e.g. "
-                          "bf16,int8,fp8 (fp32, bf16, int8, fp8): each one's step, block + "
-                          "step, memory and token agreement with the first")
+                          "bf16,fp8,int4 (fp32, bf16, int8, fp8, int4): each one's step, "
+                          "block + step, memory and token agreement with the first, each "
+                          "row on stderr as soon as it is measured")
     gpu.add_argument("--block", type=int, action="append", default=None, metavar="N",
                      help="span block size in tokens, repeatable (default 16 64 256 400 600)")
     gpu.add_argument("--repeats", type=int, default=7)
@@ -323,7 +339,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> int:
-    """`bench gpu --precision bf16,int8,fp8` (app/bench/precision_bench.py)."""
+    """`bench gpu --precision bf16,fp8,int4` (app/bench/precision_bench.py)."""
     from app.bench.precision_bench import (
         describe_precisions,
         parse_precisions,
@@ -333,8 +349,12 @@ def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> 
     if args.dtype != "bfloat16" or getattr(args, "slots", None):
         raise ValueError("bench gpu --precision chooses each precision's dtype itself and "
                          "runs no slots: leave out --dtype and --slots")
+    def progress(row: dict) -> None:  # a time limit that cuts the run keeps what was measured
+        print(f"precision {json.dumps(row)}", file=sys.stderr, flush=True)
+
     result = run_precision_bench(parse_precisions(args.precision), args.model, args.device,
-                                 blocks, args.repeats, allow_cpu=args.allow_cpu)
+                                 blocks, args.repeats, allow_cpu=args.allow_cpu,
+                                 progress=progress)
     print(json.dumps(result) if args.json else describe_precisions(result))
     return 0
 
@@ -372,6 +392,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_engine_bench(tuple(args.model or ("tiny", "tiny-cs")), args.frames,
                                   args.rounds, args.baseline_tree)
         print(json.dumps(result) if args.json else describe_engine(result))
+        return 0
+    if args.bench == "step":
+        from app.bench.step_bench import describe as describe_step
+        from app.bench.step_bench import emit_line, run_step_bench
+
+        default = "bf16" if str(args.device).startswith("cuda") else "fp32"
+        precisions = tuple(p.strip() for p in (args.precision or default).split(",")
+                           if p.strip())
+        result = run_step_bench(tuple(args.model or ("tiny-cs", "7b")), precisions,
+                                args.device, args.steps, args.greedy, emit=emit_line)
+        print(json.dumps(result) if args.json else describe_step(result))
         return 0
     if args.bench == "asr":
         from app.bench.asr_rows_bench import describe as describe_asr

@@ -1,8 +1,11 @@
-"""`python main.py plan`: what fits in this machine's memory before anything loads.
+"""`python main.py plan`: what fits in this machine's memory before anything loads, and, on a
+card it knows, which precision keeps the 7B in real time (predicted, with its basis:
+app/engine/speed_plan.py).
 
 Without flags it plans for the app's saved settings (speech model, recogniser, Ollama model,
 where the speech engine runs); flags override them. `--for cuda:12` plans for another
-machine instead of this one.
+machine instead of this one, `--card "RTX 4060 Ti"` for a card of the speed table, and
+`--cards` adds the predictions for every common card.
 """
 
 from __future__ import annotations
@@ -11,7 +14,14 @@ import argparse
 import json
 from pathlib import Path
 
-from app.engine.memory_plan import GIB, PRECISIONS, DeviceMemory, MemoryReport
+from app.engine.memory_plan import (
+    DEVICE_PRECISIONS,
+    GIB,
+    PRECISIONS,
+    DeviceMemory,
+    MemoryReport,
+    ModelShape,
+)
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
 
 DEVICE_KINDS = ("cuda", "mac", "cpu")
@@ -37,6 +47,13 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--for", dest="assume", default=None, metavar="KIND:GB",
                       help="plan for another machine instead of this one, all of its memory "
                            "free: cuda:12, cuda:16, mac:16, cpu:32")
+    plan.add_argument("--card", default=None, metavar="NAME",
+                      help="plan for a card of the speed table instead of this machine, all "
+                           "of its memory free, with its predicted speed (e.g. \"RTX 4060 "
+                           "Ti\", \"RTX 4060\", \"M3 Pro\")")
+    plan.add_argument("--cards", action="store_true",
+                      help="also the 7B's predicted step and frame on common cards at each "
+                           "precision, whether it fits, the 8 GB question, and the basis")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -55,6 +72,38 @@ def assumed_device(text: str) -> DeviceMemory:
     return DeviceMemory(kind, f"{names[kind]} with {size} GB (assumed)", total, total)
 
 
+def card_device(name: str) -> DeviceMemory:
+    """A card of the speed table (app/engine/speed_plan.py) with all of its memory free."""
+    from app.engine.speed_plan import CARDS, find_card
+
+    card = find_card(name)
+    if card is None:
+        known = ", ".join(alias for c in CARDS for alias in c.aliases)
+        raise ValueError(f"--card {name!r} is not in the speed table (it has {known})")
+    kind = "mac" if card.engine == "mlx" else "cuda"
+    auto = tuple(p for p in DEVICE_PRECISIONS[kind] if p in card.precisions)  # as the app's
+    return DeviceMemory(kind, card.name, card.memory_bytes, card.memory_bytes,
+                        precisions=card.precisions, auto_precisions=auto)
+
+
+def speed_lines(device: DeviceMemory, speech: ModelShape | None,
+                stt: ModelShape | None) -> list[str]:
+    """The predictions for this device's card at each precision it runs (empty: a card the
+    table does not know, or a speech model that is not the 7B)."""
+    from app.engine.memory_survey import SEVEN_B_LINEAR_PARAMS
+    from app.engine.speed_plan import basis_short, find_card, fit_text, predict
+
+    card = find_card(device.name)
+    if card is None or speech is None or speech.linear_params < SEVEN_B_LINEAR_PARAMS:
+        return []
+    lines = [f"Predicted on {card.name} ({basis_short(card)}; python main.py plan --cards "
+             "says how):"]
+    for precision in card.precisions:
+        lines.append(f"- {predict(card, precision).text()}; "
+                     f"{fit_text(card, speech, stt, precision)}")
+    return lines
+
+
 def report_json(report: MemoryReport) -> dict:
     def plan(p) -> dict:
         return {"sentence": p.sentence(), "fits": p.fits, "precision": p.precision,
@@ -62,9 +111,12 @@ def report_json(report: MemoryReport) -> dict:
                 "parts": [{"label": part.label.rstrip(","), "bytes": part.bytes,
                            "estimated": part.estimated} for part in p.parts]}
 
+    recommendation = report.recommendation
     return {"device": report.device.describe(), **plan(report.plan),
             "suggestions": [{"change": s.change, **plan(s.plan)} for s in report.suggestions],
-            "notes": list(report.notes)}
+            "notes": list(report.notes),
+            "recommendation": None if recommendation is None else {
+                "precision": recommendation.precision, "why": recommendation.why}}
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -79,19 +131,46 @@ def run_plan(args: argparse.Namespace) -> int:
     if folder is None and args.model is None and settings.speech.custom_folder:
         folder = Path(settings.speech.custom_folder).expanduser()
     device = args.device or (None if settings.speech.device == "auto" else settings.speech.device)
+    if args.assume and args.card:
+        raise ValueError("--for and --card both name the machine: give one")
+    device_memory = (assumed_device(args.assume) if args.assume
+                     else card_device(args.card) if args.card else None)
     report = survey_memory(
         None if model == "none" else model,
         folder=folder,
         device=device,
-        device_memory=assumed_device(args.assume) if args.assume else None,
+        device_memory=device_memory,
         precision=args.precision,
         stt_model=args.stt or settings.llm.stt_model,
         llm_backend=args.llm or settings.llm.backend,
         llm_host=args.llm_host or settings.llm.host,
         llm_model=args.llm_model or settings.llm.model,
     )
+    speech, stt = _shapes(None if model == "none" else model, folder,
+                          args.stt or settings.llm.stt_model)
+    speed = speed_lines(report.device, speech, stt)
+    cards: list[str] = []
+    if args.cards:
+        from app.engine.speed_plan import card_table, eight_gb_lines
+
+        seven_b = speech if speech is not None and speech.linear_params > 5e9 else _shapes(
+            "context-spanning-7b", None, None)[0]
+        assert seven_b is not None
+        cards = card_table(seven_b, stt) + eight_gb_lines(seven_b, stt)
     if args.json:
-        print(json.dumps(report_json(report)))
+        print(json.dumps({**report_json(report), "predicted": speed, "cards": cards}))
     else:
-        print("\n".join(report.lines()))
+        print("\n".join(report.lines() + speed + cards))
     return 0
+
+
+def _shapes(model: str | None, folder: Path | None, stt_model: str | None
+            ) -> tuple[ModelShape | None, ModelShape | None]:
+    """The speech model's and the recogniser's shapes (counted on meta; cached)."""
+    from app.asr.stt_catalog import get_stt_manifest
+    from app.checkpoints.catalog import get_manifest
+    from app.engine.footprint import checkpoint_shape, stt_shape
+
+    speech = checkpoint_shape(get_manifest(model), folder) if model else None
+    stt = stt_shape(get_stt_manifest(stt_model)) if stt_model and stt_model != "none" else None
+    return speech, stt

@@ -61,7 +61,7 @@ class ConversationConfig:
     dtype: str = field(default="auto", metadata=cli_option(
         "--dtype", help="the weights' dtype (default: the checkpoint's)",
         choices=("float32", "bfloat16", "float16")))
-    # auto (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch), q8 and
+    # auto (the best that fits by the memory plan), fp32, bf16, int8, fp8, int4 (torch), q8 and
     # q4 (MLX, device "mlx"): app/engine/precision.py
     precision: str = field(default="auto", metadata=cli_option(
         "--precision", help=PRECISION_HELP, choices=tuple(PRECISION_CHOICES))

@@ -25,7 +25,7 @@ _FALLBACK = {"cuda": "bf16", "mps": "bf16", "cpu": "fp32"}
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    precision: str  # fp32, bf16, int8, fp8 (torch); fp32, bf16, q8, q4 (MLX); "auto": dtype
+    precision: str  # fp32, bf16, int8, fp8, int4 (torch); fp32, bf16, q8, q4 (MLX); "auto": dtype
     reason: str  # for the loading message: "asked for", or the plan's sentence
     dtype: str | None = None  # a torch dtype name that has no precision (float16)
 

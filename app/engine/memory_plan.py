@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.engine.precision import INT4_GROUP_SIZE
+
 GIB = 1024**3
 
 DeviceKind = str  # "cuda", "mac" (Apple unified memory) or "cpu"
@@ -42,6 +44,8 @@ PRECISIONS: dict[str, Precision] = {
         Precision("fp16", "fp16", 16, 16, 16),
         Precision("int8", "8-bit", 8, 16, 16),  # torch int8 weight-only: one scale per row
         Precision("fp8", "fp8", 8, 16, 16),  # float8 e4m3 weights, one scale per row
+        # torch int4: a bf16 scale and zero per group of INT4_GROUP_SIZE weights
+        Precision("int4", "4-bit", 4 + 32 / INT4_GROUP_SIZE, 16, 16),
         Precision("q8", "8-bit", 8.5, 16, 16),  # MLX: 16-bit scale and bias per 64 weights
         Precision("q4", "4-bit", 4.5, 16, 16),
     )
@@ -188,11 +192,21 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class Recommendation:
+    """The precision that keeps real time on this device, not only fits, and why (made by
+    app/engine/speed_plan.py from predictions; None: nothing it runs keeps up and fits)."""
+
+    precision: str | None
+    why: str
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     device: DeviceMemory
     plan: MemoryPlan  # the best that fits; when nothing does, the smallest tried
     suggestions: tuple[Suggestion, ...]  # only when the plan does not fit
     notes: tuple[str, ...] = ()
+    recommendation: Recommendation | None = None  # a known card and the 7B only
 
     @property
     def fits(self) -> bool:
@@ -214,6 +228,8 @@ class MemoryReport:
             else:
                 lines.append("Nothing of this fits on this device, even with the speech engine "
                              "on a server and the LLM on another machine.")
+        if self.recommendation is not None:
+            lines.append(f"Real time: {self.recommendation.why}.")
         return lines + list(self.notes)
 
 

@@ -8,9 +8,17 @@ thread: it asks Ollama over HTTP and may start CUDA); `python main.py plan` call
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from app.engine.memory_plan import DeviceMemory, LlmLoad, MemoryReport, plan_memory
+from app.engine.memory_plan import (
+    DeviceMemory,
+    LlmLoad,
+    MemoryReport,
+    ModelShape,
+    Recommendation,
+    plan_memory,
+)
 from app.llm.ollama_footprint import OllamaSizeUnknown, ollama_model_memory
 from app.llm_backends import OLLAMA, OPENAI
 from app.settings.schema import AppSettings
@@ -75,7 +83,34 @@ def survey_memory(
     if speech is not None and precision is not None and precision not in memory.offered():
         notes.append(f"{precision} does not run on {memory.name} (it runs "
                      f"{', '.join(memory.offered())}).")
-    return plan_memory(memory, speech, stt, llm, precision=precision, notes=notes)
+    report = plan_memory(memory, speech, stt, llm, precision=precision, notes=notes)
+    return replace(report, recommendation=real_time_recommendation(memory, speech, stt, llm))
+
+
+SEVEN_B_LINEAR_PARAMS = 5_000_000_000  # the speed predictions are counted on the 7B
+
+
+def real_time_recommendation(memory: DeviceMemory, speech: ModelShape | None,
+                             stt: ModelShape | None = None, llm: LlmLoad | None = None
+                             ) -> Recommendation | None:
+    """The precision that keeps the 7B in real time on this card, among those whose whole
+    plan fits (app/engine/speed_plan.py: predicted); None for a card it does not know, or a
+    model that is not the 7B."""
+    from app.engine.speed_plan import find_card, recommend
+
+    card = find_card(memory.name)
+    if card is None or speech is None or speech.linear_params < SEVEN_B_LINEAR_PARAMS:
+        return None
+    runs = [p for p in card.precisions if p in memory.offered()] or list(card.precisions)
+    fits = [p for p in runs if plan_memory(memory, speech, stt, llm, precision=p).fits]
+    if fits:
+        return recommend(card, fits)
+    alone = [p for p in runs if plan_memory(memory, speech, precision=p).fits]
+    if not alone:
+        return Recommendation(None, f"the 7B fits {card.name} at no precision it runs")
+    found = recommend(card, alone)
+    return Recommendation(found.precision, f"{found.why}; only with speech recognition and "
+                          "the LLM off this card")
 
 
 def survey_for_settings(settings: AppSettings, device_memory: DeviceMemory | None = None,

@@ -3,8 +3,10 @@ on `run`, `serve` and `bench`), and what each device offers.
 
 - torch (cuda, mps, cpu): fp32, bf16; int8 (moshi's bitsandbytes QLinear: int8 weights, one
   scale per row, float16 compute) where bitsandbytes' kernels run (CUDA, and this CPU);
-  fp8 (float8 e4m3 weights, one scale per row) on NVIDIA GPUs that have fp8 (compute
-  capability 8.9 and newer: Ada, Hopper, Blackwell).
+  fp8 (float8 e4m3 weights and activations, the product in `torch._scaled_mm`) on NVIDIA
+  GPUs that have fp8 (compute capability 8.9 and newer: Ada, Hopper, Blackwell); int4
+  (4-bit weights in groups of 128, the product in torch's int4 kernel) on CUDA GPUs from
+  Ampere (8.0) on and on the CPU.
 - MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
 "auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
 What runs on this machine's devices is asked of the devices themselves
@@ -16,11 +18,14 @@ No torch at import: the settings dialog and the CLI's parsers import it.
 from __future__ import annotations
 
 AUTO = "auto"
-TORCH_PRECISIONS = ("fp32", "bf16", "int8", "fp8")
+TORCH_PRECISIONS = ("fp32", "bf16", "int8", "fp8", "int4")
 MLX_PRECISIONS = ("fp32", "bf16", "q8", "q4")
 MLX_CPU_PRECISIONS = ("fp32", "q8", "q4")  # MLX on a CPU computes float32 under 8 and 4 bits
-PRECISION_CHOICES = (AUTO, "fp32", "bf16", "int8", "fp8", "q8", "q4")  # the setting's values
+PRECISION_CHOICES = (AUTO, "fp32", "bf16", "int8", "fp8", "int4", "q8", "q4")  # the setting's
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # the torch dtype names
+# int4's weights per group (one bf16 scale and zero each: 4.25 bits a weight). Chosen by
+# measured agreement and by what an 8 GB card holds (app/engine/int4_linear.py says how).
+INT4_GROUP_SIZE = 128
 
 # How the settings dialog and the messages name each.
 PRECISION_NAMES = {
@@ -29,6 +34,7 @@ PRECISION_NAMES = {
     "bf16": "bf16 (16-bit)",
     "int8": "int8 (8-bit weights)",
     "fp8": "fp8 (8-bit float weights, newer NVIDIA GPUs)",
+    "int4": "int4 (4-bit weights)",
     "q8": "q8 (8-bit, MLX)",
     "q4": "q4 (4-bit, MLX)",
 }
@@ -37,7 +43,8 @@ PRECISION_NAMES = {
 # The --precision flag's help on `run` and `serve`.
 PRECISION_HELP = ("the speech model's weights: auto (default: the best that fits by the memory "
                   "plan), fp32, bf16, int8 (bitsandbytes; CUDA and CPU), fp8 (NVIDIA GPUs "
-                  "with fp8), or q8, q4 (the MLX engine, --device mlx)")
+                  "with fp8), int4 (CUDA GPUs from Ampere on, and CPU), or q8, q4 (the MLX "
+                  "engine, --device mlx)")
 
 
 class PrecisionError(ValueError):
@@ -68,9 +75,9 @@ def check_precision(precision: str, device: str) -> str:
 
 def loaded_precision(checkpoint: object) -> str:
     """What a loaded checkpoint runs at, as everything that names it says it (the status
-    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8" and "fp8"
-    for 8-bit weights (read from its layers: what was quantized is what runs), "q8" and
-    "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
+    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8", "fp8" and
+    "int4" for quantized weights (read from its layers: what was quantized is what runs),
+    "q8" and "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
     mlx_precision = getattr(checkpoint, "precision", None)
     if isinstance(mlx_precision, str):  # app/engine/mlx/checkpoint.MlxCheckpoint
         return FLOAT_DTYPES.get(mlx_precision, mlx_precision)
@@ -78,11 +85,14 @@ def loaded_precision(checkpoint: object) -> str:
     if lm is not None:
         from moshi.utils.quantize import QLinear
 
-        from app.engine.quantize import Fp8Linear
+        from app.engine.fp8_linear import Fp8Linear
+        from app.engine.int4_linear import Int4Linear
 
         kinds = {type(module) for module in lm.modules()}
         if Fp8Linear in kinds:
             return "fp8"
+        if Int4Linear in kinds:
+            return "int4"
         if QLinear in kinds:
             return "int8"
     return str(getattr(checkpoint, "dtype", "")).removeprefix("torch.")

@@ -1,23 +1,23 @@
-"""8-bit weights for the torch engine, through moshi's own bitsandbytes path.
+"""Quantized weights for the torch engine: every linear layer of the LM replaced, in place.
 
-moshi 0.2.13 ships `QLinear` (moshi/utils/quantize.py) and depends on bitsandbytes: every
-linear layer's weight becomes int8 with one float32 scale per output row (bitsandbytes'
-vector-wise quantization), and the layer computes in float16. moshi's attention reads a
-QLinear and keeps its KV cache in float16. Embeddings, norms and Mimi are untouched. On a
-7B that takes the linear weights (8.0 of 8.4 billion parameters) from 16 to 8 bits, which is
-what lets the model sit on a 12-16 GB card beside the recogniser (app/engine/memory_plan.py).
+- int8: moshi's own `QLinear` (moshi/utils/quantize.py, bitsandbytes): int8 weights with one
+  float32 scale per output row (vector-wise), float16 products; moshi's attention keeps its KV
+  cache in float16 for it. bitsandbytes 0.49 has CPU kernels too, so the tiny checkpoints
+  test it. It is kept for the cards the two below leave out: NVIDIA GPUs older than Ampere
+  (Turing: T4, RTX 20xx), where neither int4's kernel nor fp8 runs and a 16 GB card holds
+  the 7B only at 8 bits; everywhere else int4 (smaller) or fp8 (fused) does better on paper.
+- fp8: float8 e4m3 weights and activations, the product in `torch._scaled_mm`
+  (app/engine/fp8_linear.py), on NVIDIA GPUs with fp8.
+- int4: 4-bit group-quantized weights, the product in torch's int4 kernel
+  (app/engine/int4_linear.py), on CUDA GPUs from Ampere on, and on the CPU.
+Embeddings, norms and Mimi are untouched: the linear layers hold 7.4 of the 7B's 7.7 billion
+parameters (app/engine/memory_plan.py counts them).
 
-It runs on this CPU as on CUDA (bitsandbytes 0.49 has CPU kernels for int8), so the tiny
-checkpoints test it; tests/engine/test_quantize.py reports its token agreement with float32.
-Quantize after the weights are loaded (QLinear quantizes the weight it is given) and before
-streaming starts (the KV cache takes its dtype from the layer then).
-
-fp8 (`quantize_linears_fp8`) keeps each weight as float8 e4m3 with one float32 scale per
-output row, the same layout at one byte a weight, and computes in float16 as QLinear does
-(it is a QLinear to moshi's attention, so the KV cache is float16 as with int8). It is
-weight-only: the weight is widened for each product, which saves memory, not time; the
-product refuses it where the GPU has no fp8 (fp8_unavailable_reason), and bench gpu
-measures what it costs. The CPU runs it too, so the tiny checkpoints test its agreement.
+int8 quantizes a layer wherever it is and is moved after. fp8 and int4 layers are made on
+the device they run on (their layouts are the device's: int4's packing differs between CUDA
+and the CPU), so `quantize_linears` takes each float layer to that device, quantizes it
+there and drops it: the device never holds more than one 16-bit layer. Quantize after the
+weights are loaded and before streaming starts (the KV rings take their dtype then).
 """
 
 from __future__ import annotations
@@ -28,20 +28,27 @@ from dataclasses import dataclass
 
 import torch
 from moshi.models import LMModel
+from moshi.modules.transformer import StreamingMultiheadAttention
 from moshi.utils.quantize import QLinear
+
+from app.engine.fp8_linear import Fp8Linear, fp8_mode
+from app.engine.int4_linear import INT4_GROUP_SIZE, Int4Linear
+from app.moshi_internals import keep_kv_dtype
 
 log = logging.getLogger(__name__)
 
+QUANTIZED_PRECISIONS = ("int8", "fp8", "int4")
+
 
 class QuantizationUnavailable(RuntimeError):
-    """bitsandbytes is missing or cannot run on this machine."""
+    """The quantized kernels are missing or cannot run on this machine."""
 
 
 @dataclass(frozen=True)
 class QuantizedLinears:
     layers: int  # linear layers replaced
     bytes_before: int  # of their weights
-    bytes_after: int  # int8 weights and their float32 scales
+    bytes_after: int  # the quantized weights and their scales (and zeros)
 
 
 def int8_unavailable_reason(device: torch.device) -> str | None:
@@ -58,24 +65,10 @@ def int8_unavailable_reason(device: torch.device) -> str | None:
     return None
 
 
-FP8_CAPABILITY = (8, 9)  # Ada; Hopper is 9.0, Blackwell 10.0 and 12.0
-
-
-def fp8_unavailable_reason(device: torch.device) -> str | None:
-    """None on an NVIDIA GPU that has fp8; else why fp8 weights are not offered."""
-    wanted = f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]}"
-    if device.type != "cuda":
-        return (f"fp8 weights are for NVIDIA GPUs with fp8 (compute capability {wanted} or "
-                f"newer: Ada, Hopper, Blackwell), not {device.type}; choose int8 or bf16")
-    capability = torch.cuda.get_device_capability(device)
-    if capability < FP8_CAPABILITY:
-        return (f"{torch.cuda.get_device_name(device)} has compute capability "
-                f"{capability[0]}.{capability[1]}: fp8 needs {wanted} or newer; choose int8")
-    return None
-
-
-def _replace_linears(lm: LMModel, make: Callable[[torch.nn.Linear], torch.nn.Module]
-                     ) -> QuantizedLinears:
+def _replace_linears(lm: LMModel, make: Callable[[torch.nn.Linear], torch.nn.Module],
+                     device: torch.device | None = None) -> QuantizedLinears:
+    """Every nn.Linear under `lm` replaced by `make(layer)`, the layer first taken to
+    `device` when given (then dropped: only its quantized form stays there)."""
     layers = before = after = 0
 
     def replace(module: torch.nn.Module) -> None:
@@ -83,11 +76,13 @@ def _replace_linears(lm: LMModel, make: Callable[[torch.nn.Linear], torch.nn.Mod
         for name, child in module.named_children():
             if isinstance(child, torch.nn.Linear):
                 if child.bias is not None:
-                    raise QuantizationUnavailable(f"{name}: 8-bit layers take no bias")
-                quantized = make(child)
+                    raise QuantizationUnavailable(f"{name}: quantized layers take no bias")
+                before += child.weight.numel() * child.weight.element_size()
+                source = child if device is None else child.to(device)
+                quantized = make(source)
+                del source
                 setattr(module, name, quantized)
                 layers += 1
-                before += child.weight.numel() * child.weight.element_size()
                 after += sum(p.numel() * p.element_size() for p in quantized.parameters())
             else:
                 replace(child)
@@ -95,6 +90,12 @@ def _replace_linears(lm: LMModel, make: Callable[[torch.nn.Linear], torch.nn.Mod
     with torch.no_grad():
         replace(lm)
     return QuantizedLinears(layers, before, after)
+
+
+def _keep_kv_in_model_dtype(lm: LMModel, dtype: torch.dtype) -> None:
+    for module in lm.modules():
+        if isinstance(module, StreamingMultiheadAttention) and not module.cross_attention:
+            keep_kv_dtype(module, dtype)
 
 
 def quantize_linears_int8(lm: LMModel) -> QuantizedLinears:
@@ -106,26 +107,41 @@ def quantize_linears_int8(lm: LMModel) -> QuantizedLinears:
     return _replace_linears(lm, QLinear)
 
 
-FP8_MAX = 448.0  # the largest float8 e4m3 value
+def quantize_linears_fp8(lm: LMModel, device: torch.device | None = None,
+                         mode: str | None = None) -> QuantizedLinears:
+    """Replace every linear layer of `lm` by an fp8 layer made on `device` (default: where
+    the LM is), in place; `mode` as fp8_linear.fp8_mode finds it there by default."""
+    device = device or lm.device
+    mode = mode or fp8_mode(device)
+    if mode is None:
+        raise QuantizationUnavailable(f"fp8 products do not run on {device} with torch "
+                                      f"{torch.__version__}")
+    dtype = lm.dtype
+    summary = _replace_linears(lm, lambda layer: Fp8Linear(layer, mode), device)
+    _keep_kv_in_model_dtype(lm, dtype)
+    return summary
 
 
-class Fp8Linear(QLinear):
-    """float8 e4m3 weights [out, in] with a float32 scale per output row; float16 products,
-    as QLinear's (whose type moshi's attention reads to give the KV cache its dtype)."""
-
-    def __init__(self, linear: torch.nn.Linear) -> None:
-        torch.nn.Module.__init__(self)  # not QLinear's: it would quantize with bitsandbytes
-        weight = linear.weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX  # [out]
-        self.weight: torch.nn.Parameter = torch.nn.Parameter(
-            (weight / scale[:, None]).to(torch.float8_e4m3fn), requires_grad=False)
-        self.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = (self.weight.float() * self.weight_scale[:, None]).half()  # [out, in]
-        return torch.nn.functional.linear(x.half(), weight)
+def quantize_linears_int4(lm: LMModel, device: torch.device | None = None,
+                          group_size: int = INT4_GROUP_SIZE) -> QuantizedLinears:
+    """Replace every linear layer of `lm` by a 4-bit layer made on `device` (default: where
+    the LM is), in place."""
+    dtype = lm.dtype
+    summary = _replace_linears(lm, lambda layer: Int4Linear(layer, group_size),
+                               device or lm.device)
+    _keep_kv_in_model_dtype(lm, dtype)
+    return summary
 
 
-def quantize_linears_fp8(lm: LMModel) -> QuantizedLinears:
-    """Replace every linear layer of `lm` by an fp8-weight layer (Fp8Linear), in place."""
-    return _replace_linears(lm, Fp8Linear)
+def quantize_linears(lm: LMModel, precision: str, device: torch.device | None = None
+                     ) -> QuantizedLinears:
+    """The LM's linear layers at `precision` (int8, fp8 or int4), made on `device` (fp8 and
+    int4; int8 quantizes where the LM is)."""
+    if precision == "int8":
+        return quantize_linears_int8(lm)
+    if precision == "fp8":
+        return quantize_linears_fp8(lm, device)
+    if precision == "int4":
+        return quantize_linears_int4(lm, device)
+    raise ValueError(f"{precision} is not a quantized precision "
+                     f"({', '.join(QUANTIZED_PRECISIONS)})")

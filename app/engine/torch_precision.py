@@ -1,11 +1,14 @@
 """The torch engine's checkpoint at a precision: fp32 and bf16 as the loader loads them, int8
-(moshi's bitsandbytes QLinear) and fp8 (quantize.Fp8Linear) quantized at load.
+(moshi's bitsandbytes QLinear), fp8 (fp8_linear.Fp8Linear) and int4 (int4_linear.Int4Linear)
+quantized at load (app/engine/quantize.py).
 
-An 8-bit model is meant for a GPU too small for its 16-bit weights (a 7B in bf16 is 15.4 GB;
-a 12 or 16 GB card holds it only at 8 bits). So the float weights are loaded and quantized
-on the CPU, in the RAM, and only the 8-bit model moves to the GPU: the card never holds the
-16-bit copy. Each precision is checked against the machine before anything loads, and a
-precision that does not run here is refused with the reason and what does run.
+A quantized model is meant for a GPU too small for its 16-bit weights (a 7B in bf16 is 15.4
+GB; a 12 or 16 GB card holds it only at 8 bits, an 8 GB card at 4). So the float weights are
+loaded on the CPU, in the RAM, and the card never holds the 16-bit copy: int8 quantizes there
+and moves; fp8 and int4 take one float layer at a time to the device, quantize it there (their
+layouts are the device's) and drop it. Each precision is checked against the machine before
+anything loads, and a precision that does not run here is refused with the reason and what
+does run.
 """
 
 from __future__ import annotations
@@ -18,14 +21,10 @@ import torch
 
 from app.checkpoints.catalog import Manifest
 from app.checkpoints.loader import LoadedCheckpoint, load_checkpoint, parse_dtype, runtime_dtype
+from app.engine.fp8_linear import fp8_unavailable_reason
+from app.engine.int4_linear import int4_unavailable_reason
 from app.engine.precision import FLOAT_DTYPES, TORCH_PRECISIONS, PrecisionError
-from app.engine.quantize import (
-    QuantizedLinears,
-    fp8_unavailable_reason,
-    int8_unavailable_reason,
-    quantize_linears_fp8,
-    quantize_linears_int8,
-)
+from app.engine.quantize import QuantizedLinears, int8_unavailable_reason, quantize_linears
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,8 @@ def unavailable_reason(precision: str, device: torch.device) -> str | None:
         return int8_unavailable_reason(device)
     if precision == "fp8":
         return fp8_unavailable_reason(device)
+    if precision == "int4":
+        return int4_unavailable_reason(device)
     return None
 
 
@@ -70,19 +71,18 @@ def precision_offer(device: torch.device) -> tuple[tuple[str, ...], tuple[tuple[
 
 def load_torch_checkpoint(manifest: Manifest, folder: Path, device: torch.device,
                           precision: str) -> LoadedCheckpoint:
-    """The checkpoint on `device` with its LM at `precision` (fp32, bf16, int8, fp8);
+    """The checkpoint on `device` with its LM at `precision` (fp32, bf16, int8, fp8, int4);
     PrecisionError where that does not run here."""
     why_not = unavailable_reason(precision, device)
     if why_not is not None:
         raise PrecisionError(why_not)
     if precision in FLOAT_DTYPES:
         return load_checkpoint(manifest, folder, device, parse_dtype(FLOAT_DTYPES[precision]))
-    # The floats under the 8-bit weights (embeddings, norms): the manifest's dtype on a GPU,
-    # float32 on a CPU (loader.runtime_dtype).
+    # The floats under the quantized weights (embeddings, norms): the manifest's dtype on a
+    # GPU, float32 on a CPU (loader.runtime_dtype).
     dtype = runtime_dtype(manifest.sampling.dtype, device)
     checkpoint = load_checkpoint(manifest, folder, torch.device("cpu"), dtype)
-    quantize = quantize_linears_int8 if precision == "int8" else quantize_linears_fp8
-    summary: QuantizedLinears = quantize(checkpoint.lm)
+    summary: QuantizedLinears = quantize_linears(checkpoint.lm, precision, device)
     log.info("%s: %d linear layers at %s, %.2f GB of weights instead of %.2f GB", manifest.id,
              summary.layers, precision, summary.bytes_after / 1e9, summary.bytes_before / 1e9)
     if device.type != "cpu":

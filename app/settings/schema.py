@@ -16,9 +16,9 @@ SCHEMA_VERSION = 3
 EchoMode = Literal["cancel", "headset"]  # "cancel": WebRTC echo cancellation; "headset": off
 EngineMode = Literal["local", "server"]  # the speech model on this computer, or a server's
 # The speech model's weights (app/engine/precision.py says which device runs which): auto
-# (the best that fits by the memory plan), fp32, bf16, int8 and fp8 (torch; fp8 on NVIDIA
+# (the best that fits by the memory plan), fp32, bf16, int8, fp8 and int4 (torch; fp8 on NVIDIA
 # GPUs that have it), q8 and q4 (MLX).
-Precision = Literal["auto", "fp32", "bf16", "int8", "fp8", "q8", "q4"]
+Precision = Literal["auto", "fp32", "bf16", "int8", "fp8", "int4", "q8", "q4"]
 # May a server's tool that changes things (MCP's destructiveHint, or no readOnlyHint) run?
 # "ask": the window asks each time; "always": it runs; "never": it is refused.
 McpConsent = Literal["ask", "always", "never"]

@@ -26,8 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_list_is_parsed_in_order_once_each_and_unknown_names_are_refused():
     assert parse_precisions("bf16, int8,fp8,bf16") == ("bf16", "int8", "fp8")
-    with pytest.raises(GpuBenchError, match="not int4, q8"):
-        parse_precisions("bf16,int4,q8")
+    assert parse_precisions("bf16,fp8,int4") == ("bf16", "fp8", "int4")
+    with pytest.raises(GpuBenchError, match="not int3, q8"):
+        parse_precisions("bf16,int3,q8")
     with pytest.raises(GpuBenchError, match="comma-separated"):
         parse_precisions(" , ")
 
@@ -69,17 +70,23 @@ def test_each_precision_has_its_figures_and_its_agreement(report):
 
 def test_the_command_line_runs_it(tiny_cs_folder, data_dir):
     done = subprocess.run(
-        [sys.executable, "main.py", "bench", "gpu", "--precision", "fp32,fp8", "--model",
+        [sys.executable, "main.py", "bench", "gpu", "--precision", "fp32,fp8,int4", "--model",
          "tiny-cs", "--allow-cpu", "--block", "4", "--repeats", "1", "--json"],
         cwd=REPO_ROOT, env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)},
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     rows = result["precisions"]
-    assert [row["precision"] for row in rows] == ["fp32", "fp8"]
-    assert rows[1]["quantized_layers"] > 0
-    assert rows[1]["weights_bytes"] < 0.5 * rows[0]["weights_bytes"]
-    print(f"fp8 against fp32 (tiny-cs, greedy): {rows[1]['agreement']}")
+    assert [row["precision"] for row in rows] == ["fp32", "fp8", "int4"]
+    # tiny-cs's layers are 32 to 176 wide: int4 pads each row to whole groups of 128
+    for row, share in zip(rows[1:], (0.5, 0.6), strict=True):
+        assert row["quantized_layers"] > 0
+        assert row["weights_bytes"] < share * rows[0]["weights_bytes"]
+        print(f"{row['precision']} against fp32 (tiny-cs, greedy): {row['agreement']}")
+    # each row was on stderr as soon as it was measured (a time limit keeps them)
+    said = [line for line in done.stderr.splitlines() if line.startswith("precision {")]
+    assert [json.loads(line.split(" ", 1)[1])["precision"] for line in said] == [
+        "fp32", "fp8", "int4"]
     refused = subprocess.run(
         [sys.executable, "main.py", "bench", "gpu", "--precision", "bf16,q4", "--model",
          "tiny-cs", "--allow-cpu"], cwd=REPO_ROOT,

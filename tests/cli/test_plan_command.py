@@ -66,3 +66,35 @@ def test_a_bad_machine_is_one_line_on_stderr(tmp_path):
     result = plan(tmp_path, "--for", "gpu:12")
     assert result.returncode == 1
     assert result.stderr.startswith("error: --for takes KIND:GB") and result.stdout == ""
+
+
+def test_for_a_card_it_knows_the_plan_says_which_precision_keeps_up(tmp_path, ollama):
+    result = plan(tmp_path, "--model", "context-spanning-7b", "--stt", "kyutai-stt-1b-en_fr",
+                  "--llm", "ollama", "--llm-host", ollama.url, "--llm-model", "qwen3:4b",
+                  "--card", "RTX 4060 Ti")
+    assert result.returncode == 0, result.stderr
+    print(result.stdout)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("RTX 4060 Ti 16 GB: 16 GB of GPU memory")
+    assert lines[1].startswith("Fits: Context Spanning 7B in 8-bit, ")  # what auto loads
+    said = next(line for line in lines if line.startswith("Real time: "))
+    assert said.startswith("Real time: int4 keeps the 7B in real time on RTX 4060 Ti 16 GB")
+    assert "(predicted)" in said and "H200" in said
+    predicted = lines[lines.index(next(line for line in lines
+                                       if line.startswith("Predicted on "))) + 1:]
+    assert [line.split(":")[0] for line in predicted] == ["- bf16", "- fp8", "- int8", "- int4"]
+    assert "does not fit" in predicted[0] and "keeps up" in predicted[3]
+
+
+def test_the_cards_table_predicts_every_common_card_with_its_basis(tmp_path):
+    result = plan(tmp_path, "--model", "context-spanning-7b", "--stt", "kyutai-stt-1b-en_fr",
+                  "--llm", "none", "--for", "cuda:8", "--cards")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for card in ("RTX 3060 12 GB", "RTX 4060 Ti 16 GB", "RTX 4070 12 GB", "RTX 4080 16 GB",
+                 "RTX 4090 24 GB", "A10 24 GB", "L4 24 GB", "Apple M3 Pro 18 GB (MLX)"):
+        assert f"\n{card}: " in out, card
+    assert "Predicted, not measured on these cards." in out
+    assert "8 GB cards, the 7B at int4" in out and "recogniser on the CPU" in out
+    unknown = plan(tmp_path, "--card", "Voodoo 5")
+    assert unknown.returncode == 1 and "not in the speed table" in unknown.stderr

@@ -37,6 +37,27 @@ def next_token_agreement(reference: torch.nn.Module, other: torch.nn.Module,
     return shares[0], shares[1]
 
 
+def logit_agreement(reference: torch.nn.Module, other: torch.nn.Module,
+                    steps: int = 256) -> dict[str, float]:
+    """Teacher-forced, as next_token_agreement: the share of positions whose greedy text
+    and audio tokens agree, and the mean relative error of the text and audio logits."""
+    generator = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, reference.card, (1, reference.num_codebooks, steps),
+                          generator=generator)
+    codes[:, 0] = torch.randint(0, reference.text_card, (1, steps), generator=generator)
+    with torch.no_grad():
+        a, b = reference(codes), other(codes)
+    result = {}
+    for name, key in (("text_logits", "text"), ("logits", "audio")):
+        la, lb = getattr(a, name).float(), getattr(b, name).float()
+        valid = torch.isfinite(la).all(-1)  # positions the delays leave undefined are -inf
+        la, lb = la[valid], lb[valid]
+        result[key] = round((la.argmax(-1) == lb.argmax(-1)).float().mean().item(), 4)
+        relative = (la - lb).norm(dim=-1) / la.norm(dim=-1)
+        result[f"{key}_relative_error"] = round(relative.mean().item(), 4)
+    return result
+
+
 def test_int8_quarters_the_linear_weights_and_mostly_agrees_with_float32(tiny_folder):
     reference = load_checkpoint(get_manifest("tiny"), tiny_folder).lm
     lm = load_checkpoint(get_manifest("tiny"), tiny_folder).lm

@@ -127,7 +127,7 @@ def test_wrong_types_are_ignored_field_by_field(store: SettingsStore) -> None:
     raw["llm"]["tools_enabled"] = "yes"
     raw["llm"]["tools"] = ["clock", 3]
     raw["audio"]["echo_mode"] = "loud"
-    raw["speech"]["precision"] = "int4"  # not one of the precisions
+    raw["speech"]["precision"] = "int3"  # not one of the precisions
     raw["speech"]["voice"] = None  # valid: optional
     write(store, raw)
     settings, notice = store.load()

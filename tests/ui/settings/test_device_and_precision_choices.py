@@ -54,6 +54,17 @@ def _int8_runs_on_this_cpu() -> bool:
     return True
 
 
+def _int4_runs_on_this_cpu() -> bool:
+    try:  # torch's own CPU int4 kernel, on one group of 32 weights by 16 outputs
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            torch.zeros(16, 32, dtype=torch.int32), 2)
+        torch.ops.aten._weight_int4pack_mm_for_cpu(torch.zeros(1, 32), packed, 32,
+                                                    torch.zeros(1, 16, 2))
+    except Exception:
+        return False
+    return True
+
+
 def _open(qtbot, speech: SpeechModelSettings) -> SettingsDialog:
     dialog = SettingsDialog(
         AppSettings(speech=speech, llm=LlmSettings(backend="none")), stt_models={},
@@ -97,7 +108,8 @@ def test_the_devices_are_this_machines_and_the_others_say_why(qtbot):
     if not has["cuda"] and not has["mps"]:
         offered = [dialog.precision_combo.itemData(i)
                    for i in range(dialog.precision_combo.count())]
-        expected = ["auto", "fp32", "bf16"] + (["int8"] if _int8_runs_on_this_cpu() else [])
+        expected = ["auto", "fp32", "bf16"] + (["int8"] if _int8_runs_on_this_cpu() else []) + (
+            ["int4"] if _int4_runs_on_this_cpu() else [])
         assert offered == expected, offered  # no fp8 ("newer NVIDIA GPUs"), no q8, q4 (MLX)
         tip = dialog.precision_combo.toolTip()
         assert "fp8" in tip and "q8" in tip  # said where they would run instead
