@@ -135,13 +135,15 @@ class LongConversation:
 
 
 async def _until_ready(client: Any, timeout: float = 120.0) -> None:
+    """Until the conversation's `ready` (after a clone: `cloned`, which stands for it)."""
     from app.wire import events as wire
     from app.wire.client import Disconnected
 
     deadline = time.monotonic() + timeout
     while True:
         event = await client.receive(timeout=max(0.01, deadline - time.monotonic()))
-        if isinstance(event, wire.Ready):
+        if isinstance(event, wire.Ready) or (isinstance(event, wire.UnknownEvent)
+                                             and event.type == "cloned"):
             return
         if isinstance(event, (Disconnected, wire.Error)):
             raise RuntimeError(f"a joiner's conversation did not start: {event}")
