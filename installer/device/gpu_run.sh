@@ -9,9 +9,11 @@
 #      the same weights (the anchor), memory per conversation split, graphs, and the 1B
 #      recogniser (random weights of its architecture) at that many rows
 #        -> slots.jsonl
-#   3. precisions: bench gpu --precision (bf16 and fp8; PRECISIONS overrides)
+#   3. precisions: bench gpu --precision bf16,fp8,int4 (PRECISIONS overrides): each one's
+#      step, block + step, memory and agreement with bf16
 #        -> precision.jsonl
-#   4. the profile: torch.profiler over block(600) + step and over steps
+#   4. the profile: torch.profiler over block(600) + step and over steps (the kernels a
+#      step launches: bench step counts the same operators on a CPU)
 #        -> profile.json, profile_block.txt, profile_step.txt
 #   and this script's own log, run.log: 7 files (the device tool brings back 8).
 # The run tool's call: command "bash installer/device/gpu_run.sh", carry [".whl"]
@@ -28,11 +30,11 @@ OUT="${OUT:-/tmp/gpu_run}"  # the device tool sets OUT: what it holds comes back
 SITE="${SITE:-/tmp/site}"
 PYTHON="${PYTHON:-python3}"
 DRY="${DRY:-0}"
-BLOCKS_TIMEOUT="${BLOCKS_TIMEOUT:-90}"
-SLOTS_TIMEOUT="${SLOTS_TIMEOUT:-180}"
-PRECISION_TIMEOUT="${PRECISION_TIMEOUT:-90}"
-PROFILE_TIMEOUT="${PROFILE_TIMEOUT:-80}"
-PRECISIONS="${PRECISIONS:-bf16,fp8}"
+BLOCKS_TIMEOUT="${BLOCKS_TIMEOUT:-75}"
+SLOTS_TIMEOUT="${SLOTS_TIMEOUT:-160}"
+PRECISION_TIMEOUT="${PRECISION_TIMEOUT:-150}"
+PROFILE_TIMEOUT="${PROFILE_TIMEOUT:-60}"
+PRECISIONS="${PRECISIONS:-bf16,fp8,int4}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -58,7 +60,7 @@ if [ "$DRY" = "1" ]; then
     BLOCK_ARGS=(--block 4 --block 8 --repeats 1)
     SLOT_ARGS=(--block 4 --repeats 1 --slots 1,2,3 --slot-frames 13 --asr tiny-stt)
     PRECISION_ARGS=(--block 4 --repeats 1)
-    PRECISIONS="${DRY_PRECISIONS:-fp32,bf16}"
+    PRECISIONS="${DRY_PRECISIONS:-fp32,int4}"
     PROFILE_ARGS=(--block 16 --repeats 1 --steps 2)
 else
     MODEL=()
@@ -66,7 +68,7 @@ else
                 --repeats 5)
     SLOT_ARGS=(--block 16 --repeats 1 --slots 1,16,32,48,64,80 --slot-frames 40
                --asr kyutai-stt-1b-en_fr)
-    PRECISION_ARGS=(--block 600 --repeats 3)
+    PRECISION_ARGS=(--block 16 --block 256 --repeats 3)
     PROFILE_ARGS=(--block 600 --repeats 5 --steps 20)
     install_carried_wheels "$PYTHON" "$SITE" || exit 1
 fi
