@@ -22,6 +22,7 @@ from app.engine.memory_plan import (
     MemoryReport,
     ModelShape,
 )
+from app.engine.slot_capacity import SlotCapacity
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
 
 DEVICE_KINDS = ("cuda", "mac", "cpu")
@@ -149,6 +150,7 @@ def run_plan(args: argparse.Namespace) -> int:
     speech, stt = _shapes(None if model == "none" else model, folder,
                           args.stt or settings.llm.stt_model)
     speed = speed_lines(report.device, speech, stt)
+    slots = _slot_line(report, speech, stt)
     cards: list[str] = []
     if args.cards:
         from app.engine.speed_plan import card_table, eight_gb_lines
@@ -158,10 +160,30 @@ def run_plan(args: argparse.Namespace) -> int:
         assert seven_b is not None
         cards = card_table(seven_b, stt) + eight_gb_lines(seven_b, stt)
     if args.json:
-        print(json.dumps({**report_json(report), "predicted": speed, "cards": cards}))
+        print(json.dumps({**report_json(report), "predicted": speed, "cards": cards,
+                          "conversations": None if slots is None else {
+                              "fit": slots[0].conversations,
+                              "per_conversation_bytes": slots[0].per_conversation_bytes,
+                              "kv_bytes": slots[0].kv_bytes, "once_bytes": slots[0].once_bytes,
+                              "precision": slots[1]}}))
     else:
-        print("\n".join(report.lines() + speed + cards))
+        lines = [] if slots is None else [slots[0].sentence(stt is not None)]
+        print("\n".join(report.lines() + lines + speed + cards))
     return 0
+
+
+def _slot_line(report: MemoryReport, speech: ModelShape | None, stt: ModelShape | None
+               ) -> tuple[SlotCapacity, str] | None:
+    """How many conversations a server's one engine holds on this GPU, at the plan's
+    precision (None: no speech model, or not a GPU)."""
+    from app.engine.slot_capacity import conversations_that_fit
+
+    device = report.device
+    precision = report.precision
+    if speech is None or device.kind != "cuda" or precision is None:
+        return None
+    return (conversations_that_fit(speech, PRECISIONS[precision], device.usable_bytes(), stt),
+            precision)
 
 
 def _shapes(model: str | None, folder: Path | None, stt_model: str | None

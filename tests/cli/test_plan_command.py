@@ -98,3 +98,28 @@ def test_the_cards_table_predicts_every_common_card_with_its_basis(tmp_path):
     assert "8 GB cards, the 7B at int4" in out and "recogniser on the CPU" in out
     unknown = plan(tmp_path, "--card", "Voodoo 5")
     assert unknown.returncode == 1 and "not in the speed table" in unknown.stderr
+
+
+def test_the_plan_says_how_many_conversations_one_engine_holds(tmp_path):
+    """Issue 33: `plan` for a GPU says how many conversations `serve --slots N` holds there,
+    each its KV ring, Mimi's state and the measured allowance, beside the engine's once."""
+    import json
+
+    from app.engine.slot_capacity import REST_PER_CONVERSATION_BYTES
+
+    fits = {}
+    for gb in ("80", "139"):
+        result = plan(tmp_path, "--model", "context-spanning-7b", "--stt", "none", "--llm",
+                      "none", "--for", f"cuda:{gb}", "--json")
+        assert result.returncode == 0, result.stderr
+        slots = json.loads(result.stdout)["conversations"]
+        assert slots["precision"] == "bf16"
+        per, once, kv = slots["per_conversation_bytes"], slots["once_bytes"], slots["kv_bytes"]
+        assert kv > 1.7 * 2**30 and per - kv > REST_PER_CONVERSATION_BYTES
+        usable = int(gb) * 2**30  # an assumed card: all of it free
+        assert slots["fit"] == (usable - once) // per
+        fits[gb] = slots["fit"]
+        lines = plan(tmp_path, "--model", "context-spanning-7b", "--stt", "none", "--llm",
+                     "none", "--for", f"cuda:{gb}").stdout
+        assert f"serve --slots N), by memory: {slots['fit']} (" in lines
+    assert 30 <= fits["80"] < fits["139"]
