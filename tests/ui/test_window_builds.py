@@ -113,17 +113,16 @@ def test_a_pending_request_shows_in_the_transcript_and_its_cancel_button_asks_to
     index = panel.model.index(panel.model.rowCount() - 1)
     qtbot.waitUntil(lambda: panel.view.visualRect(index).height() > 0, timeout=2000)
     assert panel.entries()[-1].kind == "thinking"
-    button = panel.delegate.button_rect(index)
-    assert not button.isNull()
+    button = panel.pending_bar.cancel_button
+    assert button.isVisible() and "“What is the weather?”" in panel.pending_bar.label.text()
     with qtbot.waitSignal(window.cancel_turn_requested, timeout=2000):
-        qtbot.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton,
-                         pos=button.center())
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     for entry in builder.entries_for(oe.TurnCancelled(1, "cancelled by the user")):
         window.controller.entry.emit(entry)
     settle()
     ended = panel.entries()[-1]
     assert ended.kind == "notice" and "cancelled by the user" in ended.text
-    assert len(panel.entries()) == 1 and panel.delegate.button_rect(index).isNull()
+    assert len(panel.entries()) == 1 and not button.isVisible()
 
 
 # ---- what the model knows now --------------------------------------------------------------------
