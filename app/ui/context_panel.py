@@ -1,5 +1,6 @@
-"""What the model knows now: the injected spans still inside the speech model's context
-window, each with the share of the window it uses; a span that slid out (or whose session
+"""What the model knows now: the injected spans inside the speech model's context window (one
+still being read counts as far as it was read, as the status bar's count does), each with the
+share of the window it uses; a span that slid out (or whose session
 ended, so the next one starts afresh, or that a speech server lost with its connection) stays
 listed, greyed, saying which.
 
@@ -30,6 +31,8 @@ def describe_context(entry: TranscriptEntry) -> str:
     if context.in_window <= 0:
         return f"{context.positions:,} positions · slid out of the window"
     share = f"{100 * context.share:.1f}% of the window"
+    if not entry.final:  # read in chunks, frame by frame: in the context as far as read
+        return f"{context.positions:,} positions read so far · {share}"
     if context.in_window < context.positions:
         return f"{context.in_window:,} of {context.positions:,} positions still inside · {share}"
     return f"{context.positions:,} positions · {share}"

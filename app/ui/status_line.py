@@ -275,9 +275,13 @@ class StatusLine(QStatusBar):
             self.frame.setText(f"frame {status.frame_ms:.0f}/{status.budget_ms:.0f} ms"
                                + (" ⚠" if self._warn_frame else ""))
         if status.context_window:
-            self.context.setText(
-                f"context {status.context_used}/{status.context_window}"
-                f" ({status.span_positions_in_window} injected)")
+            spans = status.span_positions_in_window
+            self.context.setText(f"context {status.context_used}/{status.context_window}"
+                                 f" ({spans} injected)")
+            self.context.setToolTip(
+                f"The speech model's context window holds {status.context_window:,} "
+                f"positions; {status.context_used:,} are in use, {spans:,} of them by "
+                "injected spans (View → What the model knows lists them).")
         if self._state_detail == LISTENING:  # full duplex: it hears you while it speaks
             self._show_state_text(SPEAKING if status.speaker_db > SPEAKING_DB else LISTENING)
         self.llm.setText(f"LLM: {status.llm_state}")

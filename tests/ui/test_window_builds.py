@@ -170,6 +170,48 @@ def test_the_side_panel_lists_spans_inside_the_window_and_greys_those_that_slid_
     assert "No injected span" in panel.summary.text()
 
 
+def test_a_span_read_frame_by_frame_is_in_what_the_model_knows_as_the_status_bar_counts_it(
+        bare_window):
+    """Issue 35, item 13: a span read in chunks (one position a frame on a busy CPU) is in
+    the model's context from its first chunk, and the status bar counted it ("18
+    injected") while "What the model knows" said no span was in the context until the
+    whole span had landed, seconds later. Both say the same at every frame."""
+    from app.conversation.session import SessionStatus
+
+    window = bare_window
+    panel = window.features.context_panel
+    builder = TranscriptBuilder()
+
+    def feed(event) -> None:
+        for entry in builder.entries_for(event):
+            window.controller.entry.emit(entry)
+
+    text = "Meeting notes: lunch with Ana on Friday at 12:30, the Italian place on King St."
+    for entry in builder.remember_span(1, text, "typed"):
+        window.controller.entry.emit(entry)
+    feed(ev.FrameStats(0, 10.0, 0.0, ev.ContextUsage(375, 10, 10, 0, 0, False)))
+    feed(ev.SpanAccepted(1, "typed", text, 30, False, 28, 28))
+    for read in range(1, 19):  # a position a frame, as the adaptive chunk limit reads it
+        frames = 10 + read
+        feed(ev.SpanChunkInjected(1, "typed", frames, 1, read - 1, 1.0))
+        usage = ev.ContextUsage(375, frames + read, frames, read, read, False)
+        feed(ev.FrameStats(frames, 10.0, 0.0, usage))
+        window.controller.status.emit(SessionStatus(
+            model="Tiny", device="cpu", context_used=usage.used, context_window=375,
+            span_positions_in_window=read))
+        settle()
+        assert f"({read} injected)" in window.status_line.context.text()
+        assert "The model has 1 span in its context" in panel.summary.text(), read
+        assert f": {read} positions" in panel.summary.text(), panel.summary.text()
+    (key,) = panel.keys()
+    assert "18 positions read so far" in panel.item_for(key).text()
+    assert not window.transcript.entries()[-1].final  # still being read
+    feed(ev.SpanChunkInjected(1, "typed", 29, 12, 18, 1.0))
+    feed(ev.SpanInjected(1, "typed", 29, 29, 30, 19))
+    settle()
+    assert "30 positions · 8.0% of the window" in panel.item_for(key).text()
+
+
 # ---- push-to-talk, find, zoom --------------------------------------------------------------------
 
 def press(widget, kind: QEvent.Type, key: Qt.Key, repeat: bool = False) -> None:
