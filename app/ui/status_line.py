@@ -10,8 +10,8 @@ listed in the tooltip of a "+N" mark at the end of the bar.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtGui import QCursor, QResizeEvent
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolTip, QWidget
 
 from app.conversation.session import SessionStatus
 from app.frames import FRAME_S
@@ -107,7 +107,13 @@ class StatusFields(QWidget):
         if self.more.text() != mark:
             self.more.setText(mark)
         if self.more.toolTip() != tip:
+            shown_now = QToolTip.isVisible() and QToolTip.text() == self.more.toolTip()
             self.more.setToolTip(tip)
+            if shown_now:  # a tooltip on screen is not redrawn by Qt: it said "+1" under "+2"
+                if tip:
+                    QToolTip.showText(QCursor.pos(), tip, self.more)
+                else:
+                    QToolTip.hideText()
         for widget, wanted in ((self.more, bool(dropped)),
                                *((field, field in kept) for field in self.fields)):
             if widget.isHidden() == wanted:
