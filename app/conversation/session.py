@@ -39,7 +39,7 @@ from app.conversation.audio_source import (
     SwitchesEchoMode,
 )
 from app.conversation.config import NONE, ConversationConfig
-from app.conversation.llm_probe import LlmProbed, probe_in_background
+from app.conversation.llm_probe import LlmProbed, probe_in_background, unavailable_notice
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
     GUI_REQUESTS,
@@ -683,8 +683,7 @@ class ConversationSession:
                              llm_message=probed.message)
         self._listener.on_status(self._status)
         if probed.state != "idle":
-            self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
-                         f"speech model talks on; check {SETTINGS_HOST}.", "warning")
+            self._notice(unavailable_notice(probed), "warning")
 
     # ---- the event loop -----------------------------------------------------------------
 
