@@ -56,6 +56,12 @@ def _thin_client_plan(settings: AppSettings) -> str:
             + " on the server, the LLM in its own server.")
 
 
+def runs_as_planned(report: MemoryReport) -> bool:
+    """Whether the speech model's precision in the plan runs on its device at all (a plan
+    for a precision the device does not run fits in memory and still cannot run)."""
+    return report.precision is None or report.precision in report.device.offered()
+
+
 class MemoryPlanView(QWidget):
     """The plan's lines under a heading; `refresh(settings)` asks again."""
 
@@ -108,5 +114,12 @@ class MemoryPlanView(QWidget):
             return
         assert isinstance(result, MemoryReport)
         self.report = result
-        self._show("\n".join(result.lines()), result.fits)
+        lines = result.lines()
+        fits: bool | None = result.fits
+        if fits and not runs_as_planned(result):
+            # A green "Fits" beside a red "does not run" (MLX and int8): it would fit in
+            # memory, and it still cannot run; the report's own note says why.
+            lines = [line.replace("Fits:", "Would fit in memory:", 1) for line in lines]
+            fits = None
+        self._show("\n".join(lines), fits)
         self.planned.emit(result)
