@@ -113,6 +113,9 @@ class SessionStatus:
     audio_codec: str = ""
     bytes_sent: int = 0
     bytes_received: int = 0
+    # The tools offered to the LLM now, by the names it is given: the built-in ones that
+    # could be built and the ready MCP servers' (the settings' list is what was asked for).
+    tools: tuple[str, ...] = ()
 
 
 class SessionListener(Protocol):
@@ -654,10 +657,11 @@ class ConversationSession:
         self._status = _with(self._status, llm_state="idle", llm_message="")
         self._probe_llm(config)
         model = f" {llm.model}" if llm.model else ""
-        tools_used = ", ".join(llm.tools) if llm.tools_enabled and llm.tools else ""
-        with_tools = f", with tools: {tools_used}" if tools_used else ", without tools"
+        offered = tools.names()  # what the LLM is given: built, and the MCP servers' ready
+        with_tools = f", with tools: {', '.join(offered)}" if offered else ", without tools"
         self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}"
                      f"{with_tools}.", "info")
+        self._status = _with(self._status, tools=tuple(offered))
 
     # ---- is the LLM there? ----------------------------------------------------------------
 
@@ -733,6 +737,7 @@ class ConversationSession:
                                      overruns=counters.get("overruns", 0))
                 if self._remote is not None:  # a server's model
                     self._network_status(self._remote.network_stats())
+                self._status = _with(self._status, tools=self._offered_tools(pipeline))
                 self._listener.on_status(self._status)
 
     def _network_status(self, stats: NetworkStats) -> None:
@@ -748,6 +753,11 @@ class ConversationSession:
         while self._late_said_at <= stats.late_frames:
             self._late_said_at *= SLOW_LINK_STEP
         self._notice(slow_link_notice(stats), "warning")
+
+    @staticmethod
+    def _offered_tools(pipeline: ConversationPipeline) -> tuple[str, ...]:
+        orchestrator = pipeline.orchestrator
+        return tuple(orchestrator.tools.names()) if orchestrator is not None else ()
 
     def _play(self, audio: ev.AudioOut) -> None:
         """The model's voice, called on the pipeline's router thread as soon as the frame is

@@ -374,7 +374,7 @@ class WindowFeatures(QObject):
         status = self.window.status_line.last_status
         device = (f"{status.device} ({status.dtype})" if status is not None
                   else f"{settings.speech.device} (chosen in Settings)")
-        return about_box(self.window, model, device, describe_llm(settings)[0])
+        return about_box(self.window, model, device, describe_llm(settings))
 
     # ---- remembered geometry ------------------------------------------------------------------
 
