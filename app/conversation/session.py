@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 
 MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut (its entry says so)
 SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
+SPEECH_SERVER_PLACE = "Settings → Speech model → Speech engine"  # … and the speech server
 # A server's model: late frames that bring the notice that the link is slow, and how many
 # times more bring the next one.
 SLOW_LINK_LATE_FRAMES = 5
@@ -474,7 +475,7 @@ class ConversationSession:
         self._listener.on_state("loading", f"Connecting to the speech server at "
                                            f"{config.server.url}…")
         return connect_remote(config, self.settings.engine.connect_timeout_s,
-                              cancel=self._stop)
+                              cancel=self._stop, where=SPEECH_SERVER_PLACE)
 
     def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"

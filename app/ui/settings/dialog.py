@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 from app.checkpoints.catalog import Manifest
-from app.remote.probe import probe_server
+from app.conversation.server_reach import check_speech_server
 from app.settings.schema import AppSettings
 from app.ui.memory_plan_view import Survey, survey_settings
 from app.ui.screen_fit import ScrollingTabs, fit_when_shown
@@ -68,7 +68,7 @@ class SettingsDialog(QDialog):
         play_test_tone: PlayTestTone | None = None,
         backend_factory: BackendFactory = connection_test_backend,
         list_voices: ListVoices = list_persona_voices,
-        server_probe: ProbeServer = probe_server,
+        server_probe: ProbeServer = check_speech_server,
         conversation_running: bool = False,
         memory_survey: Survey = survey_settings,
         device_survey: DeviceSurvey | None = None,

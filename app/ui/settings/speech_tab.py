@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
+from app.conversation.server_reach import check_speech_server
 from app.engine.device import DeviceChoice, device_problem, find_choice, unsurveyed_devices
 from app.engine.precision import AUTO, PRECISION_CHOICES, PRECISION_NAMES
-from app.remote.probe import probe_server
 from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
@@ -79,7 +79,7 @@ class SpeechTab(QWidget):
         *,
         catalog: Mapping[str, Manifest] | None = None,
         list_voices: ListVoices = list_persona_voices,
-        server_probe: ProbeServer = probe_server,
+        server_probe: ProbeServer = check_speech_server,
         memory_survey: Survey = survey_settings,
         device_survey: DeviceSurvey | None = None,
         parent: QWidget | None = None,
