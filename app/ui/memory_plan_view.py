@@ -79,6 +79,7 @@ class MemoryPlanView(QWidget):
         self.label.setTextFormat(Qt.TextFormat.PlainText)  # model names come from files
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setAccessibleName("Memory plan")
         layout.addWidget(self.label)
 
     def wait(self, timeout_s: float) -> bool:

@@ -223,6 +223,7 @@ class StatusLine(QStatusBar):
         self.busy.setRange(0, 0)
         self.busy.setFixedWidth(120)
         self.busy.setFixedHeight(12)
+        self.busy.setAccessibleName("Loading")
         self.busy.hide()
         self.fields = StatusFields([self.state, self.model, self.frame, self.context, self.llm,
                                     self.audio, self.asr], self.busy, self)

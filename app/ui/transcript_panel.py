@@ -608,6 +608,7 @@ class TranscriptPanel(QWidget):
         super().__init__(parent)
         self._model = TranscriptModel(self)
         self._view = _TranscriptView(self)
+        self._view.setAccessibleName("Transcript")
         self._view.setModel(self._model)
         self._delegate = TranscriptDelegate(self._model, self._view)
         self._view.setItemDelegate(self._delegate)

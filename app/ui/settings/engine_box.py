@@ -34,6 +34,7 @@ from app.install_kind import engine_installed, needs_full_install
 from app.remote.probe import ServerProbe
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, show_outcome
@@ -117,6 +118,7 @@ class SpeechEngineBox(QGroupBox):
             "cannot run the recogniser in real time, or an install without one.")
         form.addRow("", self.asr_check)
 
+        name_form_rows(form)
         self.url_edit.textChanged.connect(self._target_changed)
         self.token_edit.textChanged.connect(self._target_changed)
         self.server_radio.toggled.connect(self._mode_toggled)

@@ -47,6 +47,7 @@ from app.settings.store import field_range
 from app.text_bounds import bounded
 from app.tools.default_tools import ALL_TOOLS
 from app.ui import safe_file_dialog
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
@@ -258,6 +259,8 @@ class LlmTab(QWidget):
             self.stt_combo.addItem(f"{llm.stt_model} (not in the catalog)", llm.stt_model)
         self.stt_combo.setCurrentIndex(self.stt_combo.findData(llm.stt_model))
         form.addRow("Speech recognition:", self.stt_combo)
+        self.folders_list.setAccessibleName("Folders that “Search my folders” may read")
+        name_form_rows(form)
         self._backend_changed()
 
     def problems(self) -> list[tuple[QWidget, str]]:

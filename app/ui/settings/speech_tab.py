@@ -38,6 +38,7 @@ from app.engine.precision import AUTO, PRECISION_CHOICES, PRECISION_NAMES
 from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
@@ -198,6 +199,7 @@ class SpeechTab(QWidget):
 
         # Where the speech model runs: on top of the tab; the model's own fields are this
         # computer's only.
+        name_form_rows(form)
         self.engine_box = SpeechEngineBox(engine, probe=server_probe)
         self.engine_box.mode_changed.connect(self._engine_mode_changed)
         self.engine_box.mode_changed.connect(self._plan_soon)
