@@ -51,8 +51,8 @@ def unavailable_notice(probed: LlmProbed) -> str:
         advice = ("install it as said, or choose a model the server has in Settings → "
                   "Assistant (LLM) (Test connection lists them)")
     else:
-        advice = ("check that the LLM server is running and its address in Settings → "
-                  "Assistant (LLM)")
+        advice = ("check that the LLM server is running (Help → Get an LLM says how to get "
+                  "one) and its address in Settings → Assistant (LLM)")
     return (f"The assistant (LLM) is not available: {reason}. The speech model talks on "
             f"meanwhile; {advice}.")
 
