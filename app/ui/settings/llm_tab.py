@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.checkpoints.catalog import CatalogError
+from app.checkpoints.catalog import CatalogError, developer_models_wanted
 from app.llm.backend import BackendHealth, LLMBackend, LLMError
 from app.llm.factory import make_backend
 from app.llm_backends import (
@@ -136,12 +136,16 @@ def check_connection(factory: BackendFactory, llm: LlmSettings, timeout_s: float
             close()
 
 
-def _stt_models() -> dict[str, str]:
+def _stt_models(chosen: str) -> dict[str, str]:
+    """The recognisers offered: a developer's one (random weights) only when asked for
+    (app.checkpoints.catalog.developer_models_wanted) or when `chosen` already."""
     # Imported here: the STT catalog pulls in torch and moshi, which the dialog itself does
     # not need (the app has them loaded by the time the dialog opens).
     from app.asr.stt_catalog import load_stt_catalog
 
-    return {m.id: m.display_name for m in load_stt_catalog().values()}
+    developer = developer_models_wanted()
+    return {m.id: m.display_name for m in load_stt_catalog().values()
+            if developer or not m.for_developers or m.id == chosen}
 
 
 class LlmTab(QWidget):
@@ -173,7 +177,7 @@ class LlmTab(QWidget):
         self._watchdog_number = 0
         if stt_models is None:
             try:
-                stt_models = _stt_models()
+                stt_models = _stt_models(llm.stt_model)
             except CatalogError:
                 stt_models = {}
         form = form_on(self)

@@ -31,7 +31,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
+from app.checkpoints.catalog import (
+    CatalogError,
+    Manifest,
+    developer_models_wanted,
+    load_catalog,
+)
 from app.conversation.server_reach import check_speech_server
 from app.engine.device import DeviceChoice, device_problem, find_choice, unsurveyed_devices
 from app.engine.precision import AUTO, PRECISION_CHOICES, PRECISION_NAMES
@@ -109,8 +114,12 @@ class SpeechTab(QWidget):
         form = form_on(self)
 
         self.model_combo = QComboBox()
+        developer = developer_models_wanted()
         for model_id, manifest in self._catalog.items():
-            self.model_combo.addItem(manifest.display_name, model_id)
+            # A developer's model (random weights for timing, a test layout) is offered
+            # when asked for, or when the settings already name it.
+            if developer or not manifest.for_developers or model_id == speech.model_id:
+                self.model_combo.addItem(manifest.display_name, model_id)
         if self.model_combo.findData(speech.model_id) < 0:
             self.model_combo.addItem(f"{bounded(speech.model_id)} (not in the catalog)",
                                      speech.model_id)
