@@ -11,7 +11,9 @@ does not wait on that thread: the pipeline's router hands each frame to the spea
 Text always works. Without a microphone the model hears silence at a microphone's pace
 (`SilentMicrophone`), without a speaker its audio is dropped: typed questions are answered,
 "Read this" lands, the model's words are shown. Losing a device mid-conversation falls into
-the same mode ("paused": Resume opens the devices again).
+the same mode ("paused": Resume opens the devices again); a stall (the callbacks late on a
+busy machine, the devices still there) reopens them by itself a moment later, a few times a
+minute (audio_stalls.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from app.conversation.audio_source import (
     ReportsErrors,
     SwitchesEchoMode,
 )
+from app.conversation.audio_stalls import StallResumer
 from app.conversation.config import NONE, ConversationConfig
 from app.conversation.llm_probe import LlmProbed, probe_in_background, unavailable_notice
 from app.conversation.pipeline import ConversationPipeline
@@ -218,6 +221,9 @@ class ConversationSession:
         self._status = SessionStatus()
         self._muted = False
         self._audio_error: str | None = None  # set from the audio's error callback
+        # A stall (callbacks late, devices still there) reopens the audio by itself.
+        self._stalls = StallResumer()
+        self._resume_audio_at: float | None = None  # monotonic; None: no resume due
         # The one inbox (session_messages.py): the GUI thread's requests, the pipeline's
         # events, the LLM probe's verdicts, the audio's failures, resume and stop.
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -590,9 +596,12 @@ class ConversationSession:
             "warning")
 
     def _lose_audio(self, pipeline: ConversationPipeline) -> None:
-        """A device failed mid-conversation: go on without audio until Resume."""
+        """A device failed mid-conversation: go on without audio until Resume, or, after a
+        stall, until it resumes by itself a moment later."""
         from app.audio.silent_microphone import SilentMicrophone
 
+        stalled = getattr(self._audio, "failure", "") == "stall"
+        resume_at = self._stalls.after_stall(time.monotonic()) if stalled else None
         message = self._audio_error or "audio device problem"
         self._audio_error = None
         self._speaker = None
@@ -602,11 +611,32 @@ class ConversationSession:
         audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
         self._audio, self._audio_missing = audio, ("microphone", "speaker")
         self._speaker = audio
-        self._notice(
-            f"Audio stopped: {message}. The conversation goes on without audio (paused): "
-            "typed questions and \"Read this\" still work. Check the device, then press "
-            "Resume.", "error")
+        if resume_at is not None:
+            self._resume_audio_at = resume_at
+            self._notice(f"Audio paused: {message}. It starts again by itself in a moment; "
+                         "the conversation and its context are kept.", "warning")
+            self._listener.on_state("paused", "Audio stalled: starting again…")
+            return
+        if stalled:
+            self._notice(
+                f"Audio stopped: {message}. It stalled {self._stalls.stalls_of_late() + 1} "
+                "times within a minute, so it waits for you this time: press Resume when the "
+                "computer is less busy. Typed questions and \"Read this\" still work.",
+                "error")
+        else:
+            self._notice(
+                f"Audio stopped: {message}. The conversation goes on without audio (paused): "
+                "typed questions and \"Read this\" still work. Check the device, then press "
+                "Resume.", "error")
         self._listener.on_state("paused", f"Paused: {message}")
+
+    def _resume_after_stall(self, pipeline: ConversationPipeline) -> None:
+        """The pause after a stall is over: the devices are opened again."""
+        self._resume_audio_at = None
+        self._reopen_audio(pipeline)
+        if not self._audio_missing:
+            self._notice("The audio is back: it started again by itself after the stall.",
+                         "info")
 
     def _reopen_audio(self, pipeline: ConversationPipeline) -> None:
         """Resume: open the devices from the settings again."""
@@ -703,6 +733,7 @@ class ConversationSession:
             if self._audio_error is not None and pipeline is not None:  # not yet handled
                 self._lose_audio(pipeline)
         elif isinstance(message, ResumeAsked):
+            self._resume_audio_at = None  # by hand, now
             if self._audio_missing and pipeline is not None:
                 self._reopen_audio(pipeline)
             if self._remote_down and self._remote is not None:
@@ -714,7 +745,8 @@ class ConversationSession:
         self._run_deferred(requests_only=False)  # a resume asked while it loaded, say
         next_status = 0.0  # the status bar's first figures at once
         while not self._stop.is_set():
-            wait = max(0.0, next_status - time.monotonic())
+            due = [next_status] + ([self._resume_audio_at] if self._resume_audio_at else [])
+            wait = max(0.0, min(due) - time.monotonic())
             message = self._next(min(wait, self._status_interval_s))
             if isinstance(message, ev.EngineStopped):
                 if message.reason == "error":
@@ -722,6 +754,8 @@ class ConversationSession:
                 return
             if message is not None:
                 self._dispatch(message)
+            if self._resume_audio_at is not None and time.monotonic() >= self._resume_audio_at:
+                self._resume_after_stall(pipeline)
             audio = self._audio
             now = time.monotonic()
             if now < next_status:
