@@ -377,6 +377,7 @@ class ModelMissingDialog(QDialog):
         column.addWidget(self.tiny_busy)
         self.tiny_status = QLabel("")
         self.tiny_status.setWordWrap(True)
+        self.tiny_status.setVisible(False)  # no empty line under the button: shown with words
         column.addWidget(self.tiny_status)
         return box
 
@@ -513,6 +514,7 @@ class ModelMissingDialog(QDialog):
         self.tiny_busy.setVisible(True)
         self.tiny_status.setStyleSheet("")
         self.tiny_status.setText("Preparing the tiny demo model…")
+        self.tiny_status.setVisible(True)
         tiny, build = self._tiny, self._build_tiny
 
         def work(job: _Job) -> Path:
@@ -633,6 +635,7 @@ class ModelMissingDialog(QDialog):
         self._set_choices_enabled(True)
         self.tiny_status.setStyleSheet(_ERROR_STYLE)
         self.tiny_status.setText(f"The tiny model could not be built: {exc}")
+        self.tiny_status.setVisible(True)
         self._refit_later()
 
     def _ask_for_folder(self) -> None:
