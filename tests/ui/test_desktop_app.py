@@ -259,6 +259,39 @@ def test_live_settings_reach_the_next_request_and_a_restart_keeps_the_transcript
     assert after.index(("user", "first question?")) < after.index(("user", "third question?"))
 
 
+def test_settings_saved_despite_a_refused_test_leave_the_running_conversation_alone(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    """Issue 35, item 15: what Test connection refused and the user saved anyway stopped a
+    working conversation (its restart could not start again, and its pending span was
+    lost). Saved, it waits for the next conversation: the running one keeps its LLM and is
+    offered no restart, and the transcript says why."""
+    with OllamaStandIn(script=[ScriptedReply(content="From A.")] * 2, models=("a:1",)) as llm:
+        store = SettingsStore(tmp_path / "settings.json")
+        store.save(AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=llm.url, model="a:1",
+                            tools_enabled=False, stt_model="none")))
+        window, controller, desktop = launch(qtbot, store, Dialogs())
+        window.start_action.trigger()
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        desktop.settings_accepted(replace(window.settings, speech=replace(
+            window.settings.speech, user_name="Ana")))  # an earlier change: a restart offer
+        assert window.restart_banner.isVisible()
+        refused = replace(window.settings, llm=replace(window.settings.llm,
+                                                       model="not-pulled:7b"))
+        desktop.settings_accepted(refused, refused=(f"the LLM not-pulled:7b at {llm.url}",))
+        assert saved(store)["llm"]["model"] == "not-pulled:7b"  # kept for the next one
+        assert not window.restart_banner.isVisible()  # nothing offers to restart with it
+        said = notices(window)[-1]
+        assert said.startswith("Settings saved, not applied now: Test connection refused the "
+                               "LLM not-pulled:7b"), said
+        controller.send_text("still there?")
+        qtbot.waitUntil(lambda: any(e.text == "From A." for e in spans(window)), timeout=30_000)
+        assert [r["model"] for r in llm.requests] == ["a:1"]  # the working LLM still asked
+        assert controller.state == "running" and controller.settings.llm.model == "a:1"
+        stop(controller, qtbot)
+
+
 # ---- the request side of "a visible LLM state": Esc cancels a pending request ----------------
 
 

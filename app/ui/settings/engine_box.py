@@ -64,6 +64,7 @@ class SpeechEngineBox(QGroupBox):
                  parent: QWidget | None = None) -> None:
         super().__init__("Speech engine", parent)
         self._probe = probe
+        self._refusal: str | None = None  # what the last test of the current target said
         self._jobs = BackgroundJobs({"probe": self._tested}, parent=self)
         form = QFormLayout(self)
 
@@ -185,4 +186,10 @@ class SpeechEngineBox(QGroupBox):
             self._show(f"The test failed: {bounded(str(result))}", False)
 
     def _show(self, text: str, ok: bool | None) -> None:
+        self._refusal = text if ok is False else None  # any change of target clears it
         show_outcome(self.status, text, ok)
+
+    def refused(self) -> str | None:
+        """Why Test connection refused the server and token shown now (None: it did not, no
+        test of them ran, or the speech model runs on this computer)."""
+        return self._refusal if self.mode == "server" else None

@@ -170,6 +170,7 @@ class LlmTab(QWidget):
         self._backend_factory = backend_factory
         self._connection_pending = False
         self._focus_parked = False
+        self._refusal: str | None = None  # what the last test of the current target said
         self._jobs = BackgroundJobs({"connection": self._connection_tested}, parent=self)
         self._watchdog = QTimer(self)  # the connection test's own deadline
         self._watchdog.setSingleShot(True)
@@ -430,4 +431,10 @@ class LlmTab(QWidget):
         self._show_connection(bounded(result.message, _MESSAGE_SHOWN), result.ok)
 
     def _show_connection(self, text: str, ok: bool | None) -> None:
+        self._refusal = text if ok is False else None  # any change of target clears it
         show_outcome(self.connection_status, text, ok)
+
+    def refused(self) -> str | None:
+        """Why Test connection refused the server and model the tab shows now (None: it
+        did not, or no test of them ran)."""
+        return self._refusal if self.backend_combo.currentData() != NO_LLM else None
