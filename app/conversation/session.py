@@ -850,7 +850,7 @@ class ConversationSession:
             self._notice(
                 "Reconnected to the speech server. This is a new conversation for the speech "
                 "model: what was said and read before the drop is not in its context any more "
-                "(drop or paste a text again to have it read).", "warning")
+                "(a span's context menu, Send again, reads it to the model again).", "warning")
             if self._audio_missing:
                 self._listener.on_state("paused", "Reconnected; the audio devices are still "
                                                   "missing (Resume tries again)")

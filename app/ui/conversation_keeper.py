@@ -174,7 +174,8 @@ class ConversationKeeper(QObject):
             self.on_entry(TranscriptEntry(
                 next(self._marker_ids), "notice",
                 f"The speech model started again, {self._model} on {self._device}: it does "
-                "not know what was said or read above (this transcript keeps it).",
+                "not know what was said or read above (this transcript keeps it; a span's "
+                "context menu, Send again, reads it to the model again).",
                 time.time(), origin=self._local_origin, detail="info"))
         elif changed:
             self._changed()

@@ -82,6 +82,12 @@ from app.ui.theme import is_dark
 
 Placement = Literal["left", "right", "wide", "indented", "center"]
 
+
+def is_resendable(entry: TranscriptEntry) -> bool:
+    """A span that is over (landed, or lost on its way: a dropped connection, a restart)
+    can be read to the model again; one still on its way cannot yet."""
+    return entry.kind == "span" and entry.final and bool(entry.text.strip())
+
 ModelIndex = QModelIndex | QPersistentModelIndex
 
 
@@ -594,12 +600,14 @@ class TranscriptPanel(QWidget):
         copied(str): text just put on the clipboard.
         cancel_requested(TranscriptEntry): the Cancel button of a pending LLM request (in the
             bar under the entries, which stays put while they move).
+        resend_requested(TranscriptEntry): "Send again" on a span (its context menu).
         zoomChanged(int): the text size changed (steps of 10%).
     """
 
     followingChanged = Signal(bool)
     copied = Signal(str)
     cancel_requested = Signal(object)
+    resend_requested = Signal(object)  # a span's TranscriptEntry, to be read again
     zoomChanged = Signal(int)
 
     BOTTOM_TOLERANCE_PX = 4
@@ -634,6 +642,7 @@ class TranscriptPanel(QWidget):
         self._jump.hide()
 
         self._following = True
+        self._menu_entry: TranscriptEntry | None = None  # the span its context menu is on
         bar = self._view.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -766,13 +775,33 @@ class TranscriptPanel(QWidget):
         self.copied.emit(text)
         return text
 
-    def _show_context_menu(self, position: QPoint) -> None:
+    def context_menu(self, position: QPoint) -> QMenu:
+        """The menu at `position` (viewport coordinates): copy, and "Send again" on a span
+        (one lost to a dropped connection or a restart, say: the model no longer has it)."""
         menu = QMenu(self)
+        index = self._view.indexAt(position)
+        if not index.isValid():
+            index = self._view.currentIndex()  # the keyboard's context menu
+        entry = self._model.entry_at(index.row()) if index.isValid() else None
+        if entry is not None and is_resendable(entry):
+            self._menu_entry = entry
+            again = menu.addAction("Send again (read it to the model again)")
+            again.triggered.connect(self._resend_menu_entry)
+            menu.addSeparator()
         copy_selected = menu.addAction("Copy selected")
         copy_selected.setEnabled(bool(self.selected_entries()))
         copy_selected.triggered.connect(self.copy_selected)
         menu.addAction("Copy all").triggered.connect(self.copy_all)
+        return menu
+
+    def _resend_menu_entry(self) -> None:
+        if self._menu_entry is not None:
+            self.resend_requested.emit(self._menu_entry)
+
+    def _show_context_menu(self, position: QPoint) -> None:
+        menu = self.context_menu(position)
         menu.exec(self._view.viewport().mapToGlobal(position))
+        menu.deleteLater()
 
     # --- following the newest entry ----------------------------------------------------
     def is_following(self) -> bool:

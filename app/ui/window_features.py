@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
 from app.conversation.transcript.saved import ConversationStore, title_for
 from app.ui.about_dialog import about_box
 from app.ui.background_jobs import BackgroundJobs
@@ -109,6 +110,8 @@ class WindowFeatures(QObject):
         controller.state_changed.connect(self._on_state)
         controller.status.connect(self._on_status)
         panel.cancel_requested.connect(self._cancel_turn)
+        panel.resend_requested.connect(self.send_again)
+        self.context_panel.resend_requested.connect(self.send_again)
         panel.zoomChanged.connect(self._remember_zoom)
         window.mute_action.toggled.connect(self._show_muted)
         self.keeper.listChanged.connect(self.refresh_list)
@@ -282,6 +285,12 @@ class WindowFeatures(QObject):
 
     def _note_draft(self) -> None:
         self.keeper.note_draft(self.window.input_box.editor.toPlainText())
+
+    @Slot(object)
+    def send_again(self, entry: TranscriptEntry) -> bool:
+        """A span the model lost (a dropped connection, a restart) read to it again, as it
+        was read the first time (False, and a notice, when no conversation runs)."""
+        return self.window.controller.inject_text(entry.text, entry.source or "sent again")
 
     def _cancel_turn(self, _entry: object) -> None:
         self.window.cancel_turn_requested.emit()

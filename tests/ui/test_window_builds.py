@@ -170,6 +170,38 @@ def test_the_side_panel_lists_spans_inside_the_window_and_greys_those_that_slid_
     assert "No injected span" in panel.summary.text()
 
 
+def test_a_span_the_model_forgot_at_a_restart_is_sent_again_from_what_the_model_knows(
+        qtbot, bare_window):
+    """Issue 35, item 15: a span a restart took from the model is listed greyed in What the
+    model knows; its context menu (or Enter on it) sends it again."""
+    window = bare_window
+    panel = window.features.context_panel
+    builder = TranscriptBuilder()
+
+    def feed(event) -> None:
+        for entry in builder.entries_for(event):
+            window.controller.entry.emit(entry)
+
+    feed(ev.FrameStats(0, 10.0, 0.0, ev.ContextUsage(300, 10, 10, 0, 0, False)))
+    feed(ev.SpanAccepted(1, "typed", "Meeting notes: Friday 12:30", 30, False, 28, 28))
+    feed(ev.SpanChunkInjected(1, "typed", 11, 30, 0, 1.0))
+    feed(ev.SpanInjected(1, "typed", 11, 11, 30, 1))
+    window.controller.state_changed.emit("stopped", "Stopped")  # e.g. a restart
+    settle()
+    (key,) = panel.keys()
+    assert not panel.is_inside(key) and "forgotten" in panel.item_for(key).text()
+    where = panel.list.visualItemRect(panel.item_for(key)).center()
+    (again,) = [a for a in panel.context_menu(where).actions()
+                if a.text().startswith("Send again")]
+    with qtbot.waitSignal(panel.resend_requested, timeout=2000) as sent:
+        again.trigger()
+    assert sent.args[0].text == "Meeting notes: Friday 12:30"
+    with qtbot.waitSignal(panel.resend_requested, timeout=2000):
+        panel.list.itemActivated.emit(panel.item_for(key))  # Enter on it
+    # With no conversation running it is said, not lost: the text is kept in the transcript.
+    assert "Start a conversation first" in window.transcript.entries()[-1].text
+
+
 def test_a_span_read_frame_by_frame_is_in_what_the_model_knows_as_the_status_bar_counts_it(
         bare_window):
     """Issue 35, item 13: a span read in chunks (one position a frame on a busy CPU) is in
