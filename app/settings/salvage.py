@@ -235,7 +235,7 @@ class _Reader:
                 if self._damaged_list:  # a list missing an item is not the user's list
                     self._damaged_list = False
                     self.skipped.append(self._line_of(start))
-                    self.cut_lists[(*self._path, key)] = tuple(self._whole_items)
+                    self.cut_lists[tuple(self._path) + (key,)] = tuple(self._whole_items)
                 else:
                     members[key] = value
                 recovering = False

@@ -86,7 +86,7 @@ def labelled_by(widget: QWidget) -> list[str]:
     if interface is None:
         return []
     return [other.text(QAccessible.Text.Name)
-            for other, _relation in interface.relations(QAccessible.Relation.Label)]
+            for other, _relation in interface.relations(QAccessible.RelationFlag.Label)]
 
 
 def unnamed_controls(top: QWidget) -> list[QWidget]:
@@ -137,7 +137,8 @@ def name_form_rows(form: QFormLayout) -> None:
         if not words:
             continue
         field = field_item.widget()
-        if field is None and field_item.layout() is not None:
-            field = _first_field(field_item.layout())
+        row_layout = field_item.layout()
+        if field is None and row_layout is not None:
+            field = _first_field(row_layout)
         if field is not None and not field.accessibleName():
             field.setAccessibleName(words)

@@ -188,16 +188,16 @@ class SettingsDialog(QDialog):
                 return
         refused = self.refusals()
         if refused and not self._save_anyway(refused):
-            tab, field, _what, _why = refused[0]
-            self.tabs.setCurrentWidget(tab)
-            field.setFocus()
+            page, refused_field, _what, _why = refused[0]
+            self.tabs.setCurrentWidget(page)
+            refused_field.setFocus()
             return
         self.saved_refused = tuple(what for _tab, _field, what, _why in refused)
         super().accept()
 
     def refusals(self) -> list[tuple[QWidget, QWidget, str, str]]:
         """What Test connection refused and the form still holds: (tab, field, what, why)."""
-        found = []
+        found: list[tuple[QWidget, QWidget, str, str]] = []
         engine = self.engine_box
         why = engine.refused()
         if why is not None:
