@@ -260,9 +260,13 @@ class StatusLine(QStatusBar):
         self.llm.setToolTip(f"The assistant: {self._llm_name}{where}. It is asked once a "
                             "conversation runs (Settings → Assistant (LLM) tests it).")
 
-    def show_state(self, text: str, busy: bool = False) -> None:
+    def show_state(self, text: str, busy: bool = False, tip: str = "") -> None:
+        """The session's words for its state; `tip`: what the tooltip says instead of the
+        text's usual explanation (an error's whole message)."""
         self._state_detail = text
         self._show_state_text(text)
+        if tip:
+            self.state.setToolTip(tip)
         self.busy.setVisible(busy)
         self.fields.arrange()
 
@@ -286,9 +290,10 @@ class StatusLine(QStatusBar):
             self.context.setText(f"context {status.context_used}/{status.context_window}"
                                  f" ({spans} injected)")
             self.context.setToolTip(
-                f"The speech model's context window holds {status.context_window:,} "
-                f"positions; {status.context_used:,} are in use, {spans:,} of them by "
-                "injected spans (View → What the model knows lists them).")
+                f"{self.context.text()}: the speech model's context window holds "
+                f"{status.context_window:,} positions; {status.context_used:,} are in use, "
+                f"{spans:,} of them by injected spans (View → What the model knows lists "
+                "them).")
         if self._state_detail == LISTENING:  # full duplex: it hears you while it speaks
             self._show_state_text(SPEAKING if status.speaker_db > SPEAKING_DB else LISTENING)
         self.llm.setText(f"LLM: {status.llm_state}")

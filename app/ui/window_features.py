@@ -170,10 +170,11 @@ class WindowFeatures(QObject):
         self.zoom_reset_action = _action(w, "&Actual size", "Ctrl+0", self._actual_size)
         self.focus_input_action = _action(w, "&Type a message", "Ctrl+L", self.focus_input)
         self.help_action = _action(w, "ContextSpan &help", "F1", self.show_help)
-        self.llm_help_action = _action(w, "Get an &LLM (Ollama)…", None, self.show_llm_help)
+        self.llm_help_action = _action(w, "Get an &LLM (Ollama)…", "Shift+F1",
+                                       self.show_llm_help)
         self.llm_help_action.setToolTip("How to install Ollama and a model, and choose it "
                                         "in Settings → Assistant (LLM)")
-        self.about_action = _action(w, "&About ContextSpan", None, self.show_about)
+        self.about_action = _action(w, "&About ContextSpan", "Ctrl+F1", self.show_about)
         self.context_action = self.context_dock.toggleViewAction()
         self.context_action.setText("What the model &knows")
         self.context_action.setShortcut(QKeySequence("Ctrl+K"))
@@ -203,7 +204,8 @@ class WindowFeatures(QObject):
         self.menus = (conversation, view, help_menu)
         for action in (self.new_action, self.find_action, self.zoom_in_action,
                        self.zoom_out_action, self.zoom_reset_action, self.focus_input_action,
-                       self.help_action, self.push_to_talk_action, self.quit_action,
+                       self.help_action, self.llm_help_action, self.about_action,
+                       self.push_to_talk_action, self.quit_action,
                        self.list_action):
             w.addAction(action)  # shortcuts work while the menu bar is hidden, too
 

@@ -514,6 +514,7 @@ def test_a_conversation_on_a_device_that_is_no_device_stops_with_words_not_torch
     window, controller, _ = launch(qtbot, store, Dialogs())
     window.start_action.trigger()
     qtbot.waitUntil(lambda: controller.state == "error", timeout=90_000)
-    for said in (window.banner.text(), window.status_line.state.text()):
+    assert window.status_line.state.text() == "Could not start"  # the banner says why
+    for said in (window.banner.text(), window.status_line.state.toolTip()):
         assert "is not a device: choose auto, cpu, cuda" in said, said
         assert "Expected one of" not in said, said
