@@ -62,6 +62,7 @@ class SttManifest:
     dtype: str
     end_of_speech: EndOfSpeechHeads
     notes: str = ""
+    for_developers: bool = False  # as a speech model's (app/checkpoints/catalog.py)
     # The LM keys of the repository's config.json, to size the model before it is downloaded
     # (app/engine/footprint.py); the downloaded config.json wins once it is on disk.
     published_config: dict[str, Any] | None = None
@@ -89,6 +90,7 @@ def parse_stt_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> SttMa
             dtype=raw.get("dtype", "bfloat16"),
             end_of_speech=EndOfSpeechHeads(**raw.get("end_of_speech", {})),
             notes=raw.get("notes", ""),
+            for_developers=bool(raw.get("for_developers", False)),
             published_config=raw.get("published_config"),
         )
     except CatalogError:

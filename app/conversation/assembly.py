@@ -216,19 +216,28 @@ def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend
         **options), replay_clock=replay)
 
 
+REACH_TIMEOUT_S = 10.0  # for the first plain connection to the speech server
+
+
 def connect_remote(config: ConversationConfig, connect_timeout_s: float,
                    cancel: threading.Event | None = None, *,
-                   for_file: bool = False) -> RemoteEngine | None:
+                   for_file: bool = False, where: str = "") -> RemoteEngine | None:
     """The speech model of `config.server`, connected (its `ready` heard), with what the
     conversation starts with: the voice, persona and the user's profile, and whether the
     server recognises the user's words. None: `cancel` was set meanwhile. `for_file`: a
-    file's frames (never dropped; a lost connection ends the run). Raises
-    RemoteEngineError with the reason the server cannot be used."""
-    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteOptions
+    file's frames (never dropped; a lost connection ends the run). `where`: where the user
+    gives the server's address, named when nothing answers there. Raises
+    RemoteEngineError with the reason the server cannot be used: nothing at its address is
+    said in words first (app/conversation/server_reach.py), not as the network library's."""
+    from app.conversation.server_reach import reach_problem
+    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteEngineError, RemoteOptions
 
     server = config.server
     if server is None:
         raise ValueError("the conversation's speech model is not on a server")
+    problem = reach_problem(server.url, min(connect_timeout_s, REACH_TIMEOUT_S), where)
+    if problem is not None:
+        raise RemoteEngineError(problem)
     engine = RemoteEngine(RemoteOptions(
         url=server.url, token=server.token, connect_timeout_s=connect_timeout_s,
         voice=config.voice, role=config.role, user_name=config.user_name,

@@ -11,7 +11,9 @@ does not wait on that thread: the pipeline's router hands each frame to the spea
 Text always works. Without a microphone the model hears silence at a microphone's pace
 (`SilentMicrophone`), without a speaker its audio is dropped: typed questions are answered,
 "Read this" lands, the model's words are shown. Losing a device mid-conversation falls into
-the same mode ("paused": Resume opens the devices again).
+the same mode ("paused": Resume opens the devices again); a stall (the callbacks late on a
+busy machine, the devices still there) reopens them by itself a moment later, a few times a
+minute (audio_stalls.py).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from app.conversation.audio_source import (
     ReportsErrors,
     SwitchesEchoMode,
 )
+from app.conversation.audio_stalls import StallResumer
 from app.conversation.config import NONE, ConversationConfig
-from app.conversation.llm_probe import LlmProbed, probe_in_background
+from app.conversation.llm_probe import LlmProbed, probe_in_background, unavailable_notice
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
     GUI_REQUESTS,
@@ -77,6 +80,7 @@ log = logging.getLogger(__name__)
 
 MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut (its entry says so)
 SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
+SPEECH_SERVER_PLACE = "Settings → Speech model → Speech engine"  # … and the speech server
 # A server's model: late frames that bring the notice that the link is slow, and how many
 # times more bring the next one.
 SLOW_LINK_LATE_FRAMES = 5
@@ -114,6 +118,9 @@ class SessionStatus:
     audio_codec: str = ""
     bytes_sent: int = 0
     bytes_received: int = 0
+    # The tools offered to the LLM now, by the names it is given: the built-in ones that
+    # could be built and the ready MCP servers' (the settings' list is what was asked for).
+    tools: tuple[str, ...] = ()
 
 
 class SessionListener(Protocol):
@@ -215,6 +222,9 @@ class ConversationSession:
         self._status = SessionStatus()
         self._muted = False
         self._audio_error: str | None = None  # set from the audio's error callback
+        # A stall (callbacks late, devices still there) reopens the audio by itself.
+        self._stalls = StallResumer()
+        self._resume_audio_at: float | None = None  # monotonic; None: no resume due
         # The one inbox (session_messages.py): the GUI thread's requests, the pipeline's
         # events, the LLM probe's verdicts, the audio's failures, resume and stop.
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -472,7 +482,7 @@ class ConversationSession:
         self._listener.on_state("loading", f"Connecting to the speech server at "
                                            f"{config.server.url}…")
         return connect_remote(config, self.settings.engine.connect_timeout_s,
-                              cancel=self._stop)
+                              cancel=self._stop, where=SPEECH_SERVER_PLACE)
 
     def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
@@ -587,9 +597,12 @@ class ConversationSession:
             "warning")
 
     def _lose_audio(self, pipeline: ConversationPipeline) -> None:
-        """A device failed mid-conversation: go on without audio until Resume."""
+        """A device failed mid-conversation: go on without audio until Resume, or, after a
+        stall, until it resumes by itself a moment later."""
         from app.audio.silent_microphone import SilentMicrophone
 
+        stalled = getattr(self._audio, "failure", "") == "stall"
+        resume_at = self._stalls.after_stall(time.monotonic()) if stalled else None
         message = self._audio_error or "audio device problem"
         self._audio_error = None
         self._speaker = None
@@ -599,11 +612,32 @@ class ConversationSession:
         audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
         self._audio, self._audio_missing = audio, ("microphone", "speaker")
         self._speaker = audio
-        self._notice(
-            f"Audio stopped: {message}. The conversation goes on without audio (paused): "
-            "typed questions and \"Read this\" still work. Check the device, then press "
-            "Resume.", "error")
+        if resume_at is not None:
+            self._resume_audio_at = resume_at
+            self._notice(f"Audio paused: {message}. It starts again by itself in a moment; "
+                         "the conversation and its context are kept.", "warning")
+            self._listener.on_state("paused", "Audio stalled: starting again…")
+            return
+        if stalled:
+            self._notice(
+                f"Audio stopped: {message}. It stalled {self._stalls.stalls_of_late() + 1} "
+                "times within a minute, so it waits for you this time: press Resume when the "
+                "computer is less busy. Typed questions and \"Read this\" still work.",
+                "error")
+        else:
+            self._notice(
+                f"Audio stopped: {message}. The conversation goes on without audio (paused): "
+                "typed questions and \"Read this\" still work. Check the device, then press "
+                "Resume.", "error")
         self._listener.on_state("paused", f"Paused: {message}")
+
+    def _resume_after_stall(self, pipeline: ConversationPipeline) -> None:
+        """The pause after a stall is over: the devices are opened again."""
+        self._resume_audio_at = None
+        self._reopen_audio(pipeline)
+        if not self._audio_missing:
+            self._notice("The audio is back: it started again by itself after the stall.",
+                         "info")
 
     def _reopen_audio(self, pipeline: ConversationPipeline) -> None:
         """Resume: open the devices from the settings again."""
@@ -655,10 +689,11 @@ class ConversationSession:
         self._status = _with(self._status, llm_state="idle", llm_message="")
         self._probe_llm(config)
         model = f" {llm.model}" if llm.model else ""
-        tools_used = ", ".join(llm.tools) if llm.tools_enabled and llm.tools else ""
-        with_tools = f", with tools: {tools_used}" if tools_used else ", without tools"
+        offered = tools.names()  # what the LLM is given: built, and the MCP servers' ready
+        with_tools = f", with tools: {', '.join(offered)}" if offered else ", without tools"
         self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}"
                      f"{with_tools}.", "info")
+        self._status = _with(self._status, tools=tuple(offered))
 
     # ---- is the LLM there? ----------------------------------------------------------------
 
@@ -684,8 +719,7 @@ class ConversationSession:
                              llm_message=probed.message)
         self._listener.on_status(self._status)
         if probed.state != "idle":
-            self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
-                         f"speech model talks on; check {SETTINGS_HOST}.", "warning")
+            self._notice(unavailable_notice(probed), "warning")
 
     # ---- the event loop -----------------------------------------------------------------
 
@@ -700,6 +734,7 @@ class ConversationSession:
             if self._audio_error is not None and pipeline is not None:  # not yet handled
                 self._lose_audio(pipeline)
         elif isinstance(message, ResumeAsked):
+            self._resume_audio_at = None  # by hand, now
             if self._audio_missing and pipeline is not None:
                 self._reopen_audio(pipeline)
             if self._remote_down and self._remote is not None:
@@ -712,7 +747,8 @@ class ConversationSession:
         next_status = 0.0  # the status bar's first figures at once
         failure: str | None = None  # the engine's fatal error, if it sends one
         while not self._stop.is_set():
-            wait = max(0.0, next_status - time.monotonic())
+            due = [next_status] + ([self._resume_audio_at] if self._resume_audio_at else [])
+            wait = max(0.0, min(due) - time.monotonic())
             message = self._next(min(wait, self._status_interval_s))
             if isinstance(message, ev.EngineError) and message.fatal:
                 failure = message.message  # the window's last words say why
@@ -723,6 +759,8 @@ class ConversationSession:
                 return
             if message is not None:
                 self._dispatch(message)
+            if self._resume_audio_at is not None and time.monotonic() >= self._resume_audio_at:
+                self._resume_after_stall(pipeline)
             audio = self._audio
             now = time.monotonic()
             if now < next_status:
@@ -739,6 +777,7 @@ class ConversationSession:
                                      overruns=counters.get("overruns", 0))
                 if self._remote is not None:  # a server's model
                     self._network_status(self._remote.network_stats())
+                self._status = _with(self._status, tools=self._offered_tools(pipeline))
                 self._listener.on_status(self._status)
 
     def _network_status(self, stats: NetworkStats) -> None:
@@ -754,6 +793,11 @@ class ConversationSession:
         while self._late_said_at <= stats.late_frames:
             self._late_said_at *= SLOW_LINK_STEP
         self._notice(slow_link_notice(stats), "warning")
+
+    @staticmethod
+    def _offered_tools(pipeline: ConversationPipeline) -> tuple[str, ...]:
+        orchestrator = pipeline.orchestrator
+        return tuple(orchestrator.tools.names()) if orchestrator is not None else ()
 
     def _play(self, audio: ev.AudioOut) -> None:
         """The model's voice, called on the pipeline's router thread as soon as the frame is
@@ -837,7 +881,7 @@ class ConversationSession:
             self._notice(
                 "Reconnected to the speech server. This is a new conversation for the speech "
                 "model: what was said and read before the drop is not in its context any more "
-                "(drop or paste a text again to have it read).", "warning")
+                "(a span's context menu, Send again, reads it to the model again).", "warning")
             if self._audio_missing:
                 self._listener.on_state("paused", "Reconnected; the audio devices are still "
                                                   "missing (Resume tries again)")

@@ -173,7 +173,11 @@ class MainWindow(QMainWindow):
     # PySide can crash delivering a cross-thread signal to an undecorated method.
     @Slot(str, str)
     def _show_state(self, state: str, detail: str) -> None:
-        self.status_line.show_state(detail, busy=state in ("loading", "stopping"))
+        shown, tip = detail, ""
+        if state == "error":  # the banner says why, once; the status bar only that it did
+            shown = "Stopped after an error" if self._conversation_ran else "Could not start"
+            tip = f"{shown}: {visible_controls(detail)}"
+        self.status_line.show_state(shown, busy=state in ("loading", "stopping"), tip=tip)
         running = state in ("loading", "running")
         self.start_action.setText("&Stop" if running else "&Resume" if state == "paused"
                                   else "&Start")

@@ -176,13 +176,14 @@ def test_the_missing_model_dialog_dies_when_closed(desktop) -> None:
 
 
 @pytest.mark.own_collector
-def test_the_export_dialog_and_about_die_when_closed(desktop) -> None:
+def test_the_export_dialog_about_and_help_die_when_closed(desktop) -> None:
     window = desktop.window
 
     def open_and_close() -> None:
         _answer_the_dialog()
         window.export_action.trigger()
         window.features.show_about().close()
+        window.features.show_help().close()  # Help → ContextSpan help (issue 35, item 19)
 
     assert _wrappers_left_to_the_collector(open_and_close) == []
     assert _dialogs_of(window) == []
