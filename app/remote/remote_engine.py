@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import queue
+import socket
 import statistics
 import threading
 import time
@@ -52,8 +53,10 @@ from app.remote.events import (
     ReconnectFailed,
 )
 from app.remote.link_words import describe_busy, describe_disconnect
+from app.remote.reach import host_and_port, unreachable_words
 from app.wire import events as wire
 from app.wire.client import (
+    CONNECT_TIMEOUT_S,
     AudioFrame,
     ConnectError,
     Disconnected,
@@ -112,6 +115,21 @@ class RemoteEngineError(RuntimeError):
     """The server cannot be used: unreachable, a bad token, busy, or it failed."""
 
 
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind a connection failure (aiohttp wraps it; the client keeps it as
+    the cause), if there is one with something to say."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        inner = getattr(seen, "os_error", None)  # aiohttp's ClientConnectorError
+        if isinstance(inner, OSError):
+            return inner
+        if isinstance(seen, OSError) and (seen.errno is not None
+                                          or isinstance(seen, socket.gaierror)):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def describe(exc: BaseException, url: str) -> str:
     """A connection failure in words a user can act on."""
     host = urlsplit(url if "://" in url else f"http://{url}").netloc or url
@@ -121,6 +139,20 @@ def describe(exc: BaseException, url: str) -> str:
     if isinstance(exc, ServerBusy):
         return describe_busy(host, exc.busy)
     if isinstance(exc, (ConnectError, OSError, asyncio.TimeoutError)):
+        reason = _os_error(exc)
+        if reason is not None:
+            try:
+                name, port = host_and_port(url)
+            except ValueError:
+                pass
+            else:
+                return unreachable_words(reason, name, port, CONNECT_TIMEOUT_S,
+                                         "Settings → Speech model → Speech engine")
+        if isinstance(exc, asyncio.TimeoutError) or isinstance(exc.__cause__,
+                                                               asyncio.TimeoutError):
+            return (f"the speech server at {host} took the connection but did not answer in "
+                    "time: it may still be loading its model (try again in a minute), or the "
+                    "address is another program's")
         return f"cannot reach the speech server at {host}: {exc or type(exc).__name__}"
     return f"the speech server at {host} failed: {type(exc).__name__}: {exc}"
 
