@@ -6,7 +6,9 @@ them at once, and hands each its token; what a conversation's turn then needs fo
 alone (the silence prefix when it joins, the flush at the end of its turn) runs for its row
 alone. A conversation (asr_thread.StreamingAsr) holds its row from `open` to its end; the
 desktop's and `run`'s has a one-row recogniser of its own, `serve --slots N --asr ...` one
-recogniser of N rows for all its conversations, not N models.
+recogniser of N rows for all its conversations, not N models. Recognisers made one after
+another on one loaded model (eval fdb3's samples) take turns: the model's modules keep one
+stream's state, so a new one waits for the last to have let them go.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     from app.asr.asr_thread import AsrOptions, StreamingAsr
 
 log = logging.getLogger(__name__)
+
+MODEL_BUSY_WAIT_S = 60.0  # for the last conversation's recogniser to let the model go
 
 
 class Recogniser(ThreadOwner):
@@ -98,7 +104,7 @@ class Recogniser(ThreadOwner):
 
     def _run(self) -> None:
         try:
-            with self.model.streaming():
+            with self._model_to_itself(), self.model.streaming():
                 self.ready.set()
                 while not self._stop.is_set():
                     self._tick()
@@ -110,6 +116,18 @@ class Recogniser(ThreadOwner):
             self._stop.set()
             for asr in self._held():
                 self._free(asr)
+
+    @contextmanager
+    def _model_to_itself(self) -> Iterator[None]:
+        """The loaded model's modules hold one stream's state: a recogniser that still
+        streams them (the last conversation's, winding down) is waited for, bounded."""
+        if not self.stt.streaming.acquire(timeout=MODEL_BUSY_WAIT_S):
+            raise RuntimeError(f"its model was still in use by another conversation after "
+                               f"{MODEL_BUSY_WAIT_S:g} s")
+        try:
+            yield
+        finally:
+            self.stt.streaming.release()
 
     def _held(self) -> list[StreamingAsr]:
         with self._lock:
