@@ -74,6 +74,7 @@ from app.orchestrator.messages import (
     InboxMessage,
     Received,
     Stop,
+    ToolDone,
     ToolWait,
     TurnAnswer,
     TurnError,
@@ -199,7 +200,7 @@ class Orchestrator:
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
             Cancel: self._on_cancel, Configure: self._on_configure, Fence: self._on_fence,
             TurnAnswer: self._on_result, TurnError: self._on_result,
-            ToolWait: self._on_tool_wait,
+            ToolWait: self._on_tool_wait, ToolDone: self._on_tool_done,
         }
         self._event_handlers: dict[type, Callable[[Any, float], None]] = {
             AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
@@ -368,6 +369,11 @@ class Orchestrator:
         except RuntimeError:  # the conversation is ending: the wait is still shown
             span_id = None
         self._emit(ToolWaiting(turn.turn_id, wait.tool, wait.server, wait.text, span_id))
+
+    def _on_tool_done(self, done: ToolDone) -> None:
+        """A tool call's entry, said after its notice of waiting for the user (both come
+        through this inbox, in the order the turn's worker posted them)."""
+        self._emit(done.event)
 
     def _waiter(self, turn: _Turn, registry: ToolRegistry, tool: str) -> WaitNotice:
         """What a tool of `turn` calls when it starts waiting for the user (worker thread)."""
@@ -618,7 +624,7 @@ class Orchestrator:
                 first_token.append(self._clock())
 
         def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
-            self.events.put(_tool_called(turn.turn_id, name, arguments, outcome))
+            self._inbox.put(ToolDone(_tool_called(turn.turn_id, name, arguments, outcome)))
 
         backend, registry = self._asked_with(turn)
         try:
@@ -767,8 +773,8 @@ class Orchestrator:
                 outcome = tools.call(call.name, call.arguments, turn.cancel,
                                      on_wait=self._waiter(turn, tools, call.name))
                 declared.add_tool(outcome)
-                self.events.put(_tool_called(turn.turn_id, call.name, dict(call.arguments),
-                                             outcome))
+                self._inbox.put(ToolDone(_tool_called(turn.turn_id, call.name,
+                                                      dict(call.arguments), outcome)))
                 if outcome.ok:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"
