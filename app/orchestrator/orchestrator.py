@@ -89,7 +89,7 @@ from app.orchestrator.retrieval import (
 )
 from app.orchestrator.span_budget import budget_instruction, span_chars
 from app.orchestrator.span_writer import speakable_span_cut
-from app.orchestrator.turn_policy import is_clear_question, normalize
+from app.orchestrator.turn_policy import is_clear_question, normalize, user_spoke
 from app.tools.base import ToolRegistry, ToolResult, WaitNotice
 
 log = logging.getLogger(__name__)
@@ -425,7 +425,7 @@ class Orchestrator:
 
     def _on_partial(self, partial: AsrPartial, _at: float) -> None:
         self._tracker.on_partial(partial)
-        if self.model_triggered:
+        if self.model_triggered or not user_spoke(partial):
             return
         current = self._current
         if current is not None and current.utterance_start_s is not None and (
