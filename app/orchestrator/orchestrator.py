@@ -785,8 +785,9 @@ class Orchestrator:
 
 class _DeclaredTime:
     """A turn's latency as its LLM's server scripted it (the stand-in's declared delays),
-    plus its tools' own time; None once one round's server declared nothing (a real LLM:
-    the replay measures the turn instead)."""
+    plus its tools' own time (as their servers scripted it, where they say: our FDB v3 mock
+    APIs); None once one round's server declared nothing (a real LLM: the replay measures
+    the turn instead)."""
 
     def __init__(self) -> None:
         self.seconds: float | None = 0.0
@@ -796,8 +797,8 @@ class _DeclaredTime:
             else self.seconds + declared_s
 
     def add_tool(self, outcome: ToolResult) -> None:
-        if self.seconds is not None:
-            self.seconds += (outcome.elapsed_ms or 0.0) / 1000.0
+        if self.seconds is not None:  # a tool's own time: scripted where its server says
+            self.seconds += outcome.replayed_s
 
 
 def _tool_called(turn_id: int, name: str, arguments: dict[str, Any],

@@ -107,6 +107,7 @@ class CallOutcome:
     error: str | None = None
     not_text: tuple[str, ...] = ()  # what came back that is not text (content.py)
     elapsed_ms: float = 0.0
+    declared_s: float | None = None  # the time the server scripted for it (content.py)
 
 
 class _SessionEnded(Exception):
@@ -269,8 +270,8 @@ class McpServerConnection:
         deadline = started + timeout + 5.0  # the call's own timeout answers before this
         while True:
             try:
-                text, error, not_text = future.result(timeout=0.05)
-                return self._outcome(started, text, error, not_text)
+                text, error, not_text, declared = future.result(timeout=0.05)
+                return self._outcome(started, text, error, not_text, declared)
             except concurrent.futures.TimeoutError:
                 if cancel is not None and cancel.is_set():
                     future.cancel()
@@ -478,32 +479,34 @@ class McpServerConnection:
         return f"{gone}; restart it in Settings → Tools"
 
     async def _call(self, client: Client, tool: str, arguments: dict[str, Any],
-                    timeout_s: float) -> tuple[str, str | None, tuple[str, ...]]:
+                    timeout_s: float
+                    ) -> tuple[str, str | None, tuple[str, ...], float | None]:
         try:
             with anyio.fail_after(timeout_s):
                 result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
         except TimeoutError:
-            return "", self._timed_out(tool, timeout_s), ()
+            return "", self._timed_out(tool, timeout_s), (), None
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED or "timed out" in exc.message:
                 if "timed out" in exc.message:
-                    return "", self._timed_out(tool, timeout_s), ()
+                    return "", self._timed_out(tool, timeout_s), (), None
                 with self._lock:
                     if self._gone is None:
                         self._gone = "it stopped during a call"
                     wake = self._wake
                 if wake is not None:
                     wake.set()
-                return "", f"{self.name} {await self._ended_words('stopped during the call')}", ()
+                return ("", f"{self.name} {await self._ended_words('stopped during the call')}",
+                        (), None)
             return "", mask(f"{self.name} refused the call: {exc.message}",
-                            self._secrets)[:MESSAGE_CHARS], ()
+                            self._secrets)[:MESSAGE_CHARS], (), None
         except ValidationError:
-            return "", f"{self.name} sent an answer that is not a valid MCP result", ()
+            return "", f"{self.name} sent an answer that is not a valid MCP result", (), None
         read = read_result(result)
         error = None if read.error is None else mask(f"{self.name} says {read.error}",
                                                      self._secrets)
         # A server that hands back its own key (its env) does not get it into a transcript.
-        return mask(read.text, self._secrets), error, read.not_text
+        return mask(read.text, self._secrets), error, read.not_text, read.declared_s
 
     def _timed_out(self, tool: str, timeout_s: float) -> str:
         return (f"{self.name} did not answer {tool} within {timeout_s:g} s"
@@ -539,7 +542,8 @@ class McpServerConnection:
         return f"{text} ({why})" if why else text
 
     def _outcome(self, started: float, text: str = "", error: str | None = None,
-                 not_text: tuple[str, ...] = ()) -> CallOutcome:
+                 not_text: tuple[str, ...] = (), declared_s: float | None = None
+                 ) -> CallOutcome:
         return CallOutcome(text, error, not_text,
-                           round((time.monotonic() - started) * 1000.0, 3))
+                           round((time.monotonic() - started) * 1000.0, 3), declared_s)
 
