@@ -120,9 +120,9 @@ class Fdb3RunReport:
 
     @property
     def never_heard(self) -> bool:
-        """No sample of the run had a user turn: the recogniser or its options are wrong."""
-        return bool(self.no_user_turn) and self.ran == 0 and self.already_done == 0 and \
-            len(self.no_user_turn) == len(self.failed)
+        """No sample the run ran had a user turn (and none was done before): the
+        recogniser or its options are wrong."""
+        return bool(self.no_user_turn) and self.ran == 0 and self.already_done == 0
 
 
 class NoUserTurn(Fdb3RunError):
