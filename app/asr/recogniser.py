@@ -6,7 +6,9 @@ steps all of them at once, and hands each its token; what a conversation's turn 
 for itself alone (the silence prefix when it joins, the flush at the end of its turn) runs
 for its row alone. A conversation (asr_thread.StreamingAsr) holds its row from `open` to its
 end; the desktop's and `run`'s has a one-row recogniser of its own, `serve --slots N --asr
-...` one recogniser of N rows for all its conversations, not N models.
+...` one recogniser of N rows for all its conversations, not N models. Recognisers made one
+after another on one loaded model (eval fdb3's samples) take turns: the model's modules keep
+one stream's state, so a new one waits for the last to have let them go.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # A tick of the recogniser that takes longer is its failure (a hung step).
 STALL_S = 15.0
+MODEL_BUSY_WAIT_S = 60.0  # for the last conversation's recogniser to let the model go
 
 
 class Recogniser(RowHost["StreamingAsr"]):
@@ -53,8 +56,20 @@ class Recogniser(RowHost["StreamingAsr"]):
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
-        with self.model.streaming():
+        with self._model_to_itself(), self.model.streaming():
             yield
+
+    @contextmanager
+    def _model_to_itself(self) -> Iterator[None]:
+        """The loaded model's modules hold one stream's state: a recogniser that still
+        streams them (the last conversation's, winding down) is waited for, bounded."""
+        if not self.stt.streaming.acquire(timeout=MODEL_BUSY_WAIT_S):
+            raise RuntimeError(f"its model was still in use by another conversation after "
+                               f"{MODEL_BUSY_WAIT_S:g} s")
+        try:
+            yield
+        finally:
+            self.stt.streaming.release()
 
     def _error_event(self, message: str) -> AsrError:
         return AsrError(message, fatal=True)

@@ -10,7 +10,8 @@ desktop app's job. The real checkpoint and the tiny one go through this same cod
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +127,11 @@ class LoadedStt:
     audio_delay_s: float  # the text stream trails the audio by this much
     silence_prefix_s: float  # silence the model expects before the first audio
     end_of_speech: EndOfSpeechHeads | None  # None: the checkpoint has no such heads
+    # Held by the one recogniser streaming these modules (their streaming state lives in
+    # them): a series of conversations on one loaded model (eval fdb3, a new conversation
+    # while the last winds down) takes turns, never two at once (recogniser.py).
+    streaming: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                      compare=False)
 
     @property
     def frame_rate(self) -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from app.cuts import Cut
 from app.llm.backend import LLMBackend, LLMError
+from app.orchestrator.events import ToolCalled
 from app.tools.base import ToolRegistry
 
 
@@ -97,6 +98,14 @@ class ToolWait:
 
 
 @dataclass(frozen=True)
+class ToolDone:
+    """A turn's tool call is done: its event goes out from the control thread, so after
+    anything the call posted before (its wait for the user's permission, `ToolWait`)."""
+
+    event: ToolCalled
+
+
+@dataclass(frozen=True)
 class TurnError:
     """An LLM turn's worker failed (or was cancelled)."""
 
@@ -107,4 +116,4 @@ class TurnError:
 
 
 InboxMessage = (Received | FrameMade | Typed | Cancel | Configure | Fence | Stop | TurnAnswer
-                | TurnError | ToolWait)
+                | TurnError | ToolWait | ToolDone)

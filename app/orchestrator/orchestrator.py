@@ -74,6 +74,7 @@ from app.orchestrator.messages import (
     InboxMessage,
     Received,
     Stop,
+    ToolDone,
     ToolWait,
     TurnAnswer,
     TurnError,
@@ -88,7 +89,7 @@ from app.orchestrator.retrieval import (
 )
 from app.orchestrator.span_budget import budget_instruction, span_chars
 from app.orchestrator.span_writer import speakable_span_cut
-from app.orchestrator.turn_policy import is_clear_question, normalize
+from app.orchestrator.turn_policy import is_clear_question, normalize, user_spoke
 from app.tools.base import ToolRegistry, ToolResult, WaitNotice
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class Orchestrator:
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
             Cancel: self._on_cancel, Configure: self._on_configure, Fence: self._on_fence,
             TurnAnswer: self._on_result, TurnError: self._on_result,
-            ToolWait: self._on_tool_wait,
+            ToolWait: self._on_tool_wait, ToolDone: self._on_tool_done,
         }
         self._event_handlers: dict[type, Callable[[Any, float], None]] = {
             AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
@@ -369,6 +370,11 @@ class Orchestrator:
             span_id = None
         self._emit(ToolWaiting(turn.turn_id, wait.tool, wait.server, wait.text, span_id))
 
+    def _on_tool_done(self, done: ToolDone) -> None:
+        """A tool call's entry, said after its notice of waiting for the user (both come
+        through this inbox, in the order the turn's worker posted them)."""
+        self._emit(done.event)
+
     def _waiter(self, turn: _Turn, registry: ToolRegistry, tool: str) -> WaitNotice:
         """What a tool of `turn` calls when it starts waiting for the user (worker thread)."""
         server = getattr(registry.find(tool), "server", "")
@@ -419,7 +425,7 @@ class Orchestrator:
 
     def _on_partial(self, partial: AsrPartial, _at: float) -> None:
         self._tracker.on_partial(partial)
-        if self.model_triggered:
+        if self.model_triggered or not user_spoke(partial):
             return
         current = self._current
         if current is not None and current.utterance_start_s is not None and (
@@ -618,7 +624,7 @@ class Orchestrator:
                 first_token.append(self._clock())
 
         def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
-            self.events.put(_tool_called(turn.turn_id, name, arguments, outcome))
+            self._inbox.put(ToolDone(_tool_called(turn.turn_id, name, arguments, outcome)))
 
         backend, registry = self._asked_with(turn)
         try:
@@ -767,8 +773,8 @@ class Orchestrator:
                 outcome = tools.call(call.name, call.arguments, turn.cancel,
                                      on_wait=self._waiter(turn, tools, call.name))
                 declared.add_tool(outcome)
-                self.events.put(_tool_called(turn.turn_id, call.name, dict(call.arguments),
-                                             outcome))
+                self._inbox.put(ToolDone(_tool_called(turn.turn_id, call.name,
+                                                      dict(call.arguments), outcome)))
                 if outcome.ok:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"
@@ -779,8 +785,9 @@ class Orchestrator:
 
 class _DeclaredTime:
     """A turn's latency as its LLM's server scripted it (the stand-in's declared delays),
-    plus its tools' own time; None once one round's server declared nothing (a real LLM:
-    the replay measures the turn instead)."""
+    plus its tools' own time (as their servers scripted it, where they say: our FDB v3 mock
+    APIs); None once one round's server declared nothing (a real LLM: the replay measures
+    the turn instead)."""
 
     def __init__(self) -> None:
         self.seconds: float | None = 0.0
@@ -790,8 +797,8 @@ class _DeclaredTime:
             else self.seconds + declared_s
 
     def add_tool(self, outcome: ToolResult) -> None:
-        if self.seconds is not None:
-            self.seconds += (outcome.elapsed_ms or 0.0) / 1000.0
+        if self.seconds is not None:  # a tool's own time: scripted where its server says
+            self.seconds += outcome.replayed_s
 
 
 def _tool_called(turn_id: int, name: str, arguments: dict[str, Any],

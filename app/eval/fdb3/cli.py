@@ -17,7 +17,7 @@ from pathlib import Path
 
 from app.conversation.options import add_conversation_options  # light: no torch
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
-from app.eval.fdb3.layout import DEFAULT_STT
+from app.eval.fdb3.layout import DEFAULT_CHUNK_LIMIT, DEFAULT_STT
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
 from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 
@@ -81,6 +81,10 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
                             "reference's)")
     model.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="longest a sample may take")
+    model.add_argument("--chunk-limit", type=int, default=DEFAULT_CHUNK_LIMIT, metavar="N",
+                       help="span positions injected between two frames, fixed so that a "
+                            f"run is the same on any machine (default {DEFAULT_CHUNK_LIMIT}; "
+                            "a live conversation measures it)")
     side = run.add_argument_group("the LLM side")
     side.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, "standin"], default=OLLAMA,
                       help="the LLM that calls the tools; standin: the stand-in Ollama "
@@ -124,12 +128,16 @@ def run_fdb3_command(args: argparse.Namespace) -> int:
             provider=args.provider, conversation=conversation, seed=args.seed, llm=args.llm,
             latency=args.latency, tail_s=args.tail, limit=args.limit, force=args.force,
             timeout_s=args.timeout, force_ret_after_s=args.force_ret_after,
-            system_prompt=args.system_prompt, benchmark=args.benchmark))
+            system_prompt=args.system_prompt, benchmark=args.benchmark,
+            chunk_limit=args.chunk_limit))
         print(f"[fdb3] ran {report.ran}, already done {report.already_done}, failed "
               f"{len(report.failed)} of {report.samples}", file=sys.stderr)
         if report.samples == 0:
             print(f"error: no {{example_id}}_{{speaker}}/input.wav under {args.dir}",
                   file=sys.stderr)
+            return EXIT_FAILED
+        if report.never_heard:
+            print(f"error: {report.stopped}", file=sys.stderr)
             return EXIT_FAILED
         return EXIT_FAILED if report.stopped or report.ran + report.already_done == 0 \
             else EXIT_OK
