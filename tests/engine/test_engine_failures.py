@@ -153,3 +153,26 @@ def test_a_desktop_conversation_hears_the_reason_of_its_engine_s_failure(tiny_ch
     errors = [e for e in seen if isinstance(e, ev.EngineError)]
     assert errors and errors[0].fatal and OOM in errors[0].message
     assert conversation.join(WAIT_S)
+
+
+def test_an_engine_waits_for_the_last_one_on_its_checkpoint_to_let_it_go(tiny_checkpoint):
+    """Two engines on one loaded checkpoint (eval's samples, a restart): the model's modules
+    keep one stream's state, so the second waits for the first to stop instead of failing
+    with moshi's 'already streaming'."""
+    first = LocalEngine(tiny_checkpoint, 1, EngineOptions(chunk_limit=8))
+    first.start()
+    first.wait_ready(WAIT_S)
+    second = LocalEngine(tiny_checkpoint, 1, EngineOptions(chunk_limit=8))
+    second.start()
+    with pytest.raises(HostFailedError, match="was not ready after 1 s"):
+        second.wait_ready(1.0)  # waiting for the model, not failed
+    assert second.failure is None
+    assert first.stop()
+    second.wait_ready(WAIT_S)  # the first let it go: the second streams it now
+    conversation = second.open()
+    assert conversation is not None
+    conversation.start()
+    _talk(conversation, 3)
+    seen = _events_until(conversation.events, ev.AudioOut)
+    assert seen and not [e for e in seen if isinstance(e, ev.EngineError)]
+    assert second.stop()
