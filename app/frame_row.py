@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,17 +25,36 @@ import numpy.typing as npt
 from app.frame_gather import queue_frame
 from app.frame_worker import END_OF_INPUT
 
-if TYPE_CHECKING:
-    from app.row_host import RowHost
-
 Event = TypeVar("Event")
+
+
+class Host(Protocol):
+    """What a row asks of the thread that steps it (app/row_host.py's RowHost)."""
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> bool: ...
+
+    def join(self, timeout: float = 10.0) -> bool: ...
+
+    def wake(self) -> None: ...
+
+    def request_join(self, row: Any) -> None: ...
+
+    def request_leave(self, row: Any) -> None: ...
 
 
 class FrameRow(Generic[Event]):
     # What `start()` says the second time (each kind names what it runs).
     runs_once = "a conversation's row runs once; open a new one"
 
-    def __init__(self, host: RowHost[Any], row: int, input_queue_frames: int, owns_host: bool,
+    def __init__(self, host: Host, row: int, input_queue_frames: int, owns_host: bool,
                  events: queue.SimpleQueue[Event] | None = None) -> None:
         self.row = row
         self.owns_host = owns_host

@@ -162,7 +162,7 @@ class LocalEngine(RowHost[RowConversation]):
         # has nobody else to keep waiting.
         self._planner = (StartPlanner(checkpoint.mimi, self._plan_for)
                          if rows > 1 and self.persona_start else None)
-        self._starting: deque[StartReads] = deque()  # joined, their start going in
+        self._starting: deque[StartReads[RowConversation]] = deque()  # joined, their start going in
         self.start_pieces = 0  # start reads run beside other conversations' frames (tests)
         # Measured at warm-up with every row talking (None with a fixed chunk limit).
         self.budget: ChunkBudget | None = None

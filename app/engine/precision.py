@@ -10,7 +10,8 @@ on `run`, `serve` and `bench`), and what each device offers.
 - MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
 "auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
 What runs on this machine's devices is asked of the devices themselves
-(app/engine/device.survey_devices); what a loaded checkpoint runs at is `loaded_precision`.
+(app/engine/device.survey_devices); what a loaded checkpoint runs at is
+torch_precision.loaded_precision.
 
 No torch at import: the settings dialog and the CLI's parsers import it.
 """
@@ -71,28 +72,3 @@ def check_precision(precision: str, device: str) -> str:
             f"precision {precision} does not run on the {engine} engine; it takes "
             f"{', '.join(offered)} ({precision} runs on {other})")
     return precision
-
-
-def loaded_precision(checkpoint: object) -> str:
-    """What a loaded checkpoint runs at, as everything that names it says it (the status
-    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8", "fp8" and
-    "int4" for quantized weights (read from its layers: what was quantized is what runs),
-    "q8" and "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
-    mlx_precision = getattr(checkpoint, "precision", None)
-    if isinstance(mlx_precision, str):  # app/engine/mlx/checkpoint.MlxCheckpoint
-        return FLOAT_DTYPES.get(mlx_precision, mlx_precision)
-    lm = getattr(checkpoint, "lm", None)
-    if lm is not None:
-        from moshi.utils.quantize import QLinear
-
-        from app.engine.fp8_linear import Fp8Linear
-        from app.engine.int4_linear import Int4Linear
-
-        kinds = {type(module) for module in lm.modules()}
-        if Fp8Linear in kinds:
-            return "fp8"
-        if Int4Linear in kinds:
-            return "int4"
-        if QLinear in kinds:
-            return "int8"
-    return str(getattr(checkpoint, "dtype", "")).removeprefix("torch.")
