@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.conversation.options import LLM_SIDE, RUN, SPEECH, add_conversation_options  # light
 from app.engine.precision import MLX_PRECISIONS  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
@@ -44,12 +44,6 @@ HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "minimalegl", "eglfs", "linuxfb
                          "vkkhrdisplay")
 
 log = logging.getLogger(__name__)
-
-# The ConversationConfig fields `run` chooses (their options: app/conversation/config.py).
-SPEECH_MODEL_OPTIONS = ("model_id", "device", "dtype", "custom_folder", "voice", "role",
-                        "user_name", "user_city", "precision")
-RUN_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "realtime",
-                   "level_voice")
 
 
 def contextspan_version() -> str:
@@ -122,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=1234)
 
     run = commands.add_parser("run", help="process an audio file through the engine, headless")
-    add_conversation_options(run, SPEECH_MODEL_OPTIONS, notes={
+    add_conversation_options(run, RUN, SPEECH, notes={
         "device": "or mlx: the MLX engine (mlx on Apple Silicon where it is installed)"})
     run.add_argument("--server", default=None, metavar="URL",
                      help="the speech model of a `serve` at URL instead of this computer's "
@@ -148,8 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --device mlx: the audio codec's framework (default: mlx on "
                           "Apple Silicon, torch on other CPUs, where it is the faster)")
     add_conversation_options(
-        run.add_argument_group("the LLM side (speech recognition, LLM, tools)"),
-        RUN_LLM_OPTIONS)
+        run.add_argument_group("the LLM side (speech recognition, LLM, tools)"), RUN, LLM_SIDE)
 
     from app.server.cli import add_serve_parser  # light: the server loads only when it runs
 

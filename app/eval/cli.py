@@ -15,21 +15,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.conversation.config import ConversationConfig
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.conversation.options import (  # light
+    EVAL_QA,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+    offered_options,
+)
 from app.eval.qa_runner import QA_CONVERSATION, TAIL_S, QaRunOptions
 from app.llm_backends import LLM_BACKEND_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-# The ConversationConfig fields `eval qa` chooses (their options: app/conversation/config.py).
-QA_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
-                     "user_name", "user_city")
-QA_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "ret_deadline_s")
 
 
-def _qa_defaults(fields: tuple[str, ...]) -> dict[str, object]:
+def _qa_defaults() -> dict[str, object]:
     """Where `eval qa`'s conversation differs from a plain one (QA_CONVERSATION)."""
     plain = ConversationConfig(model_id="tiny")
-    return {name: getattr(QA_CONVERSATION, name) for name in fields
+    return {name: getattr(QA_CONVERSATION, name) for name in offered_options(EVAL_QA)
             if getattr(QA_CONVERSATION, name) != getattr(plain, name)}
 
 
@@ -73,7 +75,7 @@ def _add_qa_parser(commands) -> None:
                     help=f"silence after the question (default {TAIL_S:g}, the reference's)")
 
     model = qa.add_argument_group("the speech model")
-    add_conversation_options(model, QA_SPEECH_OPTIONS, defaults=_qa_defaults(QA_SPEECH_OPTIONS),
+    add_conversation_options(model, EVAL_QA, SPEECH, defaults=_qa_defaults(),
                              notes={"user_city": "the reference's profile"})
     model.add_argument("--seed", type=int, default=QaRunOptions.seed,
                        help=f"one seed for every item (default {QaRunOptions.seed})")
@@ -84,7 +86,7 @@ def _add_qa_parser(commands) -> None:
                             "(random-weight checkpoints never ask on their own)")
 
     side = qa.add_argument_group("the LLM side")
-    add_conversation_options(side, QA_LLM_OPTIONS, defaults=_qa_defaults(QA_LLM_OPTIONS), notes={
+    add_conversation_options(side, EVAL_QA, LLM_SIDE, defaults=_qa_defaults(), notes={
         "backend": "needed by --inject",
         "ret_deadline_s": "the reference benchmark's allows 10",
         "tools": "sets made by make-set add local_search on their facts folder"})

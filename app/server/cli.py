@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.conversation.options import (  # light
+    LLM_SIDE,
+    SERVE,
+    SPEECH,
+    add_conversation_options,
+)
 from app.server.threads import parse_threads  # light: torch only when threads are set
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
@@ -22,10 +27,6 @@ if TYPE_CHECKING:  # the server's own modules load only when the command runs (s
 
 TOKEN_ENV = "CONTEXTSPAN_SERVER_TOKEN"
 HEARTBEAT_S = 10.0  # Limits.heartbeat_s (app/server/config.py, which loads numpy)
-# The ConversationConfig fields `serve` chooses (their options: app/conversation/config.py).
-SERVE_SPEECH_OPTIONS = ("model_id", "device", "dtype", "precision", "custom_folder", "voice",
-                        "role", "user_name", "user_city")
-SERVE_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "level_voice")
 
 
 # The parser class the caller's subparsers make (app/cli/main.py: its one-line-error parser).
@@ -41,7 +42,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                     "it), the reference's on /ws (the app's client), spans over the wire on "
                     "both; /health and /metrics. --cluster deploys replicas on Ray Serve.")
     model = serve.add_argument_group("the model")
-    add_conversation_options(model, SERVE_SPEECH_OPTIONS, notes={
+    add_conversation_options(model, SERVE, SPEECH, notes={
         "voice": "the default voice (clients may send their own)",
         "role": "the default persona (clients may send their own)"})
     model.add_argument("--seed", type=int, default=None)
@@ -88,7 +89,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[_Parser]) -> _Parser
                           f"{HEARTBEAT_S:g})")
 
     add_conversation_options(serve.add_argument_group("the LLM side on the server (optional)"),
-                             SERVE_LLM_OPTIONS)
+                             SERVE, LLM_SIDE)
 
     cluster = serve.add_argument_group("a cluster (Ray Serve; pip install -e '.[cluster]')")
     cluster.add_argument("--cluster", action="store_true",

@@ -11,7 +11,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.conversation.options import (  # light
+    EVAL_FDB,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+)
 from app.eval.fdb.layout import (
     CONVERSATION_PROMPT,
     PROFILE_CITY,
@@ -25,9 +30,6 @@ if TYPE_CHECKING:
     from app.conversation.config import ConversationConfig
 
 EXIT_OK, EXIT_FAILED = 0, 1
-# The ConversationConfig fields `eval fdb` chooses (their options: app/conversation/config.py).
-FDB_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "user_name", "user_city")
-FDB_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "level_voice")
 
 
 def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
@@ -55,14 +57,15 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="samples per task (default: all)")
 
     render = parser.add_argument_group("rendering")
-    add_conversation_options(render, FDB_SPEECH_OPTIONS,
+    add_conversation_options(render, EVAL_FDB, SPEECH, skip=("voice",),  # in `voices` below
                              defaults={"user_city": PROFILE_CITY},
                              notes={"user_city": "the reference's profile"})
     render.add_argument("--seed", type=int, default=REFERENCE_SEED,
                         help=f"one seed for every sample (default: the reference's, "
                              f"{REFERENCE_SEED})")
     voices = render.add_mutually_exclusive_group()
-    add_conversation_options(voices, ("voice",), notes={"voice": "for every sample"})
+    add_conversation_options(voices, EVAL_FDB, SPEECH, only=("voice",),
+                             notes={"voice": "for every sample"})
     voices.add_argument("--voice-pool", default="",
                         help="comma-separated voices, one per sample by a hash of its path, "
                              "as the reference does (it used f0,f1,f2)")
@@ -78,7 +81,7 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
     side = parser.add_argument_group(
         "the LLM side while rendering (as the reference renders with its whole stack; "
         "without --llm the speech model runs alone)")
-    add_conversation_options(side, FDB_LLM_OPTIONS, notes={
+    add_conversation_options(side, EVAL_FDB, LLM_SIDE, notes={
         "stt_model": "default with --llm: the --stt model"})
 
     score = parser.add_argument_group("scoring")

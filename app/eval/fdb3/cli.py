@@ -15,18 +15,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.conversation.options import add_conversation_options  # light: no torch
+from app.conversation.options import (  # light: no torch
+    EVAL_FDB3,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+)
 from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.layout import DEFAULT_CHUNK_LIMIT, DEFAULT_STT
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
 from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
 
 EXIT_OK, EXIT_FAILED = 0, 1
-# The ConversationConfig fields `eval fdb3 run` chooses (their options: app/conversation/
-# config.py); --llm is its own (the stand-in is a choice), its tools the benchmark's.
-FDB3_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
-                       "user_name", "user_city")
-FDB3_LLM_OPTIONS = ("host", "model", "timeout_s", "stt_model", "end_of_turn", "ret_deadline_s")
 
 
 def _add_judge(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--benchmark", type=Path, default=None, metavar="JSON",
                      help="the benchmark's benchmark_data_v2.json (scenarios by id)")
     model = run.add_argument_group("the speech model")
-    add_conversation_options(model, FDB3_SPEECH_OPTIONS,
+    add_conversation_options(model, EVAL_FDB3, SPEECH,
                              defaults={"user_city": PROFILE_CITY},
                              notes={"user_city": "the reference's profile"})
     model.add_argument("--seed", type=int, default=REFERENCE_SEED,
@@ -89,7 +89,7 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
     side.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, "standin"], default=OLLAMA,
                       help="the LLM that calls the tools; standin: the stand-in Ollama "
                            "plays the demo samples' own calls (make-demo)")
-    add_conversation_options(side, FDB3_LLM_OPTIONS, defaults={"stt_model": DEFAULT_STT},
+    add_conversation_options(side, EVAL_FDB3, LLM_SIDE, defaults={"stt_model": DEFAULT_STT},
                              notes={"stt_model": "tiny-stt on a CPU demo"})
     side.add_argument("--latency", choices=LATENCY_PROFILES, default="instant",
                       help="the mock APIs' latency (default instant; a scenario's own "
