@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
+from app.command_options import add_options, from_args  # light
 from app.conversation.options import LLM_SIDE, RUN, SPEECH, add_conversation_options  # light
+from app.conversation.run_request import HeadlessRun  # light: no torch
 from app.engine.precision import MLX_PRECISIONS  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
@@ -124,23 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--server-token", default=None, metavar="TOKEN",
                      help="the server's token (default $CONTEXTSPAN_SERVER_TOKEN, which "
                           "keeps it out of `ps`)")
-    run.add_argument("--input", type=Path, required=True, help="audio file (any rate, channels)")
-    run.add_argument("--output", type=Path, required=True, help="reply audio, 24 kHz WAV")
-    run.add_argument("--transcript", type=Path, required=True, help="JSONL transcript")
+    add_options(run, HeadlessRun)
     run.add_argument("--inject", action="append", default=[], metavar="TEXT",
                      help="span text to inject; pair each with --at")
     run.add_argument("--at", action="append", default=[], type=float, metavar="SECONDS",
                      help="when the preceding --inject lands (seconds into the input)")
     run.add_argument("--source", default="cli", help="source label of the injected spans")
-    run.add_argument("--ret-at", action="append", default=[], type=float, metavar="SECONDS",
-                     help="force the model's <ret> at this time (repeatable): models with "
-                          "random weights never ask on their own (context-spanning-7b, tiny-cs)")
-    run.add_argument("--seed", type=int, default=None)
-    run.add_argument("--chunk-limit", type=int, default=None,
-                     help="most positions per frame (default: measured on this device)")
-    run.add_argument("--mimi", default="auto", choices=["auto", "mlx", "torch"],
-                     help="with --device mlx: the audio codec's framework (default: mlx on "
-                          "Apple Silicon, torch on other CPUs, where it is the faster)")
     add_conversation_options(
         run.add_argument_group("the LLM side (speech recognition, LLM, tools)"), RUN, LLM_SIDE)
 
@@ -303,7 +294,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from app.conversation.config import SERVER_STT, SpeechServer
-    from app.conversation.headless import HeadlessRun, Injection, run_headless
+    from app.conversation.headless import Injection, run_headless
     from app.conversation.options import conversation_from_args
 
     if args.asr == SERVER_STT and not args.server:
@@ -318,9 +309,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
     config = conversation_from_args(args, server=server)
-    summary = run_headless(config, HeadlessRun(
-        args.input, args.output, args.transcript, tuple(injections), seed=args.seed,
-        chunk_limit=args.chunk_limit, ret_at=tuple(args.ret_at), mimi=args.mimi))
+    summary = run_headless(config, from_args(HeadlessRun, args, injections=tuple(injections)))
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
         f"processed {summary.audio_seconds:.2f} s of audio ({summary.frames} frames) in "
