@@ -239,3 +239,8 @@ def values_from_args(cls: type, args: argparse.Namespace, **chosen: Any) -> dict
 def from_args(cls: type[_T], args: argparse.Namespace, **chosen: Any) -> _T:
     """One `cls` from the parsed arguments (see values_from_args)."""
     return cls(**values_from_args(cls, args, **chosen))
+
+
+def comma_separated(text: str, _chosen: Mapping[str, Any]) -> tuple[str, ...]:
+    """A `to_field` for "a,b, c": ("a", "b", "c") ("": none)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
