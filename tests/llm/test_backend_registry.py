@@ -4,6 +4,8 @@ row and its file, not a branch in each."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app import llm_backends
@@ -50,8 +52,9 @@ def test_the_memory_plan_says_what_each_rows_hook_says():
 def test_a_new_row_is_all_a_new_backend_needs(monkeypatch):
     """A row whose hooks are Ollama's client and the unknown-size note: the factory and the
     memory plan use them, neither spelled the new name."""
+    name: Any = "loopback"  # not one of the settings file's names
     row = LlmBackendKind(
-        "loopback", "Loopback", "the loopback", "http://127.0.0.1:1", "", host_required=False,  # type: ignore[arg-type]
+        name, "Loopback", "the loopback", "http://127.0.0.1:1", "", host_required=False,
         bare_host_scheme="http", factory="app.llm.ollama_backend:from_choice",
         memory_footprint="app.llm.openai_footprint:openai_footprint")
     monkeypatch.setattr(llm_backends, "LLM_BACKENDS", (*LLM_BACKENDS, row))
