@@ -67,7 +67,7 @@ def _named(path: str) -> Callable[..., Any]:
     found = getattr(importlib.import_module(module), name)
     if not callable(found):
         raise TypeError(f"{path} is not a function")
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 OLLAMA_BACKEND = LlmBackendKind(
