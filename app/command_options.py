@@ -111,27 +111,27 @@ class Declared:
         return default
 
 
-def _annotation_parts(annotation: Any) -> tuple[str, bool]:
-    """(the annotation without `| None`, whether it is a tuple or a list) as text: "int"."""
+def _base_type(annotation: Any) -> str:
+    """The annotation's type without `| None`, and a tuple's or list's items', as text:
+    "int" for `int | None` and for `tuple[int, ...]`."""
     if not isinstance(annotation, str):  # a module without `from __future__ import annotations`
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         origin = typing.get_origin(annotation)
-        if origin in (typing.Union, types.UnionType) and len(args) == 1:
-            return _annotation_parts(args[0])
+        if origin in (typing.Union, types.UnionType):
+            return _base_type(args[0]) if len(args) == 1 else ""  # several: none inferred
         if origin in (tuple, list):
-            return getattr(args[0], "__name__", str(args[0])) if args else "", True
-        return getattr(annotation, "__name__", str(annotation)), False
-    text = annotation.replace(" ", "")
-    parts = [p for p in text.split("|") if p != "None"]
-    text = parts[0] if len(parts) == 1 else text
+            return _base_type(args[0]) if args else ""
+        return getattr(annotation, "__name__", str(annotation))
+    parts = [p for p in annotation.replace(" ", "").split("|") if p != "None"]
+    text = parts[0] if len(parts) == 1 else "|".join(parts)
     for sequence in ("tuple[", "list["):
         if text.startswith(sequence):
-            return text[len(sequence):-1].split(",")[0], True
-    return text, False
+            return text[len(sequence):-1].split(",")[0]
+    return text
 
 
 def _declared(field: dataclasses.Field, option: CliOption) -> Declared:
-    base, _ = _annotation_parts(field.type)
+    base = _base_type(field.type)
     kind = option.kind or ("flag" if base == "bool" else "value")
     parsed_type = option.type
     if parsed_type is None and option.to_field is None and kind != "flag":
