@@ -42,6 +42,7 @@ from app.conversation.audio_source import (
 )
 from app.conversation.audio_stalls import StallResumer
 from app.conversation.config import NONE, ConversationConfig
+from app.conversation.events import ConversationEvent
 from app.conversation.llm_probe import LlmProbed, probe_in_background, unavailable_notice
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.session_messages import (
@@ -51,6 +52,7 @@ from app.conversation.session_messages import (
     InjectText,
     ResumeAsked,
     SendText,
+    SessionMessage,
     StopAsked,
 )
 from app.conversation.transcript.builder import TranscriptBuilder, llm_label
@@ -211,7 +213,7 @@ class ConversationSession:
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
         # The engine once it is up; a RemoteEngine (app/remote) for a server's model.
-        self._engine: SpeechEngine | None = None
+        self._engine: SpeechEngine[ConversationEvent] | None = None
         self._remote: RemoteEngine | None = None  # the engine, when it is a server's
         self._late_said_at = SLOW_LINK_LATE_FRAMES  # late frames that bring the next notice
         self._remote_down = False  # the server's connection dropped: paused until it is back
@@ -227,9 +229,9 @@ class ConversationSession:
         self._resume_audio_at: float | None = None  # monotonic; None: no resume due
         # The one inbox (session_messages.py): the GUI thread's requests, the pipeline's
         # events, the LLM probe's verdicts, the audio's failures, resume and stop.
-        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[SessionMessage] = queue.SimpleQueue()
         # Taken from the inbox before the engine was up: handled once it is, in order.
-        self._deferred: list[object] = []
+        self._deferred: list[SessionMessage] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             ApplySettings: self._on_apply_settings, SendText: self._on_send_text,
             InjectText: self._on_inject_text,
@@ -314,7 +316,7 @@ class ConversationSession:
         """What arrived while the engine loaded, in order (a question typed after new
         settings goes to the new LLM). `requests_only`: the GUI's requests now, the rest
         (resume, an audio failure) once the audio runs."""
-        kept: list[object] = []
+        kept: list[SessionMessage] = []
         for message in self._deferred:
             if requests_only and not isinstance(message, GUI_REQUESTS):
                 kept.append(message)
@@ -408,7 +410,7 @@ class ConversationSession:
         final = ("stopped", "Stopped")
         try:
             config = ConversationConfig.from_settings(self.settings)
-            engine: SpeechEngine
+            engine: SpeechEngine[ConversationEvent]
             device: Device
             if config.server is not None:
                 remote = self._connect_remote(config)
@@ -427,7 +429,7 @@ class ConversationSession:
             orchestrator = pipeline.orchestrator
             self._pipeline = pipeline
             pipeline.set_audio_sink(self._play)  # the voice never waits on this thread
-            pipeline.events = self._inbox  # its router posts its events into the inbox
+            pipeline.send_events_to(self._inbox.put)  # its router posts into the inbox
             pipeline.start()
             self._wait_ready()
             self._engine = engine
@@ -484,7 +486,8 @@ class ConversationSession:
         return connect_remote(config, self.settings.engine.connect_timeout_s,
                               cancel=self._stop, where=SPEECH_SERVER_PLACE)
 
-    def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
+    def _first_status(self, engine: SpeechEngine[ConversationEvent], llm_on: bool
+                      ) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
         facts = engine.facts()
         remote = self._remote is not None
@@ -501,14 +504,14 @@ class ConversationSession:
                 return
             if isinstance(message, ev.EngineError):
                 raise RuntimeError(message.message)
-            if isinstance(message, (*GUI_REQUESTS, ResumeAsked, AudioFailed)):
-                self._deferred.append(message)  # once the engine is up
+            if isinstance(message, (*GUI_REQUESTS, ResumeAsked, AudioFailed, LlmProbed)):
+                self._deferred.append(message)  # once the engine is up (no probe asks before)
             elif message is not None and not isinstance(message, StopAsked):
                 self._handle(message)
         if not self._stop.is_set():
             raise TimeoutError("the speech model did not get ready within 10 minutes")
 
-    def _next(self, timeout: float) -> object | None:
+    def _next(self, timeout: float) -> SessionMessage | None:
         """The inbox's next message, or None after `timeout` seconds."""
         try:
             return self._inbox.get(timeout=timeout)
@@ -723,7 +726,7 @@ class ConversationSession:
 
     # ---- the event loop -----------------------------------------------------------------
 
-    def _dispatch(self, message: object) -> None:
+    def _dispatch(self, message: SessionMessage) -> None:
         """One message of the inbox, on the session's thread (the engine is up)."""
         pipeline = self._pipeline
         if isinstance(message, GUI_REQUESTS):
@@ -815,7 +818,7 @@ class ConversationSession:
         pipeline = self._pipeline
         return pipeline.asr_dropped_frames if pipeline is not None else 0
 
-    def _handle(self, event: object) -> None:
+    def _handle(self, event: ConversationEvent) -> None:
         if isinstance(event, (remote.ConnectionLost, remote.ReconnectFailed,
                               remote.Reconnected)):
             self._connection_changed(event)
@@ -855,7 +858,8 @@ class ConversationSession:
         if not self._audio_missing:
             self._listener.on_state("running", "Listening")
 
-    def _connection_changed(self, event: object) -> None:
+    def _connection_changed(self, event: remote.ConnectionLost | remote.ReconnectFailed
+                            | remote.Reconnected) -> None:
         """The speech server's connection dropped, an attempt failed, or it is back."""
         if isinstance(event, remote.ConnectionLost):
             self._remote_down = True

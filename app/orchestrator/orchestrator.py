@@ -38,10 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from app.asr.events import AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
 from app.engine.events import (
     AudioOut,
+    EngineEvent,
     EngineReady,
     FirstAudioAfterSpan,
     RetToken,
@@ -179,7 +180,9 @@ class Orchestrator:
         self._retired: list[tuple[LLMBackend, ToolRegistry]] = []  # replaced by reconfigure
         self.sink = sink
         self.options = options or OrchestratorOptions()
+        # Its own queue: where its events wait when nobody gave it a sink.
         self.events: queue.SimpleQueue[OrchestratorEvent] = events or queue.SimpleQueue()
+        self._sink: Callable[[OrchestratorEvent], None] = self.events.put
         self._clock = clock
         self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._log = ConversationLog()
@@ -216,11 +219,16 @@ class Orchestrator:
 
     # ---- any thread -------------------------------------------------------------------
 
+    def send_events_to(self, sink: Callable[[OrchestratorEvent], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`."""
+        self._sink = sink
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="orchestrator", daemon=True)
         self._thread.start()
 
-    def on_asr_event(self, event: object) -> None:
+    def on_asr_event(self, event: AsrEvent) -> None:
         self._inbox.put(Received(event, self._clock()))
 
     @property
@@ -228,7 +236,7 @@ class Orchestrator:
         """True when the speech model's own <ret> starts LLM turns (not the user's turn)."""
         return self._ret_policy is not None
 
-    def on_engine_event(self, event: object) -> None:
+    def on_engine_event(self, event: EngineEvent) -> None:
         """An engine event; of an AudioOut only its frame is kept (the clock)."""
         if isinstance(event, AudioOut):
             self._inbox.put(FrameMade(event.frame_index))
@@ -294,7 +302,7 @@ class Orchestrator:
     # ---- control thread ---------------------------------------------------------------
 
     def _emit(self, event: OrchestratorEvent) -> None:
-        self.events.put(event)
+        self._sink(event)
 
     def _hold(self, turn: _Turn) -> None:
         """Replay: `turn`'s request (about to start) holds the clock from the newest frame
