@@ -244,7 +244,7 @@ class ConversationPipeline:
             orchestrator.on_engine_event(event)
 
     def _on(self, event: ConversationEvent) -> None:
-        self._out(event)
+        self._out(event)  # read per event: the table is made before the sink is given
 
     def _play(self, audio: AudioOut) -> bool:
         """The frame to the audio sink; False when there is none (it goes on)."""
