@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 # A tick of the recogniser that takes longer is its failure (a hung step).
 STALL_S = 15.0
-MODEL_BUSY_WAIT_S = 60.0  # for the last conversation's recogniser to let the model go
 
 
 class Recogniser(RowHost["StreamingAsr"]):
@@ -56,20 +55,8 @@ class Recogniser(RowHost["StreamingAsr"]):
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
-        with self._model_to_itself(), self.model.streaming():
+        with self._model_to_itself(self.stt.streaming), self.model.streaming():
             yield
-
-    @contextmanager
-    def _model_to_itself(self) -> Iterator[None]:
-        """The loaded model's modules hold one stream's state: a recogniser that still
-        streams them (the last conversation's, winding down) is waited for, bounded."""
-        if not self.stt.streaming.acquire(timeout=MODEL_BUSY_WAIT_S):
-            raise RuntimeError(f"its model was still in use by another conversation after "
-                               f"{MODEL_BUSY_WAIT_S:g} s")
-        try:
-            yield
-        finally:
-            self.stt.streaming.release()
 
     def _error_event(self, message: str) -> AsrError:
         return AsrError(message, fatal=True)

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -46,9 +44,6 @@ import numpy as np
 import numpy.typing as npt
 
 from app.checkpoints.loader import LoadedCheckpoint
-
-if TYPE_CHECKING:
-    from moshi.models import MimiModel
 from app.engine.columns import ZERO_TOKEN, ForcedStep, make_book
 from app.engine.conversation_start import Placeholders, StartPlan, placeholder_codes, plan_start
 from app.engine.events import (
@@ -77,6 +72,9 @@ from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES
 from app.row_host import RowHost
 
+if TYPE_CHECKING:
+    from moshi.models import MimiModel
+
 log = logging.getLogger(__name__)
 
 
@@ -87,29 +85,6 @@ class _Frame:
     span_events: list[EngineEvent] = field(default_factory=list)
     inject_ms: float = 0.0
     failed: bool = False
-
-
-# An engine whose checkpoint another engine still streams (the last conversation's, winding
-# down: eval's samples, a desktop restart) waits this long for it, then fails saying so.
-MODEL_BUSY_WAIT_S = 60.0
-_in_use: weakref.WeakKeyDictionary[object, threading.Lock] = weakref.WeakKeyDictionary()
-_in_use_guard = threading.Lock()
-
-
-@contextmanager
-def model_to_itself(checkpoint: LoadedCheckpoint) -> Iterator[None]:
-    """The checkpoint's LM and Mimi keep their streaming state in their own modules: one
-    engine streams them at a time, the next waits (bounded) for the last to let them go."""
-    with _in_use_guard:
-        model = checkpoint.lm if checkpoint.lm is not None else checkpoint.mimi  # MLX: Mimi
-        lock = _in_use.setdefault(model, threading.Lock())
-    if not lock.acquire(timeout=MODEL_BUSY_WAIT_S):
-        raise RuntimeError(f"the speech model was still in use by another conversation after "
-                           f"{MODEL_BUSY_WAIT_S:g} s")
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 # A tick that takes longer is the engine's failure (a hung step): on a GPU a few dozen frame
@@ -205,7 +180,7 @@ class LocalEngine(RowHost[RowConversation]):
     @contextmanager
     def _serving(self) -> Iterator[None]:
         try:
-            with model_to_itself(self.checkpoint), \
+            with self._model_to_itself(self.checkpoint.streaming), \
                     self.runtime.streaming(self.row_count, self.max_chunk), \
                     self.codec.streaming(self.row_count):
                 self._warm_up()

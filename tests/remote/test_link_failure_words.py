@@ -47,7 +47,8 @@ def test_a_listener_that_closes_at_once_is_not_a_speech_server():
     async def main() -> str:
         async def reset(reader, writer):
             sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            abort_on_close = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # linger on, 0 s: a reset
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, abort_on_close)
             writer.close()
 
         server = await asyncio.start_server(reset, "127.0.0.1", 0)

@@ -41,71 +41,28 @@ import numpy as np
 from app.audio_file import AudioFileError, read_mono_24k
 from app.conversation.config import ConversationConfig
 from app.conversation.run_request import HeadlessRun
-from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.agent_prompt import AgentPromptBackend, agent_prompt
 from app.eval.fdb3.layout import (
-    DEFAULT_CHUNK_LIMIT,
-    DEFAULT_STT,
     Fdb3Sample,
-    check_provider,
     find_samples,
 )
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
 from app.eval.fdb3.mock_server import SERVER_NAME, input_schemas
 from app.eval.fdb3.result import make_result, user_turns, voiced_end
+from app.eval.fdb3.run_options import STANDIN, Fdb3RunOptions
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript
 from app.frames import FRAME_RATE, SAMPLE_RATE
-from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
+from app.llm_backends import OLLAMA
 from app.settings.schema import McpServerSettings
 
-TAIL_S = 6.0  # silence after the input: the reference's
 FAILURES_BEFORE_STOP = 3
-STANDIN = "standin"
 STANDIN_MODEL = "standin:latest"
-# A sample's conversation unless the command line says otherwise: the tiny demo model, the
-# 1B recogniser, the reference's profile city.
-FDB3_CONVERSATION = ConversationConfig(model_id="tiny", stt_model=DEFAULT_STT,
-                                       user_city=PROFILE_CITY)
 RUN_SUMMARY = "fdb3_run_{provider}.json"
 
 
 class Fdb3RunError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class Fdb3RunOptions:
-    provider: str
-    # The speech model and the LLM side; its backend and host are `llm`'s when that is the
-    # stand-in, and the benchmark's tools are its only ones.
-    conversation: ConversationConfig = FDB3_CONVERSATION
-    seed: int | None = REFERENCE_SEED
-    llm: str = OLLAMA  # an LLM backend (app/llm_backends.py) or "standin" (the demo's plans)
-    latency: str = "instant"  # the mock APIs' profile, unless a scenario names its own
-    tail_s: float = TAIL_S
-    limit: int = 0
-    force: bool = False
-    timeout_s: float = 3600.0
-    force_ret_after_s: float | None = None  # random-weight <ret> checkpoints never ask
-    system_prompt: Path | None = None
-    benchmark: Path | None = None
-    chunk_limit: int = DEFAULT_CHUNK_LIMIT
-
-    def check(self) -> None:
-        check_provider(self.provider)
-        if self.llm not in (*LLM_BACKEND_NAMES, STANDIN):
-            raise ValueError(f"--llm {self.llm!r}: {', '.join(LLM_BACKEND_NAMES)} or {STANDIN}")
-        if self.latency not in LATENCY_PROFILES:
-            raise ValueError(f"--latency must be one of {', '.join(LATENCY_PROFILES)}")
-        if not 0 <= self.tail_s <= 60:
-            raise ValueError("--tail must be from 0 to 60 seconds")
-        if self.limit < 0:
-            raise ValueError("--limit must be 0 (all) or more")
-        if not self.timeout_s > 0:
-            raise ValueError("--timeout must be more than 0 seconds")
-        if self.chunk_limit < 1:
-            raise ValueError("--chunk-limit must be at least 1")
 
 
 @dataclass
