@@ -1,7 +1,7 @@
 """The LLM backends by name: the one place their names, labels and default addresses are
 written, and each one's factory and memory-footprint hook. The settings schema, the
 settings dialog's LLM tab, every command line's `--llm` and `--judge`, the factory
-(app/llm/factory.py), the memory survey (app/engine/memory_survey.py) and the transcript's
+(app/llm/factory.py), the memory survey (app/plan/memory_survey.py) and the transcript's
 span labels read them here.
 
 Light to import (the settings schema and every parser do): no backend's client loads here,

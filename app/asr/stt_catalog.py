@@ -65,7 +65,7 @@ class SttManifest:
     notes: str = ""
     for_developers: bool = False  # as a speech model's (app/checkpoints/catalog.py)
     # The LM keys of the repository's config.json, to size the model before it is downloaded
-    # (app/engine/footprint.py); the downloaded config.json wins once it is on disk.
+    # (app/plan/footprint.py); the downloaded config.json wins once it is on disk.
     published_config: dict[str, Any] | None = None
 
     def default_folder(self) -> Path:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
 from app.checkpoints.missing import CheckpointMissingError
 from app.conversation.config import ConversationConfig
+from app.conversation.events import ConversationEvent
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.precision_choice import PrecisionChoice, choose_precision
 from app.engine.speech_engine import EngineOptions, SpeechEngine
@@ -192,8 +193,9 @@ def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBa
                         timeout_s=config.timeout_s, flag=flag)
 
 
-def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend: LLMBackend,
-                       tools: ToolRegistry, *, replay: ReplayClock | None = None,
+def build_orchestrator(config: ConversationConfig, engine: SpeechEngine[ConversationEvent],
+                       backend: LLMBackend, tools: ToolRegistry, *,
+                       replay: ReplayClock | None = None,
                        **options: Any) -> Orchestrator:
     """The LLM side over `engine` (this machine's, or a server's).
     `replay`: a file's run, the LLM's latency replayed in frames on this clock (a pipeline
@@ -246,7 +248,8 @@ def connect_remote(config: ConversationConfig, connect_timeout_s: float,
     return engine if engine.connect(cancel=cancel) else None
 
 
-def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
+def build_pipeline(engine: SpeechEngine[ConversationEvent], config: ConversationConfig,
+                   device: Device, *,
                    lock_step: LockStep | None = None, stt: LoadedStt | None = None,
                    asr: StreamingAsr | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
@@ -277,7 +280,8 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
     return join_stages(engine, config, asr, orchestrator, lock_step=lock_step, live=live)
 
 
-def join_stages(engine: SpeechEngine, config: ConversationConfig, asr: StreamingAsr | None,
+def join_stages(engine: SpeechEngine[ConversationEvent], config: ConversationConfig,
+                asr: StreamingAsr | None,
                 orchestrator: Orchestrator | None, *, lock_step: LockStep | None = None,
                 live: bool = False) -> ConversationPipeline:
     """The pipeline over stages already built. A live conversation always has the

@@ -8,7 +8,7 @@ on `run`, `serve` and `bench`), and what each device offers.
   (4-bit weights in groups of 128, the product in torch's int4 kernel) on CUDA GPUs from
   Ampere (8.0) on and on the CPU.
 - MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
-"auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
+"auto" is the best precision that fits by the memory plan (app/plan/memory_plan.py).
 What runs on this machine's devices is asked of the devices themselves
 (app/engine/device.survey_devices); what a loaded checkpoint runs at is
 torch_precision.loaded_precision.
@@ -27,6 +27,16 @@ FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # the torch dtype names
 # int4's weights per group (one bf16 scale and zero each: 4.25 bits a weight). Chosen by
 # measured agreement and by what an 8 GB card holds (app/engine/int4_linear.py says how).
 INT4_GROUP_SIZE = 128
+
+# What each kind of device ("cuda", "mac": Apple unified memory, "cpu") offers, best first:
+# "auto" takes the first that fits by the memory plan. CUDA runs the torch engine (bf16,
+# 8-bit weights); a Mac runs MLX (bf16, 8 and 4 bits); the CPU loads in float32
+# (app/checkpoints/loader.runtime_dtype: bf16 matmuls there are slow).
+DEVICE_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "cuda": ("bf16", "int8"),
+    "mac": ("bf16", "q8", "q4"),
+    "cpu": ("fp32",),
+}
 
 # How the settings dialog and the messages name each.
 PRECISION_NAMES = {

@@ -48,10 +48,9 @@ def precision_offer(device: torch.device) -> tuple[tuple[str, ...], tuple[tuple[
                                                   tuple[str, ...]]:
     """What the torch engine offers on `device`: the precisions that run there (in
     TORCH_PRECISIONS' order), those that do not with why, and what "auto" picks from there,
-    best first (memory_plan.DEVICE_PRECISIONS, less what does not run). Each is tried there
+    best first (precision.DEVICE_PRECISIONS, less what does not run). Each is tried there
     (int8 loads a small layer), so this is what loading will find."""
-    from app.engine.memory_plan import DEVICE_PRECISIONS
-    from app.engine.precision import MLX_PRECISIONS, PRECISION_NAMES
+    from app.engine.precision import DEVICE_PRECISIONS, MLX_PRECISIONS, PRECISION_NAMES
 
     runs: list[str] = []
     not_here: list[tuple[str, str]] = []

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.asr.events import AsrEvent
 from app.cuts import Cut
+from app.engine.events import EngineEvent
 from app.llm.backend import LLMBackend, LLMError
 from app.orchestrator.events import ToolCalled
 from app.tools.base import ToolRegistry
@@ -21,7 +23,7 @@ class Received:
     """An event of the recogniser or the engine, with the orchestrator's clock when it was
     handed over (a turn's latency counts from there)."""
 
-    event: object
+    event: AsrEvent | EngineEvent
     at: float
 
 

@@ -17,12 +17,14 @@ for models never trained to ask, or the model's own <ret> token (retrieval.py) f
 Context Spanning checkpoint, whose answers carry a deadline in conversation time. Typed
 questions start a turn either way.
 
-Replay (a run fed from a file faster than real time passes a `ReplayClock`,
-replay_clock.py; a live conversation passes none): each LLM request holds the
-conversation's clock where it was asked; its answer is handled when the conversation
-reaches the frame it would have reached in real time (after that frame's other events), and
-lands before it. A slow laptop and a fast GPU then give the same conversation for the same
-LLM latency, and a scripted LLM's (the stand-in's) for the same script.
+Each LLM request is told to the conversation's clock (live_clock.py's `AnswerClock`). In
+a replay (a run fed from a file faster than real time passes a `ReplayClock`,
+replay_clock.py) the request holds the conversation's clock where it was asked; its answer
+is handled when the conversation reaches the frame it would have reached in real time
+(after that frame's other events), and lands before it. A slow laptop and a fast GPU then
+give the same conversation for the same LLM latency, and a scripted LLM's (the stand-in's)
+for the same script. A live conversation's clock (`LiveClock`) holds nothing and defers
+nothing: its answers land as they come.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from app.asr.events import AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
 from app.engine.events import (
     AudioOut,
+    EngineEvent,
     EngineReady,
     FirstAudioAfterSpan,
     RetToken,
@@ -66,6 +69,7 @@ from app.orchestrator.events import (
     TurnLatency,
     TurnStarted,
 )
+from app.orchestrator.live_clock import AnswerClock, LiveClock
 from app.orchestrator.messages import (
     Cancel,
     Configure,
@@ -80,7 +84,6 @@ from app.orchestrator.messages import (
     TurnError,
     Typed,
 )
-from app.orchestrator.replay_clock import ReplayClock
 from app.orchestrator.retrieval import (
     UtteranceTracker,
     frames_of,
@@ -167,16 +170,19 @@ class Orchestrator:
         options: OrchestratorOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         events: queue.SimpleQueue[OrchestratorEvent] | None = None,
-        replay_clock: ReplayClock | None = None,
+        replay_clock: AnswerClock | None = None,
     ) -> None:
         """`replay_clock`: a run fed from a file faster than real time (the LLM's latency
-        replayed in frames, see the module's docstring); None: frames come in real time."""
+        replayed in frames, see the module's docstring); None: frames come in real time
+        (a `LiveClock`)."""
         self.backend = backend
         self.tools = tools
         self._retired: list[tuple[LLMBackend, ToolRegistry]] = []  # replaced by reconfigure
         self.sink = sink
         self.options = options or OrchestratorOptions()
+        # Its own queue: where its events wait when nobody gave it a sink.
         self.events: queue.SimpleQueue[OrchestratorEvent] = events or queue.SimpleQueue()
+        self._sink: Callable[[OrchestratorEvent], None] = self.events.put
         self._clock = clock
         self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._log = ConversationLog()
@@ -190,7 +196,9 @@ class Orchestrator:
         self._tracker = UtteranceTracker(retrieval.window_s if retrieval else 12.0)
         self._retrieval: _PendingRetrieval | None = None
         self._frame = -1  # the newest frame the engine produced: the conversation's clock
-        self.replay_clock = replay_clock
+        # The conversation's clock: a replay's holds and defers; a live one's does nothing.
+        self.answer_clock: AnswerClock = replay_clock if replay_clock is not None \
+            else LiveClock()
         # The engine's span budget once it is ready (EngineReady.span_tokens): 0, unknown.
         self._span_tokens = 0
         self._max_span_chars = self.options.max_span_chars
@@ -211,11 +219,16 @@ class Orchestrator:
 
     # ---- any thread -------------------------------------------------------------------
 
+    def send_events_to(self, sink: Callable[[OrchestratorEvent], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`."""
+        self._sink = sink
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="orchestrator", daemon=True)
         self._thread.start()
 
-    def on_asr_event(self, event: object) -> None:
+    def on_asr_event(self, event: AsrEvent) -> None:
         self._inbox.put(Received(event, self._clock()))
 
     @property
@@ -223,7 +236,7 @@ class Orchestrator:
         """True when the speech model's own <ret> starts LLM turns (not the user's turn)."""
         return self._ret_policy is not None
 
-    def on_engine_event(self, event: object) -> None:
+    def on_engine_event(self, event: EngineEvent) -> None:
         """An engine event; of an AudioOut only its frame is kept (the clock)."""
         if isinstance(event, AudioOut):
             self._inbox.put(FrameMade(event.frame_index))
@@ -253,8 +266,7 @@ class Orchestrator:
         joins share one deadline."""
         deadline = time.monotonic() + timeout
         self._inbox.put(Stop())
-        if self.replay_clock is not None:  # a feeder waiting on the clock is let go
-            self.replay_clock.stop()
+        self.answer_clock.stop()  # a feeder waiting on the clock is let go
         if self._current is not None:
             self._current.cancel.set()
         pending = self._retrieval
@@ -290,18 +302,16 @@ class Orchestrator:
     # ---- control thread ---------------------------------------------------------------
 
     def _emit(self, event: OrchestratorEvent) -> None:
-        self.events.put(event)
+        self._sink(event)
 
     def _hold(self, turn: _Turn) -> None:
         """Replay: `turn`'s request (about to start) holds the clock from the newest frame
         (a <ret>'s own frame: its token comes before that frame's audio)."""
-        if self.replay_clock is not None:
-            asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
-            self.replay_clock.hold(turn.turn_id, asked)
+        asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
+        self.answer_clock.hold(turn.turn_id, asked)
 
     def _release(self, turn_id: int) -> None:
-        if self.replay_clock is not None:
-            self.replay_clock.release(turn_id)
+        self.answer_clock.release(turn_id)
 
     def _run(self) -> None:
         while True:
@@ -346,9 +356,8 @@ class Orchestrator:
 
     def _on_fence(self, fence: Fence) -> None:
         try:
-            if self.replay_clock is not None:
-                for result in self.replay_clock.due(self._frame):
-                    self._settle(result)
+            for result in self.answer_clock.due(self._frame):  # replay: the answers due now
+                self._settle(result)
         finally:
             fence.callback()
 
@@ -386,7 +395,7 @@ class Orchestrator:
 
     def _on_result(self, result: TurnAnswer | TurnError) -> None:
         # Replay: an answer due at a later frame is handled at the barrier before it.
-        if self.replay_clock is None or not self.replay_clock.defer(result):
+        if not self.answer_clock.defer(result):
             self._settle(result)
 
     def _settle(self, result: TurnAnswer | TurnError) -> None:
@@ -713,11 +722,10 @@ class Orchestrator:
         """A request's outcome to the control thread. Replay: first the clock is frozen
         where the answer lands (replay_clock.py): the feeder feeds up to the frame before,
         and the control thread injects at that frame."""
-        if self.replay_clock is not None:
-            declared = result.declared_s if isinstance(result, TurnAnswer) else None
-            arrival = self.replay_clock.answered(result.turn_id, declared)
-            if arrival is not None:
-                result = replace(result, arrival_frame=arrival)
+        declared = result.declared_s if isinstance(result, TurnAnswer) else None
+        arrival = self.answer_clock.answered(result.turn_id, declared)
+        if arrival is not None:  # replay: it lands at that frame (live: as it comes)
+            result = replace(result, arrival_frame=arrival)
         self._inbox.put(replace(result, posted_at=self._clock()))
 
     def _work(self, turn: _Turn, history: list[ChatMessage]) -> None:

@@ -33,6 +33,7 @@ import statistics
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -43,9 +44,10 @@ import numpy as np
 from app.cuts import cut_if_longer
 from app.engine import events as ev
 from app.engine.speech_engine import ConversationStats, EngineFacts
-from app.remote.engine_events import EngineEventMapper, SentSpan
+from app.remote.engine_events import EngineEventMapper, Mapped, SentSpan
 from app.remote.events import (
     ConnectionLost,
+    LinkEvent,
     LinkResumed,
     LinkStalled,
     NetworkStats,
@@ -157,11 +159,18 @@ def describe(exc: BaseException, url: str) -> str:
     return f"the speech server at {host} failed: {type(exc).__name__}: {exc}"
 
 
+# What a server's engine says: the engine's events, the server's recognition's (with
+# `asr_on_server`) and its link's.
+RemoteEvent = Mapped | LinkEvent
+
+
 class RemoteEngine:
     def __init__(self, options: RemoteOptions,
-                 events: queue.SimpleQueue | None = None) -> None:
+                 events: queue.SimpleQueue[RemoteEvent] | None = None) -> None:
         self.options = options
-        self.events: queue.SimpleQueue = events or queue.SimpleQueue()
+        # Its own queue: where its events wait when nobody gave it a sink.
+        self.events: queue.SimpleQueue[RemoteEvent] = events or queue.SimpleQueue()
+        self._sink: Callable[[RemoteEvent], None] = self.events.put
         self.dropped_frames = 0  # frames the outbox had no room for
         self.model_id = ""
         self.device = ""
@@ -184,7 +193,7 @@ class RemoteEngine:
         self._first_result = threading.Event()
         self._first_error: str | None = None
         self._started = threading.Event()
-        self._early: list[object] = []  # events before `start` (the pipeline's queue)
+        self._early: list[RemoteEvent] = []  # events before `start`: then to the sink
         self._early_lock = threading.Lock()
         self._stop = threading.Event()
         self._retry_now = threading.Event()
@@ -233,8 +242,13 @@ class RemoteEngine:
             raise RemoteEngineError(self._first_error)
         return self._ever_connected  # False: stopped before the server answered
 
+    def send_events_to(self, sink: Callable[[RemoteEvent], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`."""
+        self._sink = sink
+
     def start(self) -> None:
-        """Events flow to `events` from now on (the pipeline has set its queue)."""
+        """Events flow to the sink from now on (those said while connecting first)."""
         with self._early_lock:
             early, self._early = self._early, []
             self._started.set()
@@ -376,12 +390,12 @@ class RemoteEngine:
 
     # ---- internals ----------------------------------------------------------------------
 
-    def _put(self, event: object) -> None:
+    def _put(self, event: RemoteEvent) -> None:
         with self._early_lock:
             if not self._started.is_set():
                 self._early.append(event)
                 return
-        self.events.put(event)
+        self._sink(event)
 
     def _poke(self) -> None:
         loop, wake = self._loop, self._wake
@@ -398,7 +412,7 @@ class RemoteEngine:
         task = asyncio.ensure_future(client.send_span(text, source, str(span_id)))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
-    def _lose_spans(self, reason: str) -> list[object]:
+    def _lose_spans(self, reason: str) -> list[ev.SpanRejected]:
         return [ev.SpanRejected(span_id, span.source, reason)
                 for span_id, span in self._mapper.unlanded()]
 

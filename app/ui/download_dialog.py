@@ -93,7 +93,7 @@ def _gpu_for_speech() -> str | None:
 def _size_of(manifest: Manifest, folder: Path) -> float | None:
     """The speech model's weights, in billions (from its architecture; None: unknown)."""
     try:
-        from app.engine.footprint import checkpoint_shape
+        from app.plan.footprint import checkpoint_shape
 
         shape = checkpoint_shape(manifest, folder)
     except Exception:  # its size is a detail of the lead; the lead stands without it

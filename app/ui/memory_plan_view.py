@@ -18,8 +18,8 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
-from app.engine.memory_plan import MemoryReport
 from app.install_kind import engine_installed, needs_full_install
+from app.plan.memory_plan import MemoryReport
 from app.settings.schema import AppSettings
 from app.text_bounds import bounded
 from app.ui.background_jobs import BackgroundJobs
@@ -39,7 +39,7 @@ class NothingToPlan(Exception):
 def survey_settings(settings: AppSettings, timeout_s: float) -> MemoryReport:
     if not engine_installed():
         raise NothingToPlan(_thin_client_plan(settings))
-    from app.engine.memory_survey import survey_for_settings
+    from app.plan.memory_survey import survey_for_settings
 
     return survey_for_settings(settings, timeout_s=timeout_s)
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from app import llm_backends
-from app.engine.memory_plan import DeviceMemory
-from app.engine.memory_survey import survey_memory
 from app.llm.backend import LLMBackend
 from app.llm.factory import make_backend
 from app.llm.ollama_standin import OllamaStandIn
 from app.llm_backends import LLM_BACKENDS, OLLAMA_BACKEND, OPENAI_BACKEND, LlmBackendKind
+from app.plan.memory_plan import DeviceMemory
+from app.plan.memory_survey import survey_memory
 
 GIB = 1024**3
 A_CPU = DeviceMemory("cpu", "made-up cpu 16 GB", 16 * GIB, 16 * GIB)

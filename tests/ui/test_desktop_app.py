@@ -478,8 +478,8 @@ def test_int8_on_the_cpu_is_said_int8_by_the_plan_the_status_and_the_header(
     asks the device what runs on it."""
     import torch
 
-    from app.engine.memory_survey import survey_for_settings
     from app.engine.quantize import int8_unavailable_reason
+    from app.plan.memory_survey import survey_for_settings
 
     auto_is_the_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
     if int8_unavailable_reason(torch.device("cpu")) is not None:

@@ -134,8 +134,8 @@ def test_at_1366x768_and_200_percent_the_demo_is_in_view_while_the_plan_is_made(
     made, and the demo is in view, before and after, where it was."""
     import threading
 
-    from app.engine.memory_plan import GIB, DeviceMemory
-    from app.engine.memory_survey import survey_for_settings
+    from app.plan.memory_plan import GIB, DeviceMemory
+    from app.plan.memory_survey import survey_for_settings
 
     release = threading.Event()
     card = DeviceMemory("cuda", "A made-up 24 GB card", 24 * GIB, 24 * GIB,

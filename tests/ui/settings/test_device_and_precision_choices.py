@@ -70,7 +70,7 @@ def _open(qtbot, speech: SpeechModelSettings) -> SettingsDialog:
         AppSettings(speech=speech, llm=LlmSettings(backend="none")), stt_models={},
         list_voices=lambda *_: [], device_survey=survey_devices,
         memory_survey=lambda settings, _timeout: __import__(
-            "app.engine.memory_survey", fromlist=["survey_for_settings"]
+            "app.plan.memory_survey", fromlist=["survey_for_settings"]
         ).survey_for_settings(settings, timeout_s=0.5))
     qtbot.addWidget(dialog)
     dialog.show()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from app.checkpoints.catalog import get_manifest, load_catalog
-from app.engine.footprint import short_name
-from app.engine.memory_plan import GIB, DeviceMemory
-from app.engine.memory_survey import survey_for_settings
 from app.llm.ollama_standin import OllamaStandIn, StandInModel
+from app.plan.footprint import short_name
+from app.plan.memory_plan import GIB, DeviceMemory
+from app.plan.memory_survey import survey_for_settings
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 from app.ui.background_jobs import wait_for_jobs
 from app.ui.download_dialog import ModelMissingDialog

@@ -4,7 +4,7 @@ Ollama's asks Ollama), and the device's memory.
 
 `survey_for_settings(settings)` is what the first-run dialog and Settings call (off the GUI
 thread: it asks Ollama over HTTP and may start CUDA); `python main.py plan` calls
-`survey_memory` with its flags. The arithmetic is app/engine/memory_plan.py.
+`survey_memory` with its flags. The arithmetic is app/plan/memory_plan.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.memory_plan import (
+from app.llm_backends import OLLAMA, llm_backend_kind
+from app.plan.memory_plan import (
     DeviceMemory,
     LlmLoad,
     MemoryReport,
@@ -20,7 +21,6 @@ from app.engine.memory_plan import (
     Recommendation,
     plan_memory,
 )
-from app.llm_backends import OLLAMA, llm_backend_kind
 from app.settings.schema import AppSettings
 
 DEFAULT_STT = "kyutai-stt-1b-en_fr"
@@ -44,8 +44,8 @@ def survey_memory(
     (None or "none": no recogniser) and the LLM. `device_memory` overrides the probe."""
     from app.asr.stt_catalog import get_stt_manifest
     from app.checkpoints.catalog import get_manifest
-    from app.engine.device_memory import probe_device_memory
-    from app.engine.footprint import checkpoint_shape, stt_shape
+    from app.plan.device_memory import probe_device_memory
+    from app.plan.footprint import checkpoint_shape, stt_shape
 
     memory = device_memory or probe_device_memory(device)
     speech = checkpoint_shape(get_manifest(model_id), folder) if model_id else None
@@ -78,9 +78,9 @@ def real_time_recommendation(memory: DeviceMemory, speech: ModelShape | None,
                              stt: ModelShape | None = None, llm: LlmLoad | None = None
                              ) -> Recommendation | None:
     """The precision that keeps the 7B in real time on this card, among those whose whole
-    plan fits (app/engine/speed_plan.py: predicted); None for a card it does not know, or a
+    plan fits (app/plan/speed_plan.py: predicted); None for a card it does not know, or a
     model that is not the 7B."""
-    from app.engine.speed_plan import find_card, recommend
+    from app.plan.speed_plan import find_card, recommend
 
     card = find_card(memory.name)
     if card is None or speech is None or speech.linear_params < SEVEN_B_LINEAR_PARAMS:
