@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from app.asr import events as asr
+from app.conversation.landing_spans import LandingSpan, LandingSpans
 from app.engine import events as ev
-from app.engine.landing_spans import LandingSpan, LandingSpans
 from app.frames import FRAME_RATE, SAMPLE_RATE
 from app.orchestrator import events as oe
 from app.wire.named_json import (
@@ -422,7 +422,7 @@ def to_record(event: object, frame: int) -> dict[str, Any] | None:
 class RunRecorder:
     """A run's events as its records, in order: the engine's readiness is the `run` line
     (with what the run says of itself), a span's chunks are gathered into its `span` line
-    when it lands (app/engine/landing_spans.py); every other event is `record_of`'s."""
+    when it lands (app/conversation/landing_spans.py); every other event is `record_of`'s."""
 
     def __init__(self, input_name: str, frames: int, paced: str, trigger: str | None) -> None:
         self.input_name = input_name

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -152,7 +152,7 @@ class LocalEngine(RowHost[RowConversation]):
                              manifest.max_span_tokens, self.control_ids)
 
     def open(self, options: EngineOptions | None = None,
-             events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
+             events: queue.SimpleQueue[EngineEvent] | None = None, owns_engine: bool = False
              ) -> RowConversation | None:
         """A conversation on a free row, or None when every row is held. Its row is held
         from now on, until the conversation ends (or is stopped before it starts); it joins
@@ -521,7 +521,7 @@ class LocalEngine(RowHost[RowConversation]):
 
 
 def open_conversation(checkpoint: LoadedCheckpoint, options: EngineOptions | None = None,
-                      events: queue.SimpleQueue[Any] | None = None) -> RowConversation:
+                      events: queue.SimpleQueue[EngineEvent] | None = None) -> RowConversation:
     """One conversation on an engine of its own (one row): the desktop's and `run`'s. The
     engine warms up when the conversation starts and stops when it ends."""
     engine = LocalEngine(checkpoint, 1, options)

@@ -18,7 +18,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -114,11 +114,11 @@ class _Figures:
         return ConversationStats(row, frames, late, p50, p99, spans, dropped_frames)
 
 
-class RowConversation(FrameRow[Any]):
+class RowConversation(FrameRow[EngineEvent]):
     runs_once = "a conversation runs once; open a new one to start again"
 
     def __init__(self, engine: RowEngine, row: int, options: EngineOptions,
-                 events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
+                 events: queue.SimpleQueue[EngineEvent] | None = None, owns_engine: bool = False
                  ) -> None:
         super().__init__(engine, row, options.input_queue_frames, owns_engine, events)
         # `ready`: its conversation start is in; frames are stepped.
