@@ -11,6 +11,14 @@ import pytest
 
 # Widgets render offscreen: CI has no display (and a developer's desktop stays untouched).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# torch on one thread, here and in every child process the tests start (set before torch is
+# imported: torch reads it once). A tiny model's step is many small operators; with torch's
+# default of a thread a core, each waits at OpenMP's barrier for a thread whose core is busy
+# elsewhere, and on a shared 2-core machine at load 5 the same tests took 5x as long (800 s
+# against 149 s for test_span_injector + test_columns; app/server/threads.py says the same
+# of `serve`, whose automatic rule is one thread on 2 cores anyway). A test of the thread
+# choice itself sets or removes the variable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -122,9 +122,12 @@ def test_download_shows_the_size_then_a_moving_bar_to_a_verified_finish(
 
 
 def test_cancel_answers_at_once_keeps_the_partial_file_and_resume_finishes(
-    qtbot, open_dialog, hub, published, tmp_path
+    qtbot, open_dialog, hub, published, tmp_path, monkeypatch
 ):
     manifest, files = published
+    # The stalled read waits for the test's release, never for huggingface_hub's 10 s read
+    # timeout (which would resume the file by itself on a machine slow to click Cancel).
+    monkeypatch.setattr(standin.constants, "HF_HUB_DOWNLOAD_TIMEOUT", 600)
     fault = standin.Fault(hold_after=3 * standin.TEST_CHUNK)
     hub.faults[("test/model", "model.safetensors")] = fault
     folder = tmp_path / "ckpt"
