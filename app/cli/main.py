@@ -78,7 +78,7 @@ def contextspan_version() -> str:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
 
 

@@ -66,7 +66,7 @@ def probe_in_background(backend: LLMBackend, host: str, report: Callable[[LlmPro
     def ask() -> None:
         try:
             answer.append(backend.health())
-        except Exception as exc:  # noqa: BLE001 - a probe never fails the conversation
+        except Exception as exc:  # a probe never fails the conversation
             log.info("the LLM probe failed: %s", exc, exc_info=True)
             answer.append(BackendHealth(False, f"{backend.name} at {host}: {exc}"))
 

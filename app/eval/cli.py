@@ -37,7 +37,7 @@ def _qa_defaults() -> dict[str, object]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
 
 

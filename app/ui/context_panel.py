@@ -117,7 +117,7 @@ class ContextPanel(QWidget):
         group = QPalette.ColorGroup.Disabled if greyed else QPalette.ColorGroup.Active
         item.setForeground(self.palette().color(group, role))
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+    def changeEvent(self, event: QEvent) -> None:  # Qt's name
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:  # greyed is the palette's own grey
             for key, item in self._items.items():

@@ -325,7 +325,7 @@ class ConversationKeeper(QObject):
             except FutureTimeout:
                 log.warning("saving the conversation takes longer than %.0f s", timeout)
                 return
-            except Exception as exc:  # noqa: BLE001 - said by _written too, later
+            except Exception as exc:  # said by _written too, later
                 self._error = str(exc)
         if self._pending_draft is not None:
             future, text = self._pending_draft

@@ -59,12 +59,12 @@ class StatusFields(QWidget):
         self.rank = {id(field): index for index, field in enumerate(ranked)}
         self.arrange()
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:  # Qt's name
         shown = [f for f in self.fields if f.text()]
         width = sum(f.sizeHint().width() for f in shown) + GAP_PX * max(0, len(shown) - 1)
         return QSize(width, self._height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def minimumSizeHint(self) -> QSize:  # Qt's name
         return QSize(0, self._height())  # the fields step aside, they never hold the window
 
     def _height(self) -> int:
@@ -76,7 +76,7 @@ class StatusFields(QWidget):
             self.updateGeometry()
         return super().event(event)
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event: QResizeEvent) -> None:  # Qt's name
         super().resizeEvent(event)
         self.arrange()
 
@@ -354,7 +354,7 @@ class StatusLine(QStatusBar):
         self.fields.set_ranks(sorted(order, key=lambda f: (f is not self.state,
                                                            not warned.get(id(f), False))))
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+    def changeEvent(self, event: QEvent) -> None:  # Qt's name
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._colour_warnings()

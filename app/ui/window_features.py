@@ -428,7 +428,7 @@ class WindowFeatures(QObject):
     def save_geometry(self) -> None:
         self.state.save_window(self.window.saveGeometry(), self.window.saveState())
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if watched is self.window and event.type() == QEvent.Type.Close:
             self.save_geometry()
         return False

@@ -27,13 +27,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("HF_HUB_OFFLINE", None)
 
-import pytest  # noqa: E402
-from huggingface_hub import constants  # noqa: E402
+import pytest
+from huggingface_hub import constants
 
-from app.asr.stt_catalog import parse_stt_manifest  # noqa: E402
-from app.checkpoints import downloader as downloader_module  # noqa: E402
-from app.checkpoints.catalog import Manifest, parse_manifest  # noqa: E402
-from app.checkpoints.downloader import (  # noqa: E402
+from app.asr.stt_catalog import parse_stt_manifest
+from app.checkpoints import downloader as downloader_module
+from app.checkpoints.catalog import Manifest, parse_manifest
+from app.checkpoints.downloader import (
     CheckpointDownloader,
     DownloadCancelled,
     GatedRepoAccessError,

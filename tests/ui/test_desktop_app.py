@@ -9,28 +9,28 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import json  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
+import json
+import sys
+import threading
+import time
+from dataclasses import replace
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtTest import QTest  # noqa: E402
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtTest import QTest
 
-from app.audio.file_source import FileAudioSource  # noqa: E402
-from app.checkpoints.catalog import get_manifest  # noqa: E402
-from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.settings.store import SettingsStore  # noqa: E402
-from app.ui.app import DesktopApp  # noqa: E402
-from app.ui.conversation_controller import ConversationController  # noqa: E402
-from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
-from app.ui.transcript_panel import is_resendable  # noqa: E402
+from app.audio.file_source import FileAudioSource
+from app.checkpoints.catalog import get_manifest
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.settings.store import SettingsStore
+from app.ui.app import DesktopApp
+from app.ui.conversation_controller import ConversationController
+from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog
+from app.ui.main_window import MainWindow
+from app.ui.settings.dialog import SettingsDialog
+from app.ui.transcript_panel import is_resendable
 
 TINY_NAME = get_manifest("tiny").display_name
 _LAUNCHED: list[ConversationController] = []

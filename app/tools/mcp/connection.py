@@ -316,7 +316,7 @@ class McpServerConnection:
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - the thread reports, never dies silently
+        except BaseException as exc:  # the thread reports, never dies silently
             log.exception("MCP server %s: its session thread failed", self.name)
             self._set("failed", f"internal error: {type(exc).__name__}")
         finally:
@@ -360,7 +360,7 @@ class McpServerConnection:
             if scope.cancelled_caught and not self._stopping and not ready:
                 raise _SessionEnded(f"it did not answer within {self.start_timeout_s:g} s of "
                                     f"starting{self._malformed_note()}")
-        except BaseException as exc:  # noqa: BLE001 - every way out is described
+        except BaseException as exc:  # every way out is described
             if not self._stopping:
                 why = self._describe(exc, server_log)
                 log.warning("MCP server %s: %s", self.name, why)
@@ -435,7 +435,7 @@ class McpServerConnection:
             if client is not None:
                 try:
                     tools, left_out = await self._list_tools(client)
-                except Exception as exc:  # noqa: BLE001 - the old list stays
+                except Exception as exc:  # the old list stays
                     log.info("MCP server %s: listing its changed tools failed: %s",
                              self.name, mask(str(exc), self._secrets))
                     return

@@ -176,7 +176,7 @@ class ToolsTab(QWidget):
             self._hub = shared_hub()
         return self._hub
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+    def showEvent(self, event: QShowEvent) -> None:  # Qt's name
         super().showEvent(event)
         self._lease_servers()
         self._timer.start()

@@ -11,18 +11,18 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox  # noqa: E402
+import pytest
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
-from app.llm.ollama_standin import OllamaStandIn  # noqa: E402
-from app.settings.schema import AppSettings, EngineSettings, LlmSettings  # noqa: E402
-from app.ui.background_jobs import wait_for_jobs  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
+from app.llm.ollama_standin import OllamaStandIn
+from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+from app.ui.background_jobs import wait_for_jobs
+from app.ui.settings.dialog import SettingsDialog
 
 WAIT_MS = 30_000
 JOBS_END_S = 120.0  # a bound for the tabs' jobs to end (the memory plan), not a time
