@@ -26,7 +26,7 @@ from app.server.config import Limits
 from app.wire.client import AudioFrame, EngineClient, ServerBusy
 from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 HEADER_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 4
 

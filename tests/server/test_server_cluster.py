@@ -21,7 +21,7 @@ from app.wire import events as wire
 from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized
 from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 
 
 def _free_port() -> int:
