@@ -12,8 +12,10 @@ for the model's audio delay. With the VAD on, each partial says whether it heard
 speak in the utterance (`voiced`): a recogniser makes words of silence and noise too, and
 those must not pass for the user.
 
-`StreamingAsr(stt, options)` is a conversation with a one-row recogniser of its own (the
-desktop, `run`); `Recogniser.open` gives one on a shared recogniser (`serve --slots`).
+`open_recognition(stt, options)` (recogniser.py) is a conversation with a one-row recogniser
+of its own (the desktop, `run`); `Recogniser.open` gives one on a shared recogniser (`serve
+--slots`). Either way the recogniser makes the conversation: this module knows it only as
+the `RecognitionHost` it asks for its model's rows.
 """
 
 from __future__ import annotations
@@ -21,18 +23,15 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
-from app.asr.kyutai_stt import KyutaiStreamingStt
+from app.asr.kyutai_stt import KyutaiStreamingStt, SttRows
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
 from app.asr.vad import SileroTurnDetector, SpeechEnded, SpeechStarted, VadOptions
-from app.frame_row import FrameRow
-
-if TYPE_CHECKING:
-    from app.asr.recogniser import Recogniser
+from app.frame_row import FrameRow, Host
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +46,23 @@ class AsrOptions:
     input_queue_frames: int = 25  # 2 s of audio
 
 
+class RecognitionHost(Host, Protocol):
+    """What a conversation's recognition asks of the recogniser it has a row on
+    (recogniser.Recogniser): the model whose rows it streams on."""
+
+    @property
+    def model(self) -> SttRows: ...
+
+
 class StreamingAsr(FrameRow[AsrEvent]):
     runs_once = "a conversation's recognition runs once; open a new one"
 
-    def __init__(self, stt: LoadedStt, options: AsrOptions | None = None, *,
-                 recogniser: Recogniser | None = None, row: int = 0, owns: bool = False
-                 ) -> None:
-        """Without `recogniser`: a one-row recogniser of its own, started with this
-        conversation and stopped with it. With one: its row `row` (Recogniser.open)."""
+    def __init__(self, stt: LoadedStt, options: AsrOptions | None, recogniser: RecognitionHost,
+                 row: int, owns: bool = False) -> None:
+        """Row `row` of `recogniser` (Recogniser.open makes it); `owns`: the recogniser is
+        this conversation's own, started with it and stopped with it."""
         self.options = options or AsrOptions()
         self.stt = stt
-        if recogniser is None:
-            from app.asr.recogniser import Recogniser
-
-            recogniser = Recogniser(stt, 1)
-            owns = True
-            recogniser.hold(0, self)
         super().__init__(recogniser, row, self.options.input_queue_frames, owns)
         # `ready`: its row joined, frames are recognised.
         self._recogniser = recogniser

@@ -5,7 +5,8 @@ speech engine's too). Each tick it takes one frame from every conversation that 
 steps all of them at once, and hands each its token; what a conversation's turn then needs
 for itself alone (the silence prefix when it joins, the flush at the end of its turn) runs
 for its row alone. A conversation (asr_thread.StreamingAsr) holds its row from `open` to its
-end; the desktop's and `run`'s has a one-row recogniser of its own, `serve --slots N --asr
+end; the desktop's and `run`'s has a one-row recogniser of its own (`open_recognition`),
+`serve --slots N --asr
 ...` one recogniser of N rows for all its conversations, not N models. Recognisers made one
 after another on one loaded model (eval fdb3's samples) take turns: the model's modules keep
 one stream's state, so a new one waits for the last to have let them go.
@@ -16,17 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrError
 from app.asr.kyutai_stt import SttRows
 from app.asr.stt_catalog import LoadedStt
 from app.row_host import RowHost
-
-if TYPE_CHECKING:
-    from app.asr.asr_thread import AsrOptions, StreamingAsr
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +44,7 @@ class Recogniser(RowHost["StreamingAsr"]):
     def open(self, options: AsrOptions | None = None, owns: bool = False
              ) -> StreamingAsr | None:
         """A conversation's recognition on a free row, or None when every row is held."""
-        from app.asr.asr_thread import StreamingAsr
-
-        return self._hold(lambda row: StreamingAsr(self.stt, options, recogniser=self,
-                                                   row=row, owns=owns))
+        return self._hold(lambda row: StreamingAsr(self.stt, options, self, row, owns))
 
     # ---- the recogniser's thread ------------------------------------------------------------
 
@@ -85,3 +80,11 @@ class Recogniser(RowHost["StreamingAsr"]):
                 asr.heard(pcm, token, prob)
             except Exception as exc:  # its turn (a flush on its row): it alone ends
                 self._fail(asr, exc)
+
+
+def open_recognition(stt: LoadedStt, options: AsrOptions | None = None) -> StreamingAsr:
+    """One conversation's recognition on a recogniser of its own (one row): the desktop's
+    and `run`'s. The recogniser starts with the conversation and stops when it ends."""
+    recognition = Recogniser(stt, 1).open(options, owns=True)
+    assert recognition is not None  # a new recogniser's one row is free
+    return recognition

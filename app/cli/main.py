@@ -40,8 +40,9 @@ from app.bench.requests import (  # light: no torch until a benchmark runs
 )
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
 from app.command_options import add_options, from_args  # light
-from app.conversation.options import LLM_SIDE, RUN, SPEECH, add_conversation_options  # light
-from app.conversation.run_request import HeadlessRun  # light: no torch
+from app.conversation.command_line import add_conversation_options  # light
+from app.conversation.options import LLM_SIDE, RUN, SPEECH
+from app.conversation.run_request import HeadlessRun, Injection  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
@@ -182,9 +183,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from app.conversation.command_line import conversation_from_args
     from app.conversation.config import SERVER_STT, SpeechServer
-    from app.conversation.headless import Injection, run_headless
-    from app.conversation.options import conversation_from_args
+    from app.conversation.headless import run_headless
 
     if args.asr == SERVER_STT and not args.server:
         raise ValueError("--asr server is the speech server's recognition: give --server URL")

@@ -149,10 +149,11 @@ def build_asr(config: ConversationConfig, device: Device, *, stt: LoadedStt | No
     if not config.has_stt or config.stt_on_server:
         return None
     try:
-        from app.asr.asr_thread import AsrOptions, StreamingAsr
+        from app.asr.asr_thread import AsrOptions
+        from app.asr.recogniser import open_recognition
 
-        return StreamingAsr(stt if stt is not None else load_stt_model(config, device),
-                            AsrOptions(force_vad=config.force_vad, **options))
+        return open_recognition(stt if stt is not None else load_stt_model(config, device),
+                                AsrOptions(force_vad=config.force_vad, **options))
     except CheckpointMissingError:  # the app offers the download when Start is pressed
         if notice is None:
             raise

@@ -186,7 +186,7 @@ class ConversationConfig:
         three below are derived by hand, each from more than one saved setting."""
         llm, engine = settings.llm, settings.engine
         return cls(
-            **saved_values(settings),
+            **saved_values(cls, settings),
             # llm.stt_model, llm.backend and the engine's mode and asr_on_server
             stt_model=_desktop_stt_model(llm, engine),
             # llm.tools, unless llm.tools_enabled is off: then none

@@ -13,20 +13,16 @@ have reached in real time, so the transcript is the same on a slow laptop and a 
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from app.audio_file import partial_path, prove_writable, read_mono_24k, write_wav_24k
+from app.audio_file import prove_writable, read_mono_24k, write_wav_24k
 from app.checkpoints.catalog import get_manifest
 from app.conversation.assembly import (
     build_backend,
@@ -36,61 +32,30 @@ from app.conversation.assembly import (
     load_speech_model,
 )
 from app.conversation.config import ConversationConfig
-from app.conversation.events import ConversationEvent
 from app.conversation.lock_step import LockStep, PipelineStalled
 from app.conversation.pipeline import ConversationPipeline
-from app.conversation.run_records import (
-    EndRecord,
-    ErrorRecord,
-    NoticeRecord,
-    RunRecord,
-    RunRecorder,
-    SpanRecord,
+from app.conversation.remote_run import run_remote
+from app.conversation.run_follower import RunFollower
+from app.conversation.run_request import (
+    PACE_FAST,
+    PACE_REALTIME,
+    PACE_REPLAY,
+    HeadlessRun,
+    HeadlessRunError,
+    RunSummary,
 )
-from app.conversation.run_request import HeadlessRun
-from app.engine import events as ev
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 from app.llm.backend import LLMBackend
 from app.settings.schema import LlmSettings
 from app.settings.store import field_range
-from app.wire.named_json import to_json_object
 
 if TYPE_CHECKING:  # torch: `run --server` runs in the thin client's install, without it
     from app.asr.stt_catalog import LoadedStt
     from app.checkpoints.loader import LoadedCheckpoint
     from app.engine.speech_engine import EngineOptions
 
-PACE_FAST = "as fast as it goes"
-PACE_REALTIME = "real time"
-PACE_REPLAY = "replay (LLM latency in frames)"
 REPLAY_MARGIN_S = 30.0  # a replay frame may wait this much longer than the LLM's timeout
-
-
-class HeadlessRunError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class Injection:
-    text: str
-    at_seconds: float
-    source: str = "cli"
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    frames: int
-    audio_seconds: float
-    elapsed_seconds: float
-    spans: int
-    text: str
-
-
-def _write(out: TextIO, record: RunRecord) -> None:
-    # The file is opened with errors="backslashreplace": a lone surrogate (odd bytes in an
-    # argument or a file name) comes out as a JSON \\udcxx escape, never a failed run.
-    out.write(json.dumps(to_json_object(record), ensure_ascii=False) + "\n")
 
 
 def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
@@ -124,44 +89,6 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
                                    f"made and filled: {exc.strerror or exc})") from exc
 
 
-def _close_transcript(out: TextIO, partial: Path, final: Path, unfinished: list[SpanRecord],
-                      spans_pending: Callable[[], bool], stopped: ev.EngineStopped | None,
-                      failure: list[str], done: int, frames: int,
-                      finish: Callable[[], None] | None = None,
-                      last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
-    """The transcript's last lines, then its final name.
-
-    Spans the input ended in the middle of are recorded with the chunks that did land
-    ("complete": false); a span still waiting is a notice. `finish` (writing the reply
-    audio) runs once every frame came back, before the last line: the last line is "end"
-    only when it all succeeded; otherwise "error" with the first reason."""
-    try:
-        for record in unfinished:
-            _write(out, record)
-        if stopped is not None and spans_pending():
-            _write(out, NoticeRecord(message="the input ended before every queued span was "
-                                             "injected"))
-        if not failure and stopped is not None and done != frames:
-            failure.append(f"the engine returned {done} of {frames} frames")
-        if not failure and stopped is None:
-            failure.append("the run stopped before the engine did")
-        if not failure and finish is not None:
-            try:
-                finish()
-            except Exception as exc:  # a full disk at the very end is still the run's failure
-                failure.append(str(exc) or type(exc).__name__)
-        for line in last_lines() if last_lines is not None else []:
-            _write(out, line)
-        if failure:
-            _write(out, ErrorRecord(failure[0], done))
-        else:
-            assert stopped is not None
-            _write(out, EndRecord(stopped.frames, stopped.reason))
-    finally:
-        out.close()
-        os.replace(partial, final)
-
-
 def _check_llm_timeout(conversation: ConversationConfig) -> None:
     limits = field_range(LlmSettings, "timeout_s")
     assert limits is not None  # the setting declares its range
@@ -192,8 +119,6 @@ def run_headless(config: ConversationConfig, run: HeadlessRun) -> RunSummary:
             raise HeadlessRunError(
                 f"--ret-at {seconds:g} is outside the input (0 to {duration:.2f} s)")
     if config.server is not None:  # the speech model on a server: this machine needs no torch
-        from app.conversation.remote_run import run_remote
-
         if ret_at or chunk_limit is not None or seed is not None or config.custom_folder:
             raise HeadlessRunError("--ret-at, --chunk-limit, --seed and --folder choose the "
                                    "speech model's run: with --server the server's applies")
@@ -261,7 +186,7 @@ def run_conversation(
     start = time.perf_counter()
     pipeline.start()
     feeder.start()
-    follower = _Follower(engine.injector.has_pending, pipeline, frames, header)
+    follower = RunFollower(engine.injector.has_pending, pipeline, frames, header)
 
     def write_reply() -> None:
         try:
@@ -276,17 +201,6 @@ def run_conversation(
         raise HeadlessRunError(follower.failure[0])
     return RunSummary(frames, len(pcm) / SAMPLE_RATE, elapsed, follower.landed,
                       "".join(follower.text_parts))
-
-
-class FrameFeeder(Protocol):
-    """What the follower asks of a feeder thread (a file into a local engine, or to a
-    server: remote_run.py)."""
-
-    failure: list[str]
-    stopping: threading.Event
-
-    def is_alive(self) -> bool: ...
-    def stop(self, timeout: float) -> None: ...
 
 
 class _Feeder:
@@ -342,77 +256,3 @@ class _Feeder:
                 self.failure.append(f"the replay stalled: {exc}")
         except Exception as exc:  # reported through `failure`, never a silent stop
             self.failure.append(f"feeding the engine failed: {exc}")
-
-
-class _Follower:
-    """The pipeline's events into the transcript and the reply audio."""
-
-    def __init__(self, spans_pending: Callable[[], bool], pipeline: ConversationPipeline,
-                 frames: int, header: dict[str, Any],
-                 last_lines: Callable[[], list[RunRecord]] | None = None) -> None:
-        """`spans_pending`: whether spans still wait to land (said at the end);
-        `last_lines`: records written just before the last line."""
-        self.spans_pending = spans_pending
-        self.last_lines = last_lines
-        self.pipeline = pipeline
-        self.frames = frames
-        self.header = header
-        self.out_pcm = np.zeros(frames * FRAME_SAMPLES, dtype=np.float32)
-        self.failure: list[str] = []
-        self.recorder = RunRecorder(header["input"], frames, header["paced"], header["trigger"])
-        self.text_parts: list[str] = []
-        self.done = 0
-        self.landed = 0
-        self.last_frame = -1
-        self.stopped: ev.EngineStopped | None = None
-
-    def follow(self, transcript_path: Path, feeder: FrameFeeder, timeout_s: float,
-               finish: Callable[[], None] | None = None) -> None:
-        """Until the engine stops (or the feeder fails, or `timeout_s`), then `finish` (the
-        reply audio). The transcript is written beside its final name and renamed at the
-        end: a run that fails, in `finish` too, keeps what it wrote, closed by an "error"
-        line, never an "end" line."""
-        partial = partial_path(transcript_path)
-        out = partial.open("w", encoding="utf-8", errors="backslashreplace")
-        try:
-            deadline = time.monotonic() + timeout_s
-            while self.stopped is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise HeadlessRunError(f"the run did not finish within {timeout_s:.0f} s")
-                try:
-                    event = self.pipeline.events.get(timeout=min(remaining, 1.0))
-                except queue.Empty:
-                    if feeder.failure and not feeder.is_alive():
-                        break  # the input cannot go on: stop rather than wait for the deadline
-                    continue
-                self._on_event(event, out)
-        except BaseException as exc:
-            self.failure.insert(0, str(exc) or type(exc).__name__)
-            raise
-        finally:
-            feeder.stopping.set()
-            self.pipeline.stop(10.0)
-            feeder.stop(10.0)
-            self.failure.extend(feeder.failure)
-            _close_transcript(out, partial, transcript_path, self.recorder.unfinished(),
-                              self.spans_pending,
-                              self.stopped, self.failure, self.done, self.frames, finish,
-                              self.last_lines)
-
-    def _on_event(self, event: ConversationEvent, out: TextIO) -> None:
-        if isinstance(event, ev.AudioOut):
-            first = event.frame_index * FRAME_SAMPLES
-            self.out_pcm[first : first + FRAME_SAMPLES] = event.pcm
-            self.done += 1
-            self.last_frame = event.frame_index
-        elif isinstance(event, ev.TextPiece):
-            self.text_parts.append(event.text)
-        elif isinstance(event, ev.SpanInjected):
-            self.landed += 1
-        elif isinstance(event, ev.EngineError):
-            self.failure.append(event.message)
-        elif isinstance(event, ev.EngineStopped):
-            self.stopped = event
-        for record in self.recorder.records(event, self.last_frame):
-            _write(out, record)

@@ -22,14 +22,34 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.conversation.events import ASR_EVENTS, ConversationEvent
 from app.engine.events import AudioOut, EngineStopped
 from app.orchestrator.replay_clock import ReplayClock
 
-if TYPE_CHECKING:
-    from app.conversation.pipeline import ConversationPipeline
+
+class CountsFrames(Protocol):
+    """The recogniser's side of the barrier (asr_thread.StreamingAsr)."""
+
+    def wait_frames(self, count: int, timeout: float) -> bool: ...
+
+
+class HandlesInOrder(Protocol):
+    """The orchestrator's side of the barrier (orchestrator.Orchestrator)."""
+
+    def after_pending(self, callback: Callable[[], None]) -> None: ...
+
+
+class FedStages(Protocol):
+    """What the lock-step reads of the pipeline it feeds (pipeline.ConversationPipeline):
+    its stages, read at each frame (settings may change the LLM side while it runs)."""
+
+    @property
+    def asr(self) -> CountsFrames | None: ...
+
+    @property
+    def orchestrator(self) -> HandlesInOrder | None: ...
 
 
 class PipelineStalled(RuntimeError):
@@ -63,7 +83,7 @@ class LockStep:
 
     def __init__(self, clock: ReplayClock | None = None) -> None:
         self.clock = clock if clock is not None else ReplayClock()
-        self._pipeline: ConversationPipeline | None = None
+        self._pipeline: FedStages | None = None
         self._put: Callable[[RouterItem], None] = lambda _item: None
         self._deliver: Callable[[ConversationEvent], None] = lambda _event: None
         self._progress = threading.Condition()  # frames routed, the engine stopped, a stop
@@ -73,7 +93,7 @@ class LockStep:
         self._held: list[ConversationEvent] = []  # recogniser events until the next fence
         self._holding = True
 
-    def join(self, pipeline: ConversationPipeline, put: Callable[[RouterItem], None],
+    def join(self, pipeline: FedStages, put: Callable[[RouterItem], None],
              deliver: Callable[[ConversationEvent], None]) -> None:
         """The pipeline this run feeds: `put` puts into its router's queue, `deliver` hands
         an event on (to the orchestrator, the audio sink, `events`)."""

@@ -1,5 +1,5 @@
 """Per-conversation options, declared once on ConversationConfig's fields, each naming the
-commands that offer it.
+commands that offer it: the words those declarations are written in.
 
 Each field that a command line may choose carries a `CliOption` in its metadata (this
 module's `cli_option(...)` writes it, app/command_options.py reads it): its flags, help, type,
@@ -7,7 +7,8 @@ choices, the command line's default, the commands that offer it (`commands=`: ev
 that runs a conversation, `CONVERSATION_COMMANDS`, or those named) and its part of their
 `--help` (the speech model's, `SPEECH`, or the LLM side's, `LLM_SIDE`). Each command adds
 what it offers with `add_conversation_options(group, command, part)`, and
-`conversation_from_args` turns the parsed arguments back into one ConversationConfig. A new
+`conversation_from_args` turns the parsed arguments back into one ConversationConfig (both in
+app/conversation/command_line.py, which reads the declarations). A new
 per-conversation option is one field declared, plus its use: no parser, no list of a
 command's options and no args→config function is touched (tests/conversation/
 test_options.py fails where a command lacks one it should offer). One the desktop app saves
@@ -20,21 +21,11 @@ Light to import: every parser is built at start (app/cli/main.py).
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from app.command_options import (
-    CliOption,
-    ToField,
-    add_options,
-    declared,
-    values_from_args,
-)
+from app.command_options import CliOption, ToField
 from app.command_options import cli_option as declare
-
-if TYPE_CHECKING:
-    from app.conversation.config import ConversationConfig
 
 # The commands that run a conversation (their parsers: app/cli/main.py, app/server/cli.py,
 # app/eval/cli.py, app/eval/fdb/cli.py, app/eval/fdb3/cli.py).
@@ -65,50 +56,6 @@ def cli_option(*flags: str, help: str, commands: Iterable[str], part: str,
     if details.get("kind", "value") == "value":
         details.setdefault("default", None)
     return declare(*flags, help=help, commands=commands, section=part, **details)
-
-
-def declared_options() -> dict[str, CliOption]:
-    """Field name → its option, in the fields' order."""
-    from app.conversation.config import ConversationConfig
-
-    return {name: d.option for name, d in declared(ConversationConfig).items()}
-
-
-def offered_options(command: str) -> tuple[str, ...]:
-    """The ConversationConfig fields `command` offers, in the fields' order."""
-    return tuple(name for name, option in declared_options().items()
-                 if option.offered_by(command))
-
-
-def add_conversation_options(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-    command: str,
-    part: str,
-    *,
-    only: Iterable[str] | None = None,
-    skip: Iterable[str] = (),
-    defaults: Mapping[str, Any] | None = None,
-    notes: Mapping[str, str] | None = None,
-) -> tuple[str, ...]:
-    """Add to `parser` the options `command` offers in `part` (SPEECH or LLM_SIDE) of its
-    help: `only` these fields, not `skip` (one the command shows in a group of its own).
-    `defaults`: this command's own default for a field (its help then says it); `notes`:
-    words this command adds to a field's help (what it means here)."""
-    from app.conversation.config import ConversationConfig
-
-    if command not in CONVERSATION_COMMANDS:
-        raise ValueError(f"{command!r} is not in CONVERSATION_COMMANDS")
-    return add_options(parser, ConversationConfig, command, section=part, only=only,
-                       skip=skip, defaults=defaults, notes=notes, say_defaults=True)
-
-
-def conversation_from_args(args: argparse.Namespace, **chosen: Any) -> ConversationConfig:
-    """The conversation the parsed arguments describe: every declared option the command
-    has (an absent one, None, leaves the field's default), then `chosen` (what the command
-    decides itself, e.g. `server`)."""
-    from app.conversation.config import ConversationConfig
-
-    return ConversationConfig(**values_from_args(ConversationConfig, args, **chosen))
 
 
 # -- conversions the declarations use ----------------------------------------------------------

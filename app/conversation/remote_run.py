@@ -1,6 +1,6 @@
 """`python main.py run --server URL`: an audio file through a speech model on a server, the
 app as its client: the reply audio and the JSONL transcript as `run` writes them
-(headless.py), with no torch needed on this machine.
+(headless.py; run_follower.py writes both), with no torch needed on this machine.
 
 The speech model steps once per frame it receives, so the file goes at the server's and
 the link's pace: at most `WINDOW_FRAMES` frames are unanswered at a time (`--realtime`
@@ -28,15 +28,10 @@ import numpy.typing as npt
 from app.audio_file import write_wav_24k
 from app.conversation.assembly import build_backend, build_pipeline
 from app.conversation.config import ConversationConfig
-from app.conversation.headless import (
-    PACE_REALTIME,
-    HeadlessRunError,
-    Injection,
-    RunSummary,
-    _Follower,
-)
 from app.conversation.pipeline import ConversationPipeline
+from app.conversation.run_follower import RunFollower
 from app.conversation.run_records import LinkRecord
+from app.conversation.run_request import PACE_REALTIME, HeadlessRunError, Injection, RunSummary
 from app.frames import FRAME_RATE, FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.install_kind import engine_installed, needs_full_install
 
@@ -78,7 +73,7 @@ def run_remote(config: ConversationConfig, pcm: npt.NDArray[np.float32], output_
     header = {"input": input_name, "frames": frames, "paced": pace,
               "trigger": retrieval.trigger if pipeline.orchestrator and retrieval else None}
     feeder = _RemoteFeeder(engine, pipeline, padded, injections, pace)
-    follower = _Follower(engine.spans_pending, pipeline, frames, header,
+    follower = RunFollower(engine.spans_pending, pipeline, frames, header,
                          last_lines=lambda: [_link_line(engine, frames)])
     start = time.perf_counter()
     pipeline.start()

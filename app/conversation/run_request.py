@@ -2,7 +2,11 @@
 outputs, the spans it injects, and the engine's knobs that belong to this run (seed, chunk
 limit, forced <ret>s). `run`, `eval` and the benchmarks hand `run_headless` a
 ConversationConfig (what the conversation is) and one HeadlessRun (what this run does).
-`run`'s flags for them are declared on the fields (app/command_options.py)."""
+`run`'s flags for them are declared on the fields (app/command_options.py).
+
+And what a run answers, on this computer's engine (headless.py) or a server's
+(remote_run.py) alike: a RunSummary, or a HeadlessRunError saying why not; its transcript
+names the pace its input went in at."""
 
 from __future__ import annotations
 
@@ -14,10 +18,33 @@ from typing import TYPE_CHECKING
 from app.command_options import cli_option
 
 if TYPE_CHECKING:
-    from app.conversation.headless import Injection
     from app.engine.row_conversation import RowConversation
 
 RUN_TIMEOUT_S = 3600.0  # the longest a run may take, its engine's start included
+# How the input goes in (the transcript's "paced").
+PACE_FAST = "as fast as it goes"
+PACE_REALTIME = "real time"
+PACE_REPLAY = "replay (LLM latency in frames)"
+
+
+class HeadlessRunError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Injection:
+    text: str
+    at_seconds: float
+    source: str = "cli"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    frames: int
+    audio_seconds: float
+    elapsed_seconds: float
+    spans: int
+    text: str
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,14 @@ def saved_as(path: str, *, convert: Callable[[Any], Any] | None = None) -> dict[
     return {SAVED_KEY: SavedAs(group, name, convert)}
 
 
-def declared_saved() -> dict[str, SavedAs]:
-    """Field name → where the desktop saves it, in the fields' order."""
-    from app.conversation.config import ConversationConfig
-
-    return {f.name: f.metadata[SAVED_KEY] for f in dataclasses.fields(ConversationConfig)
+def declared_saved(cls: type) -> dict[str, SavedAs]:
+    """Field name → where the desktop saves it, in the fields' order (the dataclass `cls`'s
+    fields that declare it: ConversationConfig's)."""
+    return {f.name: f.metadata[SAVED_KEY] for f in dataclasses.fields(cls)
             if SAVED_KEY in f.metadata}
 
 
-def saved_values(settings: AppSettings) -> dict[str, Any]:
-    """Every declared field's value in `settings` (the fields derived by hand are not here)."""
-    return {name: saved.read(settings) for name, saved in declared_saved().items()}
+def saved_values(cls: type, settings: AppSettings) -> dict[str, Any]:
+    """Every field of `cls` that declares where it is saved, with its value in `settings`
+    (the fields derived by hand are not here)."""
+    return {name: saved.read(settings) for name, saved in declared_saved(cls).items()}

@@ -15,14 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.command_options import add_options, from_args
+from app.conversation.command_line import add_conversation_options, offered_options  # light
 from app.conversation.config import ConversationConfig
-from app.conversation.options import (  # light
-    EVAL_QA,
-    LLM_SIDE,
-    SPEECH,
-    add_conversation_options,
-    offered_options,
-)
+from app.conversation.options import EVAL_QA, LLM_SIDE, SPEECH
 from app.eval.judge_settings import JudgeSettings
 from app.eval.qa_runner import QA_CONVERSATION, SPEECH_MODEL, QaRunOptions
 
@@ -186,7 +181,7 @@ def _cmd_qa(args: argparse.Namespace) -> int:
 
 def _run_sets(args: argparse.Namespace) -> bool:
     """Run every set named; True if one could not run at all."""
-    from app.conversation.options import conversation_from_args
+    from app.conversation.command_line import conversation_from_args
     from app.eval.qa_runner import run_qa_set
     from app.eval.qa_sets import QaSetError, load_qa_set, openaudiobench_sets
 

@@ -31,8 +31,8 @@ from app.conversation.assembly import (
     load_stt_model,
 )
 from app.conversation.config import ConversationConfig
-from app.conversation.headless import HeadlessRunError, run_conversation
-from app.conversation.run_request import HeadlessRun
+from app.conversation.headless import run_conversation
+from app.conversation.run_request import HeadlessRun, HeadlessRunError
 from app.eval.arm_backends import GoldPassageBackend, WithheldBackend
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript, ret_tokens, text_stream, trigger_events

@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from app.command_options import add_options, cli_option, from_args  # light
-from app.conversation.options import (  # light
-    LLM_SIDE,
-    SERVE,
-    SPEECH,
-    add_conversation_options,
-)
+from app.conversation.command_line import add_conversation_options  # light
+from app.conversation.options import LLM_SIDE, SERVE, SPEECH
 from app.server.threads import parse_threads  # light: torch only when threads are set
 
 if TYPE_CHECKING:  # the server's own modules load only when the command runs (see above)
@@ -161,7 +157,7 @@ def _check_tls(serve: ServeOptions) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     from app.conversation.assembly import engine_options
-    from app.conversation.options import conversation_from_args
+    from app.conversation.command_line import conversation_from_args
     from app.server.config import Limits
 
     serve = from_args(ServeOptions, args)

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="build spoken dialogues with facts (espeak-ng, the model's Mimi), inject the "
              "facts as spans and fine-tune (LoRA for 7B); see docs/fine-tuning.md",
     ))
-    from app.training.span_proxy import add_arguments as add_span_proxy_arguments
+    from app.training.span_proxy_proof import add_arguments as add_span_proxy_arguments
 
     add_span_proxy_arguments(commands.add_parser(
         "span-proxy",
@@ -93,7 +93,7 @@ def main_train(argv: Sequence[str]) -> int:
 
             report = run_from_args(args)
         elif args.command == "span-proxy":
-            from app.training.span_proxy import run_from_args as run_span_proxy
+            from app.training.span_proxy_proof import run_from_args as run_span_proxy
 
             report = run_span_proxy(args)
         else:
@@ -102,7 +102,7 @@ def main_train(argv: Sequence[str]) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     if args.command == "span-proxy" and not args.json:
-        from app.training.span_proxy import describe
+        from app.training.span_proxy_proof import describe
 
         print(describe(report))
         return 0

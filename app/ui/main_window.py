@@ -20,7 +20,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QLabel,
-    QMainWindow,
     QMessageBox,
     QToolBar,
     QVBoxLayout,
@@ -39,16 +38,15 @@ from app.ui.restart_banner import RestartBanner
 from app.ui.screen_fit import fit_to_screen
 from app.ui.status_line import StatusLine
 from app.ui.transcript_panel import TranscriptPanel
-from app.ui.window_features import WindowFeatures
+from app.ui.window_features import FurnishedWindow, WindowFeatures
 
 DEFAULT_SIZE = QSize(980, 700)  # where the screen has room for it
 MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the first part?)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(FurnishedWindow):
     settings_requested = Signal()
     settings_changed = Signal(object)  # AppSettings
-    cancel_turn_requested = Signal()  # the Cancel button of the transcript's pending request
 
     def __init__(self, controller: ConversationController, settings: AppSettings,
                  parent: QWidget | None = None) -> None:

@@ -3,7 +3,9 @@ shortcuts, conversations (autosaved, listed, reopened read-only), what the model
 find and zoom, push-to-talk, the window's remembered geometry, Help (the docs, how to get an
 LLM, About); and what the window shows when a conversation stops or the microphone is muted.
 
-Kept apart from `main_window.py` so the window itself stays a small list of its parts.
+Kept apart from `main_window.py` so the window itself stays a small list of its parts. The
+features know the window as a `FurnishedWindow`, declared here: a main window with the parts
+they read and connect to (main_window.py's MainWindow is one).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import shiboken6
-from PySide6.QtCore import QEvent, QObject, Qt, Slot
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QBoxLayout,
     QDockWidget,
+    QMainWindow,
     QMenu,
     QMessageBox,
     QToolBar,
@@ -44,9 +47,13 @@ from app.ui.screen_fit import fit_when_shown
 from app.ui.search_bar import SearchBar
 from app.ui.ui_state import UiState
 
-if TYPE_CHECKING:  # the window imports its features
+if TYPE_CHECKING:
     from app.settings.schema import AppSettings
-    from app.ui.main_window import MainWindow
+    from app.ui.conversation_controller import ConversationController
+    from app.ui.input_box import InputBox
+    from app.ui.level_meter import LevelMeter
+    from app.ui.status_line import StatusLine
+    from app.ui.transcript_panel import TranscriptPanel
 
 RUNNING_STATES = ("loading", "running", "paused")
 ENDED_STATES = ("stopped", "error", "model_missing", "idle")
@@ -64,14 +71,43 @@ def _action(window: QWidget, text: str, shortcut: QKeySequence | str | None,
     return action
 
 
-def _settings_of(window: weakref.ref[MainWindow]) -> AppSettings:
+class FurnishedWindow(QMainWindow):
+    """The window the features furnish, as they know it (main_window.MainWindow is it): its
+    conversation controls, made before the features, which read and connect to them."""
+
+    cancel_turn_requested = Signal()  # the Cancel button of the transcript's pending request
+
+    controller: ConversationController
+    transcript: TranscriptPanel
+    input_box: InputBox
+    status_line: StatusLine
+    mic_meter: LevelMeter
+    speaker_meter: LevelMeter
+    start_action: QAction
+    stop_action: QAction
+    mute_action: QAction
+    settings_action: QAction
+    export_action: QAction
+    copy_action: QAction
+    cancel_request_action: QAction
+
+    @property
+    def settings(self) -> AppSettings:
+        """The settings the next conversation starts with."""
+        raise NotImplementedError
+
+    def show_error(self, message: str) -> None:
+        raise NotImplementedError
+
+
+def _settings_of(window: weakref.ref[FurnishedWindow]) -> AppSettings:
     alive = window()
     assert alive is not None, "asked after its window was freed"
     return alive.settings
 
 
 class WindowFeatures(QObject):
-    def __init__(self, window: MainWindow, state: UiState | None = None,
+    def __init__(self, window: FurnishedWindow, state: UiState | None = None,
                  store: ConversationStore | None = None) -> None:
         super().__init__(window)
         self.state = state or UiState()
@@ -275,9 +311,9 @@ class WindowFeatures(QObject):
         return viewer
 
     @property
-    def window(self) -> MainWindow:
+    def window(self) -> FurnishedWindow:
         """The window these features belong to (their parent: no reference of ours)."""
-        return cast("MainWindow", self.parent())
+        return cast(FurnishedWindow, self.parent())
 
     def _actual_size(self, *_checked: object) -> None:
         self.window.transcript.set_zoom(0)

@@ -9,6 +9,7 @@ import pytest
 
 from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
+from app.asr.recogniser import open_recognition
 
 
 def _drain(events: queue.SimpleQueue) -> list:
@@ -28,7 +29,7 @@ def _feed_noise(asr: StreamingAsr, count: int, seed: int = 0) -> None:
 
 def test_words_and_partials_stream_and_the_thread_ends_cleanly(tiny_stt):
     # A threshold the random head never reaches: no end of turn, only words.
-    asr = StreamingAsr(tiny_stt, AsrOptions(eos_threshold=1.01))
+    asr = open_recognition(tiny_stt, AsrOptions(eos_threshold=1.01))
     assert asr.end_of_turn_by == "stt"
     asr.start()
     _feed_noise(asr, 30)
@@ -50,7 +51,7 @@ def test_words_and_partials_stream_and_the_thread_ends_cleanly(tiny_stt):
 
 def test_the_stt_head_ends_the_turn(tiny_stt):
     # Threshold 0: the first frame after a word ends the turn (plumbing, random weights).
-    asr = StreamingAsr(tiny_stt, AsrOptions(eos_threshold=0.0))
+    asr = open_recognition(tiny_stt, AsrOptions(eos_threshold=0.0))
     asr.start()
     _feed_noise(asr, 20, seed=3)
     asr.finish_input()
@@ -68,7 +69,7 @@ def test_the_stt_head_ends_the_turn(tiny_stt):
 
 
 def test_a_full_queue_drops_and_counts(tiny_stt):
-    asr = StreamingAsr(tiny_stt, AsrOptions(input_queue_frames=2))  # not started
+    asr = open_recognition(tiny_stt, AsrOptions(input_queue_frames=2))  # not started
     frame = np.zeros(1920, dtype=np.float32)
     assert asr.push_frame(frame) and asr.push_frame(frame)
     assert not asr.push_frame(frame)
@@ -78,7 +79,7 @@ def test_a_full_queue_drops_and_counts(tiny_stt):
 
 
 def test_stop_ends_a_waiting_thread(tiny_stt):
-    asr = StreamingAsr(tiny_stt)
+    asr = open_recognition(tiny_stt)
     asr.start()
     assert asr.ready.wait(120)
     assert asr.stop(10)
@@ -92,7 +93,7 @@ def test_a_failure_becomes_a_fatal_error_event(tiny_stt, monkeypatch):
         raise RuntimeError("mimi exploded")
 
     monkeypatch.setattr(kyutai_stt.SttRows, "step", broken)
-    asr = StreamingAsr(tiny_stt)
+    asr = open_recognition(tiny_stt)
     asr.start()
     _feed_noise(asr, 1)
     assert asr.join(120), "a failing ASR thread must end"
@@ -103,7 +104,7 @@ def test_a_failure_becomes_a_fatal_error_event(tiny_stt, monkeypatch):
 def _heard(tiny_stt, audio: np.ndarray, vad: bool) -> list:
     from tests.asr.conftest import frames
 
-    asr = StreamingAsr(tiny_stt, AsrOptions(force_vad=vad, input_queue_frames=400))
+    asr = open_recognition(tiny_stt, AsrOptions(force_vad=vad, input_queue_frames=400))
     asr.start()
     for pcm in frames(audio):
         assert asr.push_frame(pcm, timeout=60)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from app.asr.asr_thread import AsrOptions, StreamingAsr
+from app.asr.asr_thread import AsrOptions
 from app.asr.events import AsrError
-from app.asr.recogniser import Recogniser
+from app.asr.recogniser import Recogniser, open_recognition
 
 OPTIONS = AsrOptions(eos_threshold=0.0, input_queue_frames=64)
 CONVERSATIONS = {"A": (1, 40), "B": (2, 40), "C": (3, 12), "D": (4, 20)}  # seed, frames
@@ -44,7 +44,7 @@ def _drain(events: queue.SimpleQueue) -> list:
 
 
 def _alone(stt, seed: int, frames: int) -> list:
-    asr = StreamingAsr(stt, OPTIONS)
+    asr = open_recognition(stt, OPTIONS)
     asr.start()
     for pcm in _audio(seed, frames):
         assert asr.push_frame(pcm, timeout=30)
@@ -132,12 +132,12 @@ def test_a_recogniser_started_while_the_last_one_still_streams_its_model_waits_i
     modules. It waits for them, then hears its own audio as it would alone; before, it
     failed at once ("already streaming"), and its sample had no speech recognition."""
     seed, frames = CONVERSATIONS["B"]
-    last = StreamingAsr(tiny_stt, OPTIONS)
+    last = open_recognition(tiny_stt, OPTIONS)
     last.start()
     for pcm in _audio(*CONVERSATIONS["A"]):
         assert last.push_frame(pcm, timeout=30)
     assert last.wait_frames(CONVERSATIONS["A"][1], 300)  # streaming the model now
-    following = StreamingAsr(tiny_stt, OPTIONS)
+    following = open_recognition(tiny_stt, OPTIONS)
     following.start()
     for pcm in _audio(seed, frames)[:5]:
         assert following.push_frame(pcm, timeout=30)

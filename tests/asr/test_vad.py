@@ -9,6 +9,7 @@ import pytest
 
 from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrError, AsrFinal
+from app.asr.recogniser import open_recognition
 from app.asr.vad import (
     SileroTurnDetector,
     SpeechEnded,
@@ -133,7 +134,7 @@ def test_resampler_streams_like_one_shot():
 def test_the_thread_ends_the_turn_by_vad(tiny_stt, placed_speech):
     audio, true_start, true_end = placed_speech
     options = AsrOptions(force_vad=True, vad=VadOptions(hang_s=0.6))
-    asr = StreamingAsr(tiny_stt, options)
+    asr = open_recognition(tiny_stt, options)
     assert asr.end_of_turn_by == "vad"
     asr.start()
     for frame in _frames(audio):
@@ -156,7 +157,7 @@ def test_frames_the_recognizer_never_got_are_reported_with_the_turn(tiny_stt, pl
     audio, _, _ = placed_speech
     frames = _frames(audio)
     queued = int((LEAD_S + 0.5) * RATE) // 1920  # the lead silence and half a second of speech
-    asr = StreamingAsr(tiny_stt, AsrOptions(force_vad=True, vad=VadOptions(hang_s=0.6),
+    asr = open_recognition(tiny_stt, AsrOptions(force_vad=True, vad=VadOptions(hang_s=0.6),
                                             input_queue_frames=queued))
     for frame in frames[:queued]:  # not started yet: the queue fills
         assert asr.push_frame(frame, timeout=0)
@@ -174,7 +175,7 @@ def test_frames_the_recognizer_never_got_are_reported_with_the_turn(tiny_stt, pl
 
 
 def test_the_thread_on_silence_ends_no_turn(tiny_stt):
-    asr = StreamingAsr(tiny_stt, AsrOptions(force_vad=True))
+    asr = open_recognition(tiny_stt, AsrOptions(force_vad=True))
     asr.start()
     for frame in _frames(np.zeros(2 * RATE, dtype=np.float32)):
         assert asr.push_frame(frame, timeout=10)

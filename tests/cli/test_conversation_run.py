@@ -110,8 +110,8 @@ def test_a_realtime_run_whose_engine_falls_behind_says_so_and_fails(
     import time
 
     from app.conversation.config import ConversationConfig
-    from app.conversation.headless import HeadlessRunError, run_headless
-    from app.conversation.run_request import HeadlessRun
+    from app.conversation.headless import run_headless
+    from app.conversation.run_request import HeadlessRun, HeadlessRunError
 
     def slow(engine) -> None:
         def sleep(_module, _inputs, logits):

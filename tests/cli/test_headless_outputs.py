@@ -17,8 +17,8 @@ import sphn
 
 from app.audio_file import write_wav_24k
 from app.conversation.config import ConversationConfig
-from app.conversation.headless import HeadlessRunError, Injection, run_headless
-from app.conversation.run_request import HeadlessRun
+from app.conversation.headless import run_headless
+from app.conversation.run_request import HeadlessRun, HeadlessRunError, Injection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = ConversationConfig(model_id="tiny")

@@ -129,7 +129,7 @@ def test_mcp_config_without_an_llm_and_a_bad_file_are_refused(tmp_path, data_dir
 def test_serve_reads_the_same_file_into_its_conversations(tmp_path):
     import argparse
 
-    from app.conversation.options import conversation_from_args
+    from app.conversation.command_line import conversation_from_args
     from app.server.cli import add_serve_parser
 
     parser = argparse.ArgumentParser()

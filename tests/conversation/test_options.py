@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from app.cli.main import build_parser
-from app.conversation.config import ConversationConfig
-from app.conversation.options import (
-    CONVERSATION_COMMANDS,
+from app.conversation.command_line import (
     conversation_from_args,
     declared_options,
     offered_options,
 )
+from app.conversation.config import ConversationConfig
+from app.conversation.options import CONVERSATION_COMMANDS
 from app.eval import cli as eval_cli
 from app.eval.fdb import cli as fdb_cli
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM, LlmBackendName

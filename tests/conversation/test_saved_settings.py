@@ -105,9 +105,9 @@ def _fits(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) and (hint is bool or not isinstance(value, bool))
 
 
-@pytest.mark.parametrize("name", list(declared_saved()))
+@pytest.mark.parametrize("name", list(declared_saved(ConversationConfig)))
 def test_a_declared_saved_setting_exists_and_fits_the_field(name):
-    saved = declared_saved()[name]
+    saved = declared_saved(ConversationConfig)[name]
     assert saved.path in _saved_settings(), f"{name}: saved_as({saved.path!r}) is no setting"
     field_hint = typing.get_type_hints(ConversationConfig)[name]
     saved_default = saved.read(AppSettings())

@@ -18,7 +18,7 @@ pytest.importorskip("mlx.core", reason="mlx does not import here (pip install ml
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine.mlx.weights import load_mlx_lm
-from app.training import span_proxy
+from app.training import span_proxy, span_proxy_proof
 from app.training.cli import main_train
 
 # The short proof's budget (tests/training/test_span_proxy.py: 120 steps read spans on every
@@ -89,7 +89,7 @@ def test_the_saved_checkpoint_is_the_trained_model_in_the_real_layout(report_and
 
 def test_the_text_report_gives_a_row_per_engine_and_precision(report_and_folder):
     report, _ = report_and_folder
-    text = span_proxy.describe(report)
+    text = span_proxy_proof.describe(report)
     rows = [line.split() for line in text.splitlines()]
     engines = [(r[0], r[1]) for r in rows if r and r[0] in ("torch", "mlx")]
     assert engines == [("torch", "fp32"), ("mlx", "fp32"), ("mlx", "q8"), ("mlx", "q4")]
@@ -102,6 +102,6 @@ def test_the_text_report_gives_a_row_per_engine_and_precision(report_and_folder)
 ])
 def test_engine_choices_are_checked_before_training(engines, precisions, says):
     with pytest.raises(ValueError, match=r"\(always|choose from") as error:
-        span_proxy.parse_engines(engines, precisions)
+        span_proxy_proof.parse_engines(engines, precisions)
     assert says in str(error.value)
-    assert span_proxy.parse_engines("torch", "q3") == ()  # torch alone: precisions unread
+    assert span_proxy_proof.parse_engines("torch", "q3") == ()  # torch alone: precisions unread

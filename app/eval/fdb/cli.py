@@ -12,12 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.command_options import add_options, comma_separated, from_args
-from app.conversation.options import (  # light
-    EVAL_FDB,
-    LLM_SIDE,
-    SPEECH,
-    add_conversation_options,
-)
+from app.conversation.command_line import add_conversation_options  # light
+from app.conversation.options import EVAL_FDB, LLM_SIDE, SPEECH
 from app.eval.fdb.layout import (
     CONVERSATION_PROMPT,
     PROFILE_CITY,
@@ -81,7 +77,7 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
 def conversation_config(args: argparse.Namespace) -> ConversationConfig:
     """The samples' conversation from the arguments: the speech model, and the LLM side
     with --llm (its ASR: --asr, else the --stt model)."""
-    from app.conversation.options import conversation_from_args
+    from app.conversation.command_line import conversation_from_args
 
     if args.llm is None:
         if args.asr or args.tools or args.folder_search or args.vad:

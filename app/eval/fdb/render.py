@@ -189,7 +189,7 @@ def render_all(data: Path, out: Path, options: RenderOptions,
             report(f"{prefix}: SKIPPED, unreadable sample: {exc}")
             continue
         except Exception as exc:
-            from app.conversation.headless import HeadlessRunError
+            from app.conversation.run_request import HeadlessRunError
 
             if not isinstance(exc, HeadlessRunError):
                 raise

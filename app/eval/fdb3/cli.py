@@ -16,12 +16,8 @@ import sys
 from pathlib import Path
 
 from app.command_options import add_options, from_args
-from app.conversation.options import (  # light: no torch
-    EVAL_FDB3,
-    LLM_SIDE,
-    SPEECH,
-    add_conversation_options,
-)
+from app.conversation.command_line import add_conversation_options  # light: no torch
+from app.conversation.options import EVAL_FDB3, LLM_SIDE, SPEECH
 from app.eval.fdb.layout import PROFILE_CITY
 from app.eval.fdb3.layout import DEFAULT_STT
 from app.eval.fdb3.run_options import LLM_SIDE as LLM_SIDE_OWN
@@ -90,7 +86,7 @@ def run_fdb3_command(args: argparse.Namespace) -> int:
               "tiny-stt --vad)")
         return EXIT_OK
     if command == "run":
-        from app.conversation.options import conversation_from_args
+        from app.conversation.command_line import conversation_from_args
         from app.eval.fdb3.run import run_fdb3
 
         # --llm is fdb3's own (the stand-in too): the backend is _conversation's choice.

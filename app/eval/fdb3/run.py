@@ -157,7 +157,7 @@ def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
              ) -> Fdb3RunReport:
     """Run every sample under `root` not done yet (all of them with `force`)."""
     from app.conversation.assembly import load_speech_model, load_stt_model
-    from app.conversation.headless import HeadlessRunError
+    from app.conversation.run_request import HeadlessRunError
 
     options.check()
     stream = stream if stream is not None else sys.stderr

@@ -24,8 +24,8 @@ import pytest
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
 from app.conversation.config import ConversationConfig
-from app.conversation.headless import Injection, run_headless
-from app.conversation.run_request import HeadlessRun
+from app.conversation.headless import run_headless
+from app.conversation.run_request import HeadlessRun, Injection
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from tests.speech import spoken
 

@@ -153,7 +153,7 @@ def test_persona_checkpoints_get_the_benchmarks_prompt_for_each_task(fdb_data, t
 
 
 def test_an_engine_that_fails_every_sample_stops_the_run(fdb_data, tmp_path):
-    from app.conversation.headless import HeadlessRunError
+    from app.conversation.run_request import HeadlessRunError
 
     data = tmp_path / "data"
     shutil.copytree(fdb_data.root / "candor_turn_taking", data / "candor_turn_taking")
