@@ -5,7 +5,6 @@ that never answers, and to the stand-in Ollama."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -15,6 +14,7 @@ from app.audio.file_source import FileAudioSource
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.ports import free_port, silent_port
 
 
 class Recorder:
@@ -75,9 +75,7 @@ def _llm(recorder: Recorder) -> tuple[str, str]:
 
 
 def test_nothing_at_the_host_reads_unreachable_with_the_reason(tiny_folder, data_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        host = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed once the block ends
+    host = f"http://127.0.0.1:{free_port()}"
     recorder = _run_until(host, lambda r: _llm(r)[0] == "unreachable")
     assert "127.0.0.1" in _llm(recorder)[1] and "not reachable" in _llm(recorder)[1]
     assert any("not reachable" in text for text in recorder.notices)  # said in the transcript
@@ -85,10 +83,8 @@ def test_nothing_at_the_host_reads_unreachable_with_the_reason(tiny_folder, data
 
 def test_a_host_that_never_answers_is_unreachable_after_the_probe_timeout(tiny_folder,
                                                                           data_dir):
-    with socket.socket() as silent:  # accepts connections, never says a word
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    with silent_port() as port:
+        host = f"http://127.0.0.1:{port}"
         recorder = _run_until(host, lambda r: _llm(r)[0] == "unreachable")
     assert "no answer" in _llm(recorder)[1]
 
@@ -116,9 +112,7 @@ def test_a_model_the_server_lacks_is_said_once_with_what_to_do_about_the_model(t
 
 
 def test_nothing_at_the_address_is_said_with_the_address_to_check(tiny_folder, data_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        host = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    host = f"http://127.0.0.1:{free_port()}"
     recorder = _run_until(host, lambda r: any("not available" in text for text in r.notices))
     (notice,) = [text for text in recorder.notices if "not available" in text]
     assert ".." not in notice and "?." not in notice, notice

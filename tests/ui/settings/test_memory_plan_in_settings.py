@@ -9,7 +9,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from app.ui.background_jobs import wait_for_jobs
 from app.ui.download_dialog import ModelMissingDialog
 from app.ui.memory_plan_view import WORKING
 from app.ui.settings.dialog import SettingsDialog
+from tests.ports import silent_port
 
 CATALOG = load_catalog()
 WAIT_MS = 20_000
@@ -123,17 +123,9 @@ def test_nothing_fitting_says_what_to_change(qtbot, ollama):
     assert "run the speech engine on a server" in text
 
 
-def _silent_server() -> socket.socket:
-    """An Ollama that accepts connections and never answers (a hung server)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    return server
-
-
 def test_a_hung_ollama_never_freezes_the_dialog(qtbot):
-    with _silent_server() as server:
-        host = f"http://127.0.0.1:{server.getsockname()[1]}"
+    with silent_port() as port:  # an Ollama that takes connections and never answers
+        host = f"http://127.0.0.1:{port}"
         dialog = dialog_on(qtbot, settings_for(host), on_card(16))
         dialog.speech_tab.memory_plan.ollama_timeout_s = 0.5
         dialog.speech_tab.refresh_plan()  # returns at once: the plan is made off this thread

@@ -6,7 +6,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from app.ui.settings.audio_tab import meter_percent
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.llm_tab import connection_test_backend
 from app.ui.settings.speech_tab import list_persona_voices
+from tests.ports import free_port
 
 CATALOG = load_catalog()
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B", "tiny-stt": "Tiny STT"}
@@ -59,12 +59,6 @@ def select_data(combo, data) -> None:
     index = combo.findData(data)
     assert index >= 0, data
     combo.setCurrentIndex(index)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- reflecting and editing settings -----------------------------------------------------------
