@@ -6,8 +6,6 @@ measured here and converses with a span."""
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import pytest
 import torch
@@ -22,6 +20,7 @@ from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import kv_rings
 from tests.engine.test_quantize import logit_agreement
+from tests.queues import drain
 
 CPU = torch.device("cpu")
 
@@ -104,12 +103,7 @@ def test_tiny_cs_at_fp8_follows_float32_and_converses(tiny_cs_folder):
                                  10)
     engine.finish_input()
     assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
+    events = drain(engine.events)
     assert not [e for e in events if isinstance(e, ev.EngineError)], events
     assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 12
     assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)

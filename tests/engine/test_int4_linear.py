@@ -6,8 +6,6 @@ measured here and converses with a span."""
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import pytest
 import torch
@@ -29,6 +27,7 @@ from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import kv_rings
 from tests.engine.test_quantize import logit_agreement
+from tests.queues import drain
 
 
 def _linear(out_features: int, in_features: int, seed: int = 0) -> torch.nn.Linear:
@@ -111,12 +110,7 @@ def test_the_engine_converses_and_takes_a_span_block_with_int4_weights(tiny_cs_f
                                  10)
     engine.finish_input()
     assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
+    events = drain(engine.events)
     assert not [e for e in events if isinstance(e, ev.EngineError)], events
     assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 20
     assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)

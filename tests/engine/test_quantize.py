@@ -4,8 +4,6 @@ engine converses and takes span blocks with them."""
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import torch
 from moshi.utils.quantize import QLinear
@@ -17,6 +15,7 @@ from app.engine.local_engine import open_conversation
 from app.engine.quantize import quantize_linears_int8
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
+from tests.queues import drain
 
 
 def next_token_agreement(reference: torch.nn.Module, other: torch.nn.Module,
@@ -84,12 +83,7 @@ def test_the_engine_converses_and_takes_a_span_block_with_int8_weights(tiny_cs_c
         assert engine.push_frame(frame, 10)
     engine.finish_input()
     assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
+    events = drain(engine.events)
     assert not [e for e in events if isinstance(e, ev.EngineError)], events
     assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 20
     assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)
