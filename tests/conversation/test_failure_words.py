@@ -5,30 +5,13 @@ traceback."""
 
 from __future__ import annotations
 
-import threading
-
 from app.audio.silent_microphone import SilentMicrophone
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.log_setup import configure_logging, log_path
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+from tests.conversation.recorder import Recorder
 from tests.ports import free_port
 from tests.waiting import wait_until
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-
-    def on_state(self, state: str, detail: str) -> None:
-        with self.lock:
-            self.states.append((state, detail))
-
-    def on_entry(self, entry) -> None:
-        pass
-
-    def on_status(self, status) -> None:
-        pass
 
 
 def test_a_failed_start_is_said_in_words_on_the_banner_and_the_terminal(

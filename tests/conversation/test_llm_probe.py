@@ -5,49 +5,14 @@ that never answers, and to the stand-in Ollama."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 
 from app.audio.file_source import FileAudioSource
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.conversation.recorder import Recorder
 from tests.ports import free_port, silent_port
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.notices: list[str] = []
-        self.statuses: list = []
-        self.changed = threading.Condition()
-
-    def on_state(self, state, detail):
-        with self.changed:
-            self.states.append((state, detail))
-            self.changed.notify_all()
-
-    def on_entry(self, entry):
-        with self.changed:
-            if entry.kind == "notice":
-                self.notices.append(entry.text)
-            self.changed.notify_all()
-
-    def on_status(self, status):
-        with self.changed:
-            self.statuses.append(status)
-            self.changed.notify_all()
-
-    def wait(self, predicate, timeout=90.0):
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"timed out; states {self.states}, " + (
-                    f"last status {self.statuses[-1]}" if self.statuses else "no status")
-                self.changed.wait(remaining)
 
 
 def _settings(host: str) -> AppSettings:
@@ -63,7 +28,7 @@ def _run_until(host: str, predicate) -> Recorder:
                                   CheckpointCache())
     session.start()
     try:
-        recorder.wait(lambda: predicate(recorder))
+        recorder.wait(lambda: predicate(recorder), timeout=90.0)
     finally:
         assert session.stop()
     return recorder
