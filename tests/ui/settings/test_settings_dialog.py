@@ -7,7 +7,6 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,12 +37,7 @@ def no_voices(manifest: Manifest, folder: Path) -> list[str]:
     return []
 
 
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No checkpoint of the user's is seen; no background job outlives its test."""
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None, **kwargs) -> SettingsDialog:
