@@ -149,9 +149,10 @@ class _QuantizedProjectionAttention(StreamingMultiheadAttention):
     model's dtype (app/engine/int4_linear.py, fp8_linear.py): moshi knows one quantized
     linear, its QLinear, whose products are float16, and so gives such a layer's KV ring
     float16; this one's ring is in `kv_dtype`, the dtype the projection writes into it.
-    Otherwise moshi's own state (`_init_streaming_state`, moshi 0.2.13 transformer.py
-    L446-483, self-attention branch), made here rather than made and replaced: the
-    depformer makes its states anew at every step, and each ring costs a fill."""
+    Otherwise moshi's own state (`_init_streaming_state`, moshi 0.2.13
+    moshi/modules/transformer.py L446-483, self-attention branch), made here rather than made
+    and replaced: the depformer makes its states anew at every step, and each ring costs a
+    fill."""
 
     kv_dtype: torch.dtype
 

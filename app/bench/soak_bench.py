@@ -1,6 +1,6 @@
 """`python main.py bench soak`: a long live conversation on the tiny model.
 
-A full session (app/session.py, the app's own wiring) runs for N minutes on real audio
+A full session (app/conversation/session.py, the app's own wiring) runs for N minutes on real audio
 devices: a private PulseAudio null sink, whose monitor is the microphone. The user's side
 is espeak-ng questions with pauses between them, looped, played into that sink by a second
 stream; the model's voice goes there too and comes back as echo, which the app's canceller

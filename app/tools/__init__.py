@@ -1,1 +1,2 @@
-"""Tools the LLM can call. Every tool's output is size-limited, untrusted content."""
+"""Tools the LLM can call: the built-in ones (one file each) and the user's MCP servers'
+(mcp/). Every tool's output is size-limited, untrusted content."""

@@ -7,7 +7,7 @@ the desktop app, the tests and the benchmark.
         event = await client.receive(timeout=1.0)         # AudioFrame, a wire event, or
                                                           # Disconnected (once, at the end)
 
-Events are typed (wire_events.py); audio comes as `AudioFrame`, with the round trip of the
+Events are typed (events.py); audio comes as `AudioFrame`, with the round trip of the
 frame it answers: the server steps once per frame and answers each in order, so the n-th
 frame back answers the n-th frame sent that the server took (a refused frame is named in
 its `error` event; a `ready` after a reset says from which frame the new conversation

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import pytest
 
 from app.asr.asr_thread import AsrOptions, StreamingAsr
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
 from app.asr.recogniser import open_recognition
-
-
-def _drain(events: queue.SimpleQueue) -> list:
-    out = []
-    while True:
-        try:
-            out.append(events.get_nowait())
-        except queue.Empty:
-            return out
+from tests.queues import drain
 
 
 def _feed_noise(asr: StreamingAsr, count: int, seed: int = 0) -> None:
@@ -35,7 +25,7 @@ def test_words_and_partials_stream_and_the_thread_ends_cleanly(tiny_stt):
     _feed_noise(asr, 30)
     asr.finish_input()
     assert asr.join(120), "the ASR thread did not end after finish_input"
-    events = _drain(asr.events)
+    events = drain(asr.events)
     assert not [e for e in events if isinstance(e, AsrError)], events
     words = [e for e in events if isinstance(e, AsrWord)]
     partials = [e for e in events if isinstance(e, AsrPartial)]
@@ -56,7 +46,7 @@ def test_the_stt_head_ends_the_turn(tiny_stt):
     _feed_noise(asr, 20, seed=3)
     asr.finish_input()
     assert asr.join(120)
-    events = _drain(asr.events)
+    events = drain(asr.events)
     finals = [e for e in events if isinstance(e, AsrFinal)]
     assert finals and all(f.detected_by == "stt" for f in finals)
     for final in finals:
@@ -97,7 +87,7 @@ def test_a_failure_becomes_a_fatal_error_event(tiny_stt, monkeypatch):
     asr.start()
     _feed_noise(asr, 1)
     assert asr.join(120), "a failing ASR thread must end"
-    errors = [e for e in _drain(asr.events) if isinstance(e, AsrError)]
+    errors = [e for e in drain(asr.events) if isinstance(e, AsrError)]
     assert len(errors) == 1 and errors[0].fatal and "mimi exploded" in errors[0].message
 
 
@@ -110,7 +100,7 @@ def _heard(tiny_stt, audio: np.ndarray, vad: bool) -> list:
         assert asr.push_frame(pcm, timeout=60)
     asr.finish_input()
     assert asr.join(300)
-    return _drain(asr.events)
+    return drain(asr.events)
 
 
 def test_partials_say_whether_the_vad_heard_the_user(tiny_stt, spoken_question):

@@ -8,8 +8,6 @@ different frames in different rows."""
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import pytest
 import torch
@@ -17,6 +15,7 @@ import torch
 from app.asr.asr_thread import AsrOptions
 from app.asr.events import AsrError
 from app.asr.recogniser import Recogniser, open_recognition
+from tests.queues import drain
 
 OPTIONS = AsrOptions(eos_threshold=0.0, input_queue_frames=64)
 CONVERSATIONS = {"A": (1, 40), "B": (2, 40), "C": (3, 12), "D": (4, 20)}  # seed, frames
@@ -36,13 +35,6 @@ def _audio(seed: int, frames: int) -> list[np.ndarray]:
             else np.zeros(1920, np.float32) for i in range(frames)]
 
 
-def _drain(events: queue.SimpleQueue) -> list:
-    out = []
-    while not events.empty():
-        out.append(events.get_nowait())
-    return out
-
-
 def _alone(stt, seed: int, frames: int) -> list:
     asr = open_recognition(stt, OPTIONS)
     asr.start()
@@ -50,7 +42,7 @@ def _alone(stt, seed: int, frames: int) -> list:
         assert asr.push_frame(pcm, timeout=30)
     asr.finish_input()
     assert asr.join(300)
-    return _drain(asr.events)
+    return drain(asr.events)
 
 
 def test_each_conversation_hears_what_it_would_alone(tiny_stt):
@@ -83,7 +75,7 @@ def test_each_conversation_hears_what_it_would_alone(tiny_stt):
             assert asr is not None
             asr.finish_input()
             assert asr.join(300), name
-        shared = {name: _drain(asr.events) for name, asr in asrs.items() if asr is not None}
+        shared = {name: drain(asr.events) for name, asr in asrs.items() if asr is not None}
         steps = recogniser.ticks
     finally:
         recogniser.stop(30)
@@ -147,6 +139,6 @@ def test_a_recogniser_started_while_the_last_one_still_streams_its_model_waits_i
         assert following.push_frame(pcm, timeout=60)
     following.finish_input()
     assert following.join(300)
-    heard = _drain(following.events)
+    heard = drain(following.events)
     assert not [e for e in heard if isinstance(e, AsrError)], heard
     assert heard and heard == _alone(tiny_stt, seed, frames)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 import pytest
 
@@ -17,19 +15,11 @@ from app.asr.vad import (
     VadOptions,
     load_silero_model,
 )
+from tests.queues import drain
 
 RATE = 24000
 LEAD_S, TAIL_S = 1.0, 1.5
 TOLERANCE_S = 0.2
-
-
-def _drain(asr: StreamingAsr) -> list:
-    events = []
-    while True:
-        try:
-            events.append(asr.events.get_nowait())
-        except queue.Empty:
-            return events
 
 
 def _frames(audio: np.ndarray) -> list[np.ndarray]:
@@ -141,7 +131,7 @@ def test_the_thread_ends_the_turn_by_vad(tiny_stt, placed_speech):
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = _drain(asr)
+    events = drain(asr.events)
     assert not [e for e in events if isinstance(e, AsrError)], events
     finals = [e for e in events if isinstance(e, AsrFinal)]
     assert len(finals) == 1, finals
@@ -168,7 +158,7 @@ def test_frames_the_recognizer_never_got_are_reported_with_the_turn(tiny_stt, pl
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = _drain(asr)
+    events = drain(asr.events)
     finals = [e for e in events if isinstance(e, AsrFinal)]
     assert asr.dropped_frames == 3
     assert [f.missed_frames for f in finals] == [3]
@@ -181,5 +171,5 @@ def test_the_thread_on_silence_ends_no_turn(tiny_stt):
         assert asr.push_frame(frame, timeout=10)
     asr.finish_input()
     assert asr.join(120)
-    events = _drain(asr)
+    events = drain(asr.events)
     assert not [e for e in events if isinstance(e, AsrFinal | AsrError)], events

@@ -14,7 +14,7 @@ import numpy as np
 from app.audio.live_audio import LiveAudio
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
-from tests.conversation.test_session import Recorder
+from tests.conversation.recorder import Recorder
 
 
 def test_a_stalled_audio_starts_again_by_itself_with_a_notice(null_sink, tiny_folder,

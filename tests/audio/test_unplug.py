@@ -7,46 +7,13 @@ streams), then loaded again."""
 from __future__ import annotations
 
 import subprocess
-import threading
-import time
 
 from app.audio.live_audio import LiveAudio
 from app.bench.audio_bench import NULL_SINK
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.conversation.recorder import Recorder
 from tests.waiting import wait_until
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.notices: list[str] = []
-        self.spans: list[str] = []  # sources of the spans that landed
-        self.changed = threading.Condition()
-
-    def on_state(self, state, detail):
-        with self.changed:
-            self.states.append((state, detail))
-            self.changed.notify_all()
-
-    def on_entry(self, entry):
-        with self.changed:
-            if entry.kind == "notice":
-                self.notices.append(entry.text)
-            elif entry.kind == "span" and entry.final:
-                self.spans.append(entry.source)
-            self.changed.notify_all()
-
-    def on_status(self, status):
-        pass
-
-    def wait(self, predicate, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"timed out; states {self.states}"
-                self.changed.wait(remaining)
 
 
 def _pactl(*args: str) -> str:

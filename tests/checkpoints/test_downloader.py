@@ -43,6 +43,7 @@ from app.checkpoints.downloader import (
     RemoteFile,
     remote_files,
 )
+from tests.ports import free_port
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LFS_SUFFIXES = (".safetensors", ".model", ".tgz", ".bin")
@@ -440,13 +441,6 @@ def hub(tmp_path: Path) -> Iterator[HubStandIn]:
         yield server
 
 
-def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
 # ---- tests --------------------------------------------------------------------------------
 
 
@@ -599,7 +593,7 @@ def test_the_token_can_come_from_hf_token(hub, tmp_path, monkeypatch):
 def test_an_unreachable_hub_gives_a_clear_error(tmp_path: Path):
     files = make_files(10_000)
     dl = CheckpointDownloader.for_manifest(make_manifest("test/model", files), tmp_path / "c",
-                                           endpoint=closed_port_url())
+                                           endpoint=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(HubUnreachableError, match="Could not reach http://127.0.0.1:"):
         dl.download()
 

@@ -5,36 +5,13 @@ traceback."""
 
 from __future__ import annotations
 
-import socket
-import threading
-
 from app.audio.silent_microphone import SilentMicrophone
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.log_setup import configure_logging, log_path
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+from tests.conversation.recorder import Recorder
+from tests.ports import free_port
 from tests.waiting import wait_until
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-
-    def on_state(self, state: str, detail: str) -> None:
-        with self.lock:
-            self.states.append((state, detail))
-
-    def on_entry(self, entry) -> None:
-        pass
-
-    def on_status(self, status) -> None:
-        pass
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nothing listens there once it is closed
 
 
 def test_a_failed_start_is_said_in_words_on_the_banner_and_the_terminal(
@@ -42,7 +19,7 @@ def test_a_failed_start_is_said_in_words_on_the_banner_and_the_terminal(
     monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path))
     configure_logging()
     try:
-        url = f"http://127.0.0.1:{_closed_port()}"
+        url = f"http://127.0.0.1:{free_port()}"
         settings = AppSettings(llm=LlmSettings(backend="none"),
                                engine=EngineSettings(mode="server", server_url=url,
                                                      connect_timeout_s=1.0))

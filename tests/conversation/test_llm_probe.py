@@ -5,49 +5,14 @@ that never answers, and to the stand-in Ollama."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import numpy as np
 
 from app.audio.file_source import FileAudioSource
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.notices: list[str] = []
-        self.statuses: list = []
-        self.changed = threading.Condition()
-
-    def on_state(self, state, detail):
-        with self.changed:
-            self.states.append((state, detail))
-            self.changed.notify_all()
-
-    def on_entry(self, entry):
-        with self.changed:
-            if entry.kind == "notice":
-                self.notices.append(entry.text)
-            self.changed.notify_all()
-
-    def on_status(self, status):
-        with self.changed:
-            self.statuses.append(status)
-            self.changed.notify_all()
-
-    def wait(self, predicate, timeout=90.0):
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"timed out; states {self.states}, " + (
-                    f"last status {self.statuses[-1]}" if self.statuses else "no status")
-                self.changed.wait(remaining)
+from tests.conversation.recorder import Recorder
+from tests.ports import free_port, silent_port
 
 
 def _settings(host: str) -> AppSettings:
@@ -63,7 +28,7 @@ def _run_until(host: str, predicate) -> Recorder:
                                   CheckpointCache())
     session.start()
     try:
-        recorder.wait(lambda: predicate(recorder))
+        recorder.wait(lambda: predicate(recorder), timeout=90.0)
     finally:
         assert session.stop()
     return recorder
@@ -75,9 +40,7 @@ def _llm(recorder: Recorder) -> tuple[str, str]:
 
 
 def test_nothing_at_the_host_reads_unreachable_with_the_reason(tiny_folder, data_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        host = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed once the block ends
+    host = f"http://127.0.0.1:{free_port()}"
     recorder = _run_until(host, lambda r: _llm(r)[0] == "unreachable")
     assert "127.0.0.1" in _llm(recorder)[1] and "not reachable" in _llm(recorder)[1]
     assert any("not reachable" in text for text in recorder.notices)  # said in the transcript
@@ -85,10 +48,8 @@ def test_nothing_at_the_host_reads_unreachable_with_the_reason(tiny_folder, data
 
 def test_a_host_that_never_answers_is_unreachable_after_the_probe_timeout(tiny_folder,
                                                                           data_dir):
-    with socket.socket() as silent:  # accepts connections, never says a word
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    with silent_port() as port:
+        host = f"http://127.0.0.1:{port}"
         recorder = _run_until(host, lambda r: _llm(r)[0] == "unreachable")
     assert "no answer" in _llm(recorder)[1]
 
@@ -116,9 +77,7 @@ def test_a_model_the_server_lacks_is_said_once_with_what_to_do_about_the_model(t
 
 
 def test_nothing_at_the_address_is_said_with_the_address_to_check(tiny_folder, data_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        host = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    host = f"http://127.0.0.1:{free_port()}"
     recorder = _run_until(host, lambda r: any("not available" in text for text in r.notices))
     (notice,) = [text for text in recorder.notices if "not available" in text]
     assert ".." not in notice and "?." not in notice, notice

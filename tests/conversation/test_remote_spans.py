@@ -21,7 +21,7 @@ from app.settings.schema import AppSettings, EngineSettings, LlmSettings, Speech
 from app.ui.context_panel import ContextPanel, describe_context
 from app.ui.transcript_panel import TranscriptModel
 from app.wire.events import MAX_SPAN_CHARS
-from tests.conversation.test_session import Recorder
+from tests.conversation.recorder import Recorder
 from tests.serve_process import ServeProcess
 
 TOKEN = "remote-spans-token-5d1a"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -11,39 +10,8 @@ from app.audio.file_source import FileAudioSource
 from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from tests.conversation.recorder import Recorder
 from tests.waiting import wait_until
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[tuple[str, str]] = []
-        self.entries: dict[int, object] = {}
-        self.statuses: list = []
-        self.changed = threading.Condition()
-
-    def on_state(self, state, detail):
-        with self.changed:
-            self.states.append((state, detail))
-            self.changed.notify_all()
-
-    def on_entry(self, entry):
-        with self.changed:
-            self.entries[entry.entry_id] = entry
-            self.changed.notify_all()
-
-    def on_status(self, status):
-        self.statuses.append(status)
-
-    def wait(self, predicate, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"timed out; states {self.states}"
-                self.changed.wait(remaining)
-
-    def of(self, kind):
-        return [e for e in self.entries.values() if e.kind == kind]
 
 
 def settings(host: str, backend: str = "ollama") -> AppSettings:

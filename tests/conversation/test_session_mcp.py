@@ -16,7 +16,7 @@ from app.conversation.session import CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, LlmSettings, McpSettings, SpeechModelSettings
 from app.tools.mcp.consent import shared_broker
-from tests.conversation.test_session import Recorder
+from tests.conversation.recorder import Recorder
 from tests.tools.mcp.mcp_servers import assert_gone, read_pid, stdio_server
 from tests.waiting import wait_until
 

@@ -11,7 +11,8 @@ import numpy as np
 from app.audio.file_source import FileAudioSource
 from app.conversation.session import MAX_DROPPED_TEXT_CHARS, CheckpointCache, ConversationSession
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
-from tests.conversation.test_session import Recorder, settings
+from tests.conversation.recorder import Recorder
+from tests.conversation.test_session import settings
 
 HUGE_REPLY = "The answer is long. " * 250_000  # 5,000,000 characters
 

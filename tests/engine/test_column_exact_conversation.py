@@ -25,6 +25,7 @@ from app.engine.span_block import block_columns
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import initial_tokens
+from tests.queues import drain
 
 D0 = (0, 1, 9)  # rows at delay 0: text, the model's and the user's semantic codes
 D1 = tuple(r for r in range(17) if r not in D0)
@@ -91,10 +92,7 @@ def _run_recorded(ck):
         assert engine.push_frame(audio[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES], timeout=30)
     engine.finish_input()
     assert engine.join(300)
-    events = []
-    while not engine.events.empty():
-        events.append(engine.events.get_nowait())
-    return engine, fed, plan_steps, timeline, events
+    return engine, fed, plan_steps, timeline, drain(engine.events)
 
 
 def _expected(initial: list[int], prefix: list, timeline: list[tuple]) -> tuple[list, dict]:

@@ -3,14 +3,13 @@ it landed, carrying that frame's time (a turn's latency ends there)."""
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 
 from app.engine import events as ev
 from app.engine.local_engine import open_conversation
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
+from tests.queues import drain
 
 
 def test_each_landed_span_names_its_first_frame_of_audio_once(tiny_checkpoint):
@@ -22,12 +21,7 @@ def test_each_landed_span_names_its_first_frame_of_audio_once(tiny_checkpoint):
         assert engine.push_frame(np.zeros(FRAME_SAMPLES, np.float32), 10)
     engine.finish_input()
     assert engine.join(60.0)
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
+    events = drain(engine.events)
     heard = [e for e in events if isinstance(e, ev.FirstAudioAfterSpan)]
     assert [h.span_id for h in heard] == [short, long]
     for first in heard:

@@ -6,9 +6,6 @@ measured here and converses with a span."""
 
 from __future__ import annotations
 
-import queue
-
-import numpy as np
 import pytest
 import torch
 
@@ -16,11 +13,9 @@ from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
 from app.engine.fp8_linear import FP8, FP8_MAX, Fp8Linear, fp8_mode, quantize_fp8_rows
-from app.engine.local_engine import open_conversation
 from app.engine.quantize import quantize_linears_fp8
-from app.engine.speech_engine import EngineOptions
-from app.frames import FRAME_SAMPLES
 from app.moshi_internals import kv_rings
+from tests.engine.span_conversation import converse_with_a_span
 from tests.engine.test_quantize import logit_agreement
 
 CPU = torch.device("cpu")
@@ -95,22 +90,5 @@ def test_tiny_cs_at_fp8_follows_float32_and_converses(tiny_cs_folder):
     assert agreement["text"] >= 0.78 and agreement["audio"] >= 0.83, agreement
     assert agreement["text_relative_error"] <= 0.11, agreement
 
-    engine = open_conversation(checkpoint, EngineOptions(seed=1, greedy=True, chunk_limit=8))
-    span = engine.inject("the capital of australia is canberra", "search", at_frame=5)
-    engine.start()
-    rng = np.random.default_rng(0)
-    for _ in range(12):
-        assert engine.push_frame((0.05 * rng.standard_normal(FRAME_SAMPLES)).astype(np.float32),
-                                 10)
-    engine.finish_input()
-    assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
-    assert not [e for e in events if isinstance(e, ev.EngineError)], events
-    assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 12
-    assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)
+    _, events = converse_with_a_span(checkpoint, 12)
     assert next(e for e in events if isinstance(e, ev.EngineReady)).dtype == "fp8"

@@ -6,9 +6,6 @@ measured here and converses with a span."""
 
 from __future__ import annotations
 
-import queue
-
-import numpy as np
 import pytest
 import torch
 
@@ -24,10 +21,8 @@ from app.engine.int4_linear import (
     int4_unavailable_reason,
     quantize_int4,
 )
-from app.engine.local_engine import open_conversation
-from app.engine.speech_engine import EngineOptions
-from app.frames import FRAME_SAMPLES
 from app.moshi_internals import kv_rings
+from tests.engine.span_conversation import converse_with_a_span
 from tests.engine.test_quantize import logit_agreement
 
 
@@ -102,23 +97,6 @@ def test_tiny_cs_at_int4_loads_as_the_app_loads_it_and_follows_float32(tiny_cs_f
 def test_the_engine_converses_and_takes_a_span_block_with_int4_weights(tiny_cs_folder):
     checkpoint = load_speech_model(ConversationConfig(model_id="tiny-cs", device="cpu",
                                                       precision="int4"))
-    engine = open_conversation(checkpoint, EngineOptions(seed=1, greedy=True, chunk_limit=8))
-    span = engine.inject("the capital of australia is canberra", "search", at_frame=5)
-    engine.start()
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        assert engine.push_frame((0.05 * rng.standard_normal(FRAME_SAMPLES)).astype(np.float32),
-                                 10)
-    engine.finish_input()
-    assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
-    assert not [e for e in events if isinstance(e, ev.EngineError)], events
-    assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 20
-    assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)
+    _, events = converse_with_a_span(checkpoint, 20)
     ready = next(e for e in events if isinstance(e, ev.EngineReady))
     assert ready.dtype == "int4"  # what runs, as the layers say

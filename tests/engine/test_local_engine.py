@@ -3,7 +3,6 @@ and text out, spans between frames, clean stop."""
 
 from __future__ import annotations
 
-import queue
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from app.engine.local_engine import LocalEngine, open_conversation
 from app.engine.row_conversation import RowConversation
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
+from tests.queues import drain
 
 
 def _run(engine: RowConversation, frames: int, timeout: float = 60.0) -> list:
@@ -25,12 +25,7 @@ def _run(engine: RowConversation, frames: int, timeout: float = 60.0) -> list:
         assert engine.push_frame((0.05 * rng.standard_normal(FRAME_SAMPLES)).astype(np.float32), 10)
     engine.finish_input()
     assert engine.join(timeout), "the engine thread did not end"
-    collected = []
-    while True:
-        try:
-            collected.append(engine.events.get_nowait())
-        except queue.Empty:
-            return collected
+    return drain(engine.events)
 
 
 def of(kind, events):
@@ -160,12 +155,7 @@ def test_a_failure_on_the_engine_thread_is_reported_not_swallowed(tiny_folder: P
     engine = open_conversation(checkpoint, EngineOptions(chunk_limit=8, voice="NO-SUCH-VOICE"))
     engine.start()
     assert engine.join(30)
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
+    events = drain(engine.events)
     errors = of(ev.EngineError, events)
     assert errors and errors[0].fatal and "NO-SUCH-VOICE" in errors[0].message
     assert of(ev.EngineStopped, events)[-1].reason == "error"

@@ -4,19 +4,14 @@ engine converses and takes span blocks with them."""
 
 from __future__ import annotations
 
-import queue
-
-import numpy as np
 import torch
 from moshi.utils.quantize import QLinear
 
 from app.checkpoints.catalog import get_manifest
 from app.checkpoints.loader import load_checkpoint
 from app.engine import events as ev
-from app.engine.local_engine import open_conversation
 from app.engine.quantize import quantize_linears_int8
-from app.engine.speech_engine import EngineOptions
-from app.frames import FRAME_SAMPLES
+from tests.engine.span_conversation import converse_with_a_span
 
 
 def next_token_agreement(reference: torch.nn.Module, other: torch.nn.Module,
@@ -74,25 +69,7 @@ def test_int8_quarters_the_linear_weights_and_mostly_agrees_with_float32(tiny_fo
 
 def test_the_engine_converses_and_takes_a_span_block_with_int8_weights(tiny_cs_checkpoint):
     quantize_linears_int8(tiny_cs_checkpoint.lm)
-    engine = open_conversation(tiny_cs_checkpoint,
-                               EngineOptions(seed=1, greedy=True, chunk_limit=8))
-    span = engine.inject("the capital of australia is canberra", "search", at_frame=5)
-    engine.start()
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        frame = (0.05 * rng.standard_normal(FRAME_SAMPLES)).astype(np.float32)
-        assert engine.push_frame(frame, 10)
-    engine.finish_input()
-    assert engine.join(120), "the engine thread did not end"
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            break
-    assert not [e for e in events if isinstance(e, ev.EngineError)], events
-    assert len([e for e in events if isinstance(e, ev.AudioOut)]) == 20
-    assert any(isinstance(e, ev.SpanInjected) and e.span_id == span for e in events)
+    engine, events = converse_with_a_span(tiny_cs_checkpoint, 20)
     ready = next(e for e in events if isinstance(e, ev.EngineReady))
     assert ready.dtype == "int8"  # what runs, as the layers say, not the float dtype
     assert engine.facts().dtype == "int8"

@@ -5,8 +5,6 @@ through the engine's test hook (the forwards still run); nothing here is timed."
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 
 from app.engine import events as ev
@@ -15,6 +13,7 @@ from app.engine.row_conversation import RowConversation
 from app.engine.span_text import MIN_SPAN_POSITIONS
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES
+from tests.queues import drain
 
 LONG = "the quick brown fox jumps over the lazy dog " * 30  # far past any limit here
 MARGIN = 0.25
@@ -28,15 +27,6 @@ def fast(what: str, positions: int, _measured_ms: float) -> float:
 def slow(what: str, positions: int, _measured_ms: float) -> float:
     # 30 ms a frame, 5 ms + 0.25 ms a position: 30 + 5 + 0.25 k <= 60  ->  k <= 100
     return 30.0 if what == "frame" else 5.0 + 0.25 * positions
-
-
-def drain(engine: RowConversation) -> list:
-    events = []
-    while True:
-        try:
-            events.append(engine.events.get_nowait())
-        except queue.Empty:
-            return events
 
 
 def converse(checkpoint, timing, offered_before_start: bool = False
@@ -56,7 +46,7 @@ def converse(checkpoint, timing, offered_before_start: bool = False
         assert engine.push_frame(np.zeros(FRAME_SAMPLES, np.float32), 10)
     engine.finish_input()
     assert engine.join(120.0)
-    return engine, drain(engine)
+    return engine, drain(engine.events)
 
 
 def test_a_slow_forward_lowers_the_span_limit_and_a_fast_one_raises_it_to_the_manifest(

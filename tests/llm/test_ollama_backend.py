@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,6 +12,7 @@ import pytest
 from app.llm.backend import ChatMessage, LLMError, ToolCall, ToolSpec
 from app.llm.ollama_backend import OllamaBackend, OllamaSettings
 from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from tests.ports import free_port
 
 MODEL = "standin:latest"
 HELLO = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello.")]
@@ -47,11 +47,8 @@ def backend(standin: OllamaStandIn) -> Iterator[OllamaBackend]:
 
 
 def closed_port_url() -> str:
-    """An address where nothing listens: bind a port, then free it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """An address where nothing listens."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def test_streamed_text_arrives_in_order(standin: OllamaStandIn, backend: OllamaBackend) -> None:

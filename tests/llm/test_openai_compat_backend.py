@@ -4,7 +4,6 @@ streams server-sent events the way llama.cpp server and vLLM do."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -15,6 +14,7 @@ import pytest
 
 from app.llm.backend import ChatMessage, LLMError, ToolCall, ToolSpec
 from app.llm.openai_compat_backend import OpenAICompatBackend, OpenAICompatSettings
+from tests.ports import free_port
 
 MODEL = "standin-model"
 HELLO = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello.")]
@@ -176,10 +176,7 @@ def backend(standin: OpenAIStandIn) -> Iterator[OpenAICompatBackend]:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 # -- tests ---------------------------------------------------------------------------------

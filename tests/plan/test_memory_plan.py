@@ -17,6 +17,7 @@ from app.plan.memory_plan import (
     plan_memory,
 )
 from app.plan.memory_survey import survey_memory
+from tests.ports import free_port
 
 QWEN3_4B_INFO = {  # the GGUF metadata Ollama's /api/show gives for qwen3:4b
     "general.architecture": "qwen3",
@@ -144,10 +145,7 @@ def test_a_model_not_loaded_yet_is_estimated_from_its_file_and_kv_cache():
 
 
 def test_an_unreachable_ollama_is_left_out_and_the_plan_says_so():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there once it is closed
-    report = plan_for(made_up("cuda", 16), f"http://127.0.0.1:{port}")
+    report = plan_for(made_up("cuda", 16), f"http://127.0.0.1:{free_port()}")
     assert all("qwen3" not in p.label for p in report.plan.parts)
     assert any("qwen3:4b is not counted" in n and "not reachable" in n for n in report.notes)
 

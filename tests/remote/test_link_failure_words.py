@@ -9,12 +9,7 @@ import socket
 
 from app.remote.remote_engine import describe
 from app.wire.client import EngineClient
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # nothing listens there once the probe closes
+from tests.ports import free_port
 
 
 def _failure(url: str) -> BaseException:
@@ -29,7 +24,7 @@ def _failure(url: str) -> BaseException:
 
 
 def test_a_refused_port_is_said_with_what_to_do():
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     words = describe(_failure(url), url)
     assert words.startswith("Nothing answers at 127.0.0.1:")
     assert "python main.py serve" in words and "Connect call failed" not in words

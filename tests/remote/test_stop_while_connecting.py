@@ -4,12 +4,12 @@ connection's timeout, and leaves no network thread behind."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 from app.audio.silent_microphone import SilentMicrophone
 from app.conversation.session import ConversationSession
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
+from tests.ports import silent_port
 from tests.waiting import wait_until
 
 
@@ -32,10 +32,8 @@ def remote_threads() -> list[threading.Thread]:
 
 
 def test_stop_ends_a_connection_attempt_to_a_silent_server() -> None:
-    with socket.socket() as silent:  # listens, so the TCP handshake succeeds; never answers
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(4)
-        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    with silent_port() as port:  # the TCP handshake succeeds; it never answers
+        url = f"http://127.0.0.1:{port}"
         listener = Listener()
         settings = AppSettings(
             engine=EngineSettings(mode="server", server_url=url, connect_timeout_s=300.0),

@@ -11,7 +11,6 @@ Needs the `cluster` extra (ray[serve]); skipped without it.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from typing import cast
 
@@ -24,17 +23,12 @@ from app.conversation.config import ConversationConfig
 from app.engine.speech_engine import EngineOptions
 from app.server.config import Limits
 from app.wire.client import AudioFrame, EngineClient, ServerBusy
+from tests.ports import free_port
 from tests.server.helpers import TOKEN, collect, of, tone
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 HEADER_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +45,7 @@ def cluster_url(tiny_folder):
         engine_options=EngineOptions(seed=1, chunk_limit=16), token=None,
         limits=Limits(header_timeout_s=HEADER_TIMEOUT_S, max_connections=MAX_CONNECTIONS),
         min_replicas=1, max_replicas=1, gpus_per_replica=0, cpus_per_replica=0.5,
-        host="127.0.0.1", port=_free_port())
+        host="127.0.0.1", port=free_port())
     start_ray(None, num_cpus=2)  # as serve --cluster starts a local one
     door = None
     try:

@@ -8,7 +8,6 @@ Needs the `cluster` extra (ray[serve]); skipped without it. About 40 s on a 2-co
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -19,15 +18,10 @@ from app.conversation.config import ConversationConfig
 from app.engine.speech_engine import EngineOptions
 from app.wire import events as wire
 from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized
+from tests.ports import free_port
 from tests.server.helpers import TOKEN, collect, of, tone
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +36,7 @@ def cluster_url(tiny_folder):
                                         custom_folder=str(tiny_folder)),
         engine_options=EngineOptions(seed=1, chunk_limit=16), token=TOKEN,
         min_replicas=2, max_replicas=2, gpus_per_replica=0, cpus_per_replica=0.5,
-        host="127.0.0.1", port=_free_port())
+        host="127.0.0.1", port=free_port())
     started = time.monotonic()
     start_ray(None, num_cpus=2)  # as serve --cluster starts a local one
     up = time.monotonic()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import re
-import socket
 from pathlib import Path
 
+from tests.ports import free_port
 from tests.server.helpers import run_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,4 @@ def test_the_health_check_is_healthy_only_while_the_server_is_ready(tiny_host):
         return ready, stuck
 
     assert run_server(tiny_host, body) == ("ready", "error")
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-    assert healthcheck.status(free) is None
+    assert healthcheck.status(free_port()) is None

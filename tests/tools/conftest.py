@@ -13,6 +13,8 @@ import ddgs
 import ollama
 import pytest
 
+from tests import ports
+
 ARTICLE = """<!doctype html>
 <html><head><title>Otters of the Baltic</title></head>
 <body>
@@ -152,20 +154,11 @@ def web_server() -> Iterator[str]:
 @pytest.fixture()
 def silent_port() -> Iterator[int]:
     """A port that accepts connections but never answers (for timeouts)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        listener.close()
+    with ports.silent_port() as port:
+        yield port
 
 
 @pytest.fixture()
 def closed_port() -> int:
     """A port nothing listens on (connection refused at once)."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return port
+    return ports.free_port()

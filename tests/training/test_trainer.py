@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import queue
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from app.frames import FRAME_SAMPLES
 from app.training.cli import main_train
 from app.training.trainer import TrainConfig, stack_layouts, synthetic_batches, train
 from app.training.trainer import save_trained as save
+from tests.queues import drain
 
 
 def _one_engine_frame(checkpoint) -> list:
@@ -27,12 +27,7 @@ def _one_engine_frame(checkpoint) -> list:
     assert engine.push_frame(np.zeros(FRAME_SAMPLES, dtype=np.float32), 10)
     engine.finish_input()
     assert engine.join(60), "the engine thread did not end"
-    collected = []
-    while True:
-        try:
-            collected.append(engine.events.get_nowait())
-        except queue.Empty:
-            return collected
+    return drain(engine.events)
 
 
 def _same_text_logits(a, b, layout) -> bool:

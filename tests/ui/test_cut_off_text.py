@@ -5,16 +5,12 @@ Settings, and a failed download's error said twice around an empty progress bar.
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtWidgets import QApplication, QLabel, QToolBar, QToolButton
+from PySide6.QtWidgets import QLabel, QToolBar, QToolButton
 
 from app.asr.stt_catalog import get_stt_manifest
 from app.checkpoints.downloader import DownloadError
 from app.ui.download_dialog import ModelMissingDialog
-
-
-def _settle(rounds: int = 8) -> None:
-    for _ in range(rounds):
-        QApplication.processEvents()
+from tests.ui.qt_events import settle
 
 
 def _inside(widget, outer) -> bool:
@@ -25,7 +21,7 @@ def test_the_speech_recognition_dialog_reads_whole(qtbot):
     dialog = ModelMissingDialog(get_stt_manifest("kyutai-stt-1b-en_fr"), check_size=False)
     qtbot.addWidget(dialog)
     dialog.show()
-    _settle()
+    settle()
     viewport = dialog.choices_area.viewport()
     assert dialog.body.width() <= viewport.width(), (dialog.body.width(), viewport.width())
     for label in dialog.body.findChildren(QLabel):
@@ -41,7 +37,7 @@ def test_the_speech_recognition_dialog_reads_whole(qtbot):
 def test_every_toolbar_button_is_shown_whole_at_640_by_480(bare_window):
     window = bare_window
     window.resize(640, 480)
-    _settle(20)
+    settle(20)
     [toolbar] = window.findChildren(QToolBar)
     for action in toolbar.actions():
         if not action.isVisible() or action.isSeparator():
@@ -66,7 +62,7 @@ def test_a_failed_download_says_it_once_and_hides_the_empty_bar(qtbot, tmp_path)
     dialog._on_plan_failed(failure)
     dialog.progress_bar.setVisible(True)  # as start_download leaves it
     dialog._on_download_failed(failure)
-    _settle()
+    settle()
     shown = [label.text() for label in dialog.findChildren(QLabel)
              if label.isVisible() and label.text()]
     said = [text for text in shown if "network is unreachable" in text]
@@ -96,7 +92,7 @@ def test_the_memory_plan_reads_whole_in_settings(qtbot, tmp_path, monkeypatch):
     plan = dialog.speech_tab.memory_plan
     qtbot.waitUntil(lambda: "not counted" in plan.text(), timeout=60_000)
     dialog.resize(dialog.width(), 520)  # a short screen
-    _settle(20)
+    settle(20)
     label = plan.label
     assert label.height() >= label.heightForWidth(label.width()), (
         label.height(), label.heightForWidth(label.width()))

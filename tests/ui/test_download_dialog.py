@@ -27,6 +27,7 @@ from app.checkpoints.catalog import Manifest, get_manifest
 from app.checkpoints.downloader import format_bytes
 from app.ui import download_dialog, safe_file_dialog
 from app.ui.download_dialog import TINY_CAPTION, ModelMissingDialog
+from tests.ports import free_port
 
 WAIT_MS = 10_000
 
@@ -182,7 +183,7 @@ def test_a_gated_model_explains_the_licence_and_takes_a_token(qtbot, open_dialog
 
 def test_an_unreachable_hub_is_said_plainly(qtbot, open_dialog, tmp_path):
     manifest = standin.make_manifest("test/model", standin.make_files(10))
-    dialog = open_dialog(manifest, folder=tmp_path / "c", endpoint=standin.closed_port_url())
+    dialog = open_dialog(manifest, folder=tmp_path / "c", endpoint=f"http://127.0.0.1:{free_port()}")
     qtbot.waitUntil(lambda: "size unknown" in dialog.size_label.text(), timeout=WAIT_MS)
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "Could not reach" in dialog.download_status.text(),

@@ -10,19 +10,15 @@ the way the app asks (this one has none), at that size and with that notice.
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.checkpoints.catalog import get_manifest
 from app.settings.schema import AppSettings, EngineSettings
 from app.ui.download_dialog import ModelMissingDialog
+from tests.ui.qt_events import settle
 
 NOTICE = "Your settings file could not be read in full: " + "a long reason " * 30
 WAIT_MS = 30_000
-
-
-def _settle() -> None:
-    for _ in range(6):
-        QApplication.processEvents()
 
 
 def _open(qtbot, settings: AppSettings, **kwargs) -> ModelMissingDialog:
@@ -33,7 +29,7 @@ def _open(qtbot, settings: AppSettings, **kwargs) -> ModelMissingDialog:
     qtbot.addWidget(dialog)
     dialog.show()
     dialog.resize(560, 449)
-    _settle()
+    settle(6)
     return dialog
 
 
@@ -62,7 +58,7 @@ def test_without_a_gpu_the_tiny_model_comes_first_and_the_dialog_says_why(qtbot)
     # the machine is asked off the GUI thread, and what works leads once it has answered.
     assert _in_view(dialog, dialog.tiny_button)
     qtbot.waitUntil(lambda: dialog.lead_label.isVisible(), timeout=WAIT_MS)
-    _settle()
+    settle(6)
     lead = dialog.lead_label.text()
     assert "no GPU" in lead and "real time" in lead and "7." in lead, lead  # 7.x billion
     assert "python main.py serve" in lead  # the other way that works: a server
@@ -78,7 +74,7 @@ def test_a_configured_server_is_offered_first_and_chosen_in_one_click(qtbot):
     settings = AppSettings(engine=EngineSettings(server_url="http://gpu-box:8998"))
     dialog = _open(qtbot, settings, gpu_check=lambda: None)
     qtbot.waitUntil(lambda: dialog.lead_label.isVisible(), timeout=WAIT_MS)
-    _settle()
+    settle(6)
     assert dialog.server_button is not None and _in_view(dialog, dialog.server_button)
     assert "gpu-box:8998" in dialog.server_button.text()
     assert _top(dialog, dialog.server_button) < _top(dialog, dialog.tiny_button)
@@ -90,7 +86,7 @@ def test_a_configured_server_is_offered_first_and_chosen_in_one_click(qtbot):
 def test_with_a_gpu_the_download_leads_as_before(qtbot):
     dialog = _open(qtbot, AppSettings(), gpu_check=lambda: "A made-up GPU")
     qtbot.waitUntil(lambda: dialog.machine_checked, timeout=WAIT_MS)
-    _settle()
+    settle(6)
     assert not dialog.lead_label.isVisible()
     assert _top(dialog, dialog.download_button) < _top(dialog, dialog.tiny_button)
 
@@ -152,7 +148,7 @@ def test_at_1366x768_and_200_percent_the_demo_is_in_view_while_the_plan_is_made(
     dialog.show()
     dialog.resize(683, 384 - 40)  # the screen's logical size less a title bar
     qtbot.waitUntil(lambda: dialog.machine_checked, timeout=WAIT_MS)
-    _settle()
+    settle(6)
     plan = dialog.memory_plan
     assert plan is not None and plan.is_working()
     assert plan.busy.isVisible() and "s so far" in plan.elapsed.text()
@@ -163,7 +159,7 @@ def test_at_1366x768_and_200_percent_the_demo_is_in_view_while_the_plan_is_made(
                     or "2 s so far" in plan.elapsed.text(), timeout=WAIT_MS)  # it counts
     release.set()
     qtbot.waitUntil(lambda: not plan.is_working(), timeout=WAIT_MS)
-    _settle()
+    settle(6)
     assert "Fits" in plan.text() and not plan.busy.isVisible()
     assert _in_view(dialog, dialog.tiny_button)
     assert dialog.tiny_button.mapTo(dialog, QPoint(0, 0)) == where  # it did not move

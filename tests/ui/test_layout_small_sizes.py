@@ -14,7 +14,6 @@ import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import (
     QAbstractButton,
-    QApplication,
     QLabel,
     QLineEdit,
     QScrollArea,
@@ -25,14 +24,10 @@ from app.checkpoints.catalog import get_manifest
 from app.conversation.session import SessionStatus
 from app.ui.download_dialog import ModelMissingDialog
 from app.ui.elided_label import ElidedLabel
+from tests.ui.qt_events import settle
 
 SIZES = [(980, 700), (640, 480)]
 READABLE_CHARS = 6  # an elided field keeps at least this many characters before the "…"
-
-
-def _settle(rounds: int = 8) -> None:
-    for _ in range(rounds):
-        QApplication.processEvents()
 
 
 def _busy_status() -> SessionStatus:
@@ -49,7 +44,7 @@ def test_the_transcript_keeps_half_the_width_with_both_side_panels_open(bare_win
     window = bare_window
     window.features.list_dock.show()
     window.resize(*size)
-    _settle()
+    settle()
     assert window.features.context_dock.isVisible() and window.features.list_dock.isVisible()
     assert window.transcript.width() >= window.width() / 2, (
         window.transcript.width(), window.width())
@@ -61,13 +56,13 @@ def test_the_side_panels_give_room_back_when_the_window_grows_again(bare_window)
     window = bare_window
     window.features.list_dock.show()
     window.resize(980, 700)
-    _settle()
+    settle()
     wide = window.features.context_dock.width()
     window.resize(640, 480)
-    _settle()
+    settle()
     narrow = window.features.context_dock.width()
     window.resize(980, 700)
-    _settle()
+    settle()
     assert narrow < wide  # it gave way at 640 ...
     assert window.features.context_dock.width() == wide  # ... and is back at 980
     assert window.transcript.width() >= window.width() / 2
@@ -84,7 +79,7 @@ def test_every_status_field_reads_whole_or_elided_with_its_tooltip(bare_window, 
     window.resize(*size)
     window.controller.state_changed.emit("running", "Listening")
     window.controller.status.emit(_busy_status())
-    _settle()
+    settle()
     line = window.status_line
     fields = [w for w in line.findChildren(ElidedLabel) if w.text()]
     assert len(fields) >= 7
@@ -115,11 +110,11 @@ def test_at_640_a_field_in_warning_red_keeps_its_room_and_the_rest_are_listed(ba
     window.resize(640, 480)
     window.controller.state_changed.emit("running", "Listening")
     window.controller.status.emit(_busy_status())
-    _settle()
+    settle()
     window.controller.status.emit(replace(
         _busy_status(), frame_ms=123.0, llm_state="error", llm_message="connection refused",
         asr_dropped_frames=0))
-    _settle()
+    settle()
     line = window.status_line
     assert line.frame.isVisible() and line.frame.shown_text() == "frame 123/80 ms ⚠"
     assert line.llm.isVisible() and line.llm.shown_text() == "LLM: error"
@@ -144,7 +139,7 @@ def test_the_first_run_dialog_shows_every_choice_or_scrolls_to_it(qtbot, size):
     # is in, whenever a loaded machine's thread gives it.
     qtbot.waitUntil(lambda: dialog.machine_checked, timeout=60_000)
     dialog.resize(min(size[0], 640), size[1])  # a small screen: the dialog may not exceed it
-    _settle()
+    settle()
     assert dialog.height() <= size[1]
     dialog_rect = dialog.rect()
     for button in (dialog.continue_button, dialog.close_button):  # never scrolled away
@@ -164,7 +159,7 @@ def test_the_first_run_dialog_shows_every_choice_or_scrolls_to_it(qtbot, size):
             center = widget.mapTo(scroll.widget(), widget.rect().center())
             scroll.ensureVisible(center.x(), center.y(), widget.width() // 2 + 1,
                                  widget.height() // 2 + 1)
-            _settle(2)
+            settle(2)
             area = QRect(scroll.viewport().mapTo(dialog, QPoint(0, 0)), scroll.viewport().size())
         else:
             area = dialog_rect
@@ -196,7 +191,7 @@ def test_an_idle_status_bar_arranges_nothing(bare_window, monkeypatch, width):
     window.resize(width, 600)
     window.controller.state_changed.emit("running", "Listening")
     window.controller.status.emit(_busy_status())
-    _settle(20)
+    settle(20)
     calls: list[StatusFields] = []
     original = StatusFields.arrange
 
@@ -205,5 +200,5 @@ def test_an_idle_status_bar_arranges_nothing(bare_window, monkeypatch, width):
         original(self)
 
     monkeypatch.setattr(StatusFields, "arrange", counted)
-    _settle(50)
+    settle(50)
     assert calls == []

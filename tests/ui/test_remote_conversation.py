@@ -16,6 +16,7 @@ from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings, SpeechModelSettings
 from app.ui.conversation_controller import ConversationController
 from app.ui.main_window import MainWindow
+from tests.ports import free_port
 from tests.serve_process import ServeProcess
 
 TOKEN = "remote-test-token-9c2e"
@@ -121,11 +122,7 @@ def test_nothing_at_the_servers_address_is_said_once_in_words(qtbot, window_for)
     library words it, twice over, in the banner and again in the status bar ("cannot
     reach the speech server at …: cannot reach http://…: Cannot connect to host … ssl:default
     [Connect call failed ('127.0.0.1', 8999)]"). It is said once, plainly, with what to do."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens once the block ends
+    port = free_port()
     window, controller = window_for(settings_for(f"http://127.0.0.1:{port}",
                                                  "http://127.0.0.1:9"))
     window.start_action.trigger()

@@ -7,15 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from PySide6.QtWidgets import QApplication
-
 from app.conversation.session import SessionStatus
 from app.settings.schema import LlmSettings
-
-
-def _settle(rounds: int = 10) -> None:
-    for _ in range(rounds):
-        QApplication.processEvents()
+from tests.ui.qt_events import settle
 
 
 def _running(window, **status) -> None:
@@ -23,7 +17,7 @@ def _running(window, **status) -> None:
     window.controller.status.emit(SessionStatus(
         model="Tiny demo model", device="cpu", dtype="float32", frame_ms=20.0,
         budget_ms=76.0, context_window=3000, llm_state="idle", **status))
-    _settle()
+    settle(10)
 
 
 def test_a_stopped_conversation_names_the_llm_it_will_ask_not_off(bare_window):
@@ -32,7 +26,7 @@ def test_a_stopped_conversation_names_the_llm_it_will_ask_not_off(bare_window):
     assert "asked once a conversation runs" in line.llm.toolTip()
     _running(bare_window)
     bare_window.controller.state_changed.emit("stopped", "Stopped")
-    _settle()
+    settle(10)
     assert line.llm.text() == "LLM: qwen3:4b"  # "LLM: off" was said here
     # No LLM at all: then it is off, and the tooltip says where to set one.
     bare_window.settings = replace(bare_window.settings, llm=LlmSettings(backend="none"))
@@ -55,7 +49,7 @@ def test_each_llm_state_says_what_it_means(bare_window):
     assert line.llm.text() == "LLM: idle"
     assert "qwen3:4b" in line.llm.toolTip() and "waiting for a question" in line.llm.toolTip()
     bare_window.controller.status.emit(SessionStatus(llm_state="thinking", model="m"))
-    _settle()
+    settle(10)
     assert "answering" in line.llm.toolTip()
 
 
@@ -101,13 +95,13 @@ def test_the_more_marks_tooltip_on_screen_follows_the_mark(bare_window):
         window.controller.status.emit(SessionStatus(
             model="Tiny demo model", device="cpu", dtype="float32", budget_ms=76.0,
             context_window=3000, **{**counts, **figures}))
-        _settle()
+        settle(10)
 
     window.controller.state_changed.emit("running", "Listening")
     show(**calm)
     before = more.text()
     QToolTip.showText(more.mapToGlobal(more.rect().center()), more.toolTip(), more)  # hover
-    _settle()
+    settle(10)
     assert QToolTip.isVisible() and QToolTip.text().startswith(f"{before[1:]} more")
     show(**busy)
     assert more.text() != before, "the figures must change the mark for this test"

@@ -12,7 +12,6 @@ recognised by the runtime's `row_reading()` (the row loaded into the shared copy
 
 from __future__ import annotations
 
-import queue
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from app.engine.local_engine import LocalEngine, open_conversation
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.moshi_internals import streaming_state
+from tests.queues import drain
 
 TIMED = (ev.FrameStats, ev.BlockSlot, ev.EngineReady)  # carry timings: compared without them
 
@@ -55,13 +55,6 @@ def speech(seed: int, frames: int) -> np.ndarray:
 
 def frames_of(pcm: np.ndarray) -> list[np.ndarray]:
     return [pcm[i:i + FRAME_SAMPLES] for i in range(0, pcm.size, FRAME_SAMPLES)]
-
-
-def drain(events: queue.SimpleQueue) -> list[object]:
-    out = []
-    while not events.empty():
-        out.append(events.get_nowait())
-    return out
 
 
 PCM_TOLERANCE = 1e-5  # batched Mimi sums its convolutions in another order than batch 1

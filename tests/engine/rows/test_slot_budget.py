@@ -5,8 +5,6 @@ through the engine's test hook (the forwards still run); nothing here is timed."
 
 from __future__ import annotations
 
-import queue
-
 import numpy as np
 
 from app.engine import events as ev
@@ -14,6 +12,7 @@ from app.engine.local_engine import LocalEngine
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from tests.engine.test_span_budget import LONG, MARGIN, fast, slow
+from tests.queues import drain
 
 
 def _converse(checkpoint, timing) -> tuple[LocalEngine, list]:
@@ -39,12 +38,7 @@ def _converse(checkpoint, timing) -> tuple[LocalEngine, list]:
             assert slot is not None
             slot.finish_input()
             assert slot.join(120.0)
-        events = []
-        while True:
-            try:
-                events.append(first.events.get_nowait())
-            except queue.Empty:
-                return engine, events
+        return engine, drain(first.events)
     finally:
         engine.stop()
 

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.tools.mcp.mcp_servers import free_port, serve_http
+from tests.ports import free_port
+from tests.tools.mcp.mcp_servers import serve_http
 
 
 @pytest.fixture(scope="module")

@@ -81,12 +81,6 @@ def assert_none_running_with(argument: str, timeout: float = 60.0) -> None:
                message=f"still running with {argument}: {running_with(argument)}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def serve_http(port: int, log: Path) -> Iterator[str]:
     """The SDK test server on streamable HTTP until the generator is closed; yields its
     endpoint URL."""

@@ -252,7 +252,7 @@ def test_a_streamable_http_server_gets_its_headers(http_server):
 
 
 def test_an_http_server_that_is_not_there_says_so():
-    from tests.tools.mcp.mcp_servers import free_port
+    from tests.ports import free_port
 
     settings = McpServerSettings(name="away", url=f"http://127.0.0.1:{free_port()}/mcp")
     started_at = time.monotonic()

@@ -14,9 +14,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import torch
 from PySide6.QtGui import QStandardItemModel
@@ -24,23 +21,14 @@ from PySide6.QtWidgets import QDialogButtonBox
 
 from app.engine.device import choose_device, survey_devices
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.speech_tab import LOOKING
 
 WAIT_MS = 120_000  # the first survey loads torch's layers at each precision (seconds)
 TORCH_RAW = "Expected one of"  # how torch's own message for a bad device name begins
 
-# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
-# seconds on an idle machine and many more at load 10.
-JOBS_END_S = 120.0
 
-
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def _int8_runs_on_this_cpu() -> bool:

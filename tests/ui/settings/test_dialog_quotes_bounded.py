@@ -8,30 +8,18 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from PySide6.QtWidgets import QComboBox, QLabel
 
 from app.checkpoints.catalog import load_catalog
 from app.settings.schema import AppSettings, AudioSettings, SpeechModelSettings
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.settings.dialog import SettingsDialog
 
 LONG = "n" * 200_000
 SHOWN_AT_MOST = 1000
 
-# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
-# seconds on an idle machine and many more at load 10.
-JOBS_END_S = 120.0
 
-
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def shown_texts(dialog: SettingsDialog) -> list[str]:

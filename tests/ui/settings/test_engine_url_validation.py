@@ -8,29 +8,16 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 from app.settings.schema import AppSettings, EngineSettings
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.settings.dialog import SettingsDialog
 
 WAIT_MS = 30_000  # the speech tab's memory plan asks Ollama (a timeout of seconds)
 
-# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
-# seconds on an idle machine and many more at load 10.
-JOBS_END_S = 120.0
 
-
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The dialog's background jobs (the memory plan, a test) end before the next test."""
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def make_dialog(qtbot, settings: AppSettings) -> SettingsDialog:

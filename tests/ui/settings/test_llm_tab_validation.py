@@ -9,24 +9,16 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 from app.llm.backend import LLMBackend
 from app.settings.schema import AppSettings, LlmSettings
 from app.settings.store import field_range
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.settings.dialog import SettingsDialog
 
 WAIT_MS = 5000
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B"}
-
-# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
-# seconds on an idle machine and many more at load 10.
-JOBS_END_S = 120.0
 
 
 class ListingBackend(LLMBackend):
@@ -39,11 +31,7 @@ class ListingBackend(LLMBackend):
         return ["qwen3:4b", "llama3"]
 
 
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None) -> SettingsDialog:

@@ -9,10 +9,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from app.checkpoints.catalog import get_manifest, load_catalog
@@ -21,10 +17,10 @@ from app.plan.footprint import short_name
 from app.plan.memory_plan import GIB, DeviceMemory
 from app.plan.memory_survey import survey_for_settings
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.download_dialog import ModelMissingDialog
 from app.ui.memory_plan_view import WORKING
 from app.ui.settings.dialog import SettingsDialog
+from tests.ports import silent_port
 
 CATALOG = load_catalog()
 WAIT_MS = 20_000
@@ -33,16 +29,8 @@ QWEN3 = StandInModel(  # what Ollama's /api/ps reports for a loaded qwen3:4b
     quantization_level="Q4_K_M", model_info={"general.parameter_count": 4_022_468_096},
     loaded_bytes=3_400_000_000, loaded_vram_bytes=3_400_000_000)
 
-# A bound for the tabs' jobs to end, not a time: the memory plan builds a 7B on meta,
-# seconds on an idle machine and many more at load 10.
-JOBS_END_S = 120.0
 
-
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -123,17 +111,9 @@ def test_nothing_fitting_says_what_to_change(qtbot, ollama):
     assert "run the speech engine on a server" in text
 
 
-def _silent_server() -> socket.socket:
-    """An Ollama that accepts connections and never answers (a hung server)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    return server
-
-
 def test_a_hung_ollama_never_freezes_the_dialog(qtbot):
-    with _silent_server() as server:
-        host = f"http://127.0.0.1:{server.getsockname()[1]}"
+    with silent_port() as port:  # an Ollama that takes connections and never answers
+        host = f"http://127.0.0.1:{port}"
         dialog = dialog_on(qtbot, settings_for(host), on_card(16))
         dialog.speech_tab.memory_plan.ollama_timeout_s = 0.5
         dialog.speech_tab.refresh_plan()  # returns at once: the plan is made off this thread

@@ -11,29 +11,20 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, EngineSettings, LlmSettings
-from app.ui.background_jobs import wait_for_jobs
 from app.ui.settings.dialog import SettingsDialog
+from tests.ports import free_port
 
 WAIT_MS = 30_000
-JOBS_END_S = 120.0  # a bound for the tabs' jobs to end (the memory plan), not a time
 BACK, ANYWAY = "Back to the settings", "Save anyway"
 
 
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def make_dialog(qtbot, settings: AppSettings) -> SettingsDialog:
@@ -97,9 +88,7 @@ def test_a_model_chosen_after_the_refusal_is_saved_without_a_question(qtbot) -> 
 
 
 def test_a_speech_server_the_test_refused_is_not_saved_without_asking(qtbot) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"
     dialog = make_dialog(qtbot, AppSettings(engine=EngineSettings(mode="server",
                                                                   server_url=url)))
     box = dialog.engine_box

@@ -6,9 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from app.ui.settings.audio_tab import meter_percent
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.llm_tab import connection_test_backend
 from app.ui.settings.speech_tab import list_persona_voices
+from tests.ports import free_port
 
 CATALOG = load_catalog()
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B", "tiny-stt": "Tiny STT"}
@@ -38,12 +37,7 @@ def no_voices(manifest: Manifest, folder: Path) -> list[str]:
     return []
 
 
-@pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No checkpoint of the user's is seen; no background job outlives its test."""
-    monkeypatch.setenv("CONTEXTSPAN_DATA_DIR", str(tmp_path / "data"))
-    yield
-    assert wait_for_jobs(JOBS_END_S)
+pytestmark = pytest.mark.usefixtures("private_dirs")  # tests/ui/settings/conftest.py
 
 
 def make_dialog(qtbot, settings: AppSettings | None = None, **kwargs) -> SettingsDialog:
@@ -59,12 +53,6 @@ def select_data(combo, data) -> None:
     index = combo.findData(data)
     assert index >= 0, data
     combo.setCurrentIndex(index)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- reflecting and editing settings -----------------------------------------------------------

@@ -4,13 +4,12 @@ unreachable address said plainly, the GUI never waiting on the network."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from app.settings.schema import AppSettings, EngineSettings
 from app.settings.store import SettingsStore
 from app.ui.settings.dialog import SettingsDialog
+from tests.ports import free_port, silent_port
 from tests.serve_process import ServeProcess
 
 TOKEN = "engine-settings-token-41ad"
@@ -28,12 +27,6 @@ def make_dialog(qtbot, settings: AppSettings, **kwargs) -> SettingsDialog:
                             **kwargs)
     qtbot.addWidget(dialog)
     return dialog
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_test(qtbot, dialog: SettingsDialog) -> str:
@@ -102,10 +95,8 @@ def test_an_unreachable_server_is_named(qtbot):
 def test_a_server_that_takes_the_connection_and_says_nothing_is_said_so(qtbot):
     """Issue 35, item 11: an address that takes connections and never answers (a server
     still loading, another program) was reported as "Cannot reach http://…: ." (empty)."""
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    with silent_port() as port:
+        url = f"http://127.0.0.1:{port}"
         dialog = make_dialog(qtbot, AppSettings(engine=EngineSettings(mode="server",
                                                                       server_url=url)))
         dialog.engine_box.probe_timeout_s = 1.0
