@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.asr.asr_thread import AsrOptions, StreamingAsr
+from app.asr.asr_thread import AsrOptions
 from app.asr.events import AsrError, AsrFinal
 from app.asr.recogniser import open_recognition
 from app.asr.vad import (
