@@ -166,7 +166,7 @@ class WindowFeatures(QObject):
         self.push_to_talk_action.toggled.connect(self._set_push_to_talk)
         self.new_action = _action(w, "&New conversation", "Ctrl+N", self.new_conversation)
         self.list_action = _action(w, "C&onversations…", "Ctrl+O", self.show_list)
-        self.quit_action = _action(w, "&Quit", "Ctrl+Q", w.close)
+        self.quit_action: QAction = _action(w, "&Quit", "Ctrl+Q", w.close)
         self.find_action = _action(w, "&Find…", "Ctrl+F", self.search_bar.open_bar)
         self.zoom_in_action = _action(w, "Zoom &in", "Ctrl++", w.transcript.zoom_in)
         self.zoom_in_action.setShortcuts([QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
@@ -185,7 +185,8 @@ class WindowFeatures(QObject):
         self.list_dock_action = self.list_dock.toggleViewAction()
         self.list_dock_action.setText("&Conversation list")
         self.list_dock_action.setShortcut(QKeySequence("Ctrl+Shift+L"))
-        self.notify_action = _action(w, "Desktop &notifications", None, checkable=True)
+        self.notify_action: QAction = _action(w, "Desktop &notifications", None,
+                                              checkable=True)
         self.notify_action.setToolTip("While the window is not in front: say when the "
                                       "assistant answered, or an error stopped the "
                                       "conversation")
