@@ -1,6 +1,7 @@
 """What the window remembers between launches that is not a setting: its geometry and docks,
-the last export folder, the text size, push-to-talk. It churns (every move of the window),
-so it lives in its own small file beside settings.json and stays out of the settings schema.
+the last export folder, the text size, push-to-talk, desktop notifications. It churns
+(every move of the window), so it lives in its own small file beside settings.json and
+stays out of the settings schema.
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ class UiState:
     @push_to_talk.setter
     def push_to_talk(self, enabled: bool) -> None:
         self._settings.setValue("audio/push_to_talk", 1 if enabled else 0)
+
+    @property
+    def notifications(self) -> bool:
+        """Desktop notifications while the window is not active (tray.py); on unless
+        turned off."""
+        return self._int("window/notifications", 1) == 1
+
+    @notifications.setter
+    def notifications(self, enabled: bool) -> None:
+        self._settings.setValue("window/notifications", 1 if enabled else 0)
 
     def sync(self) -> None:
         self._settings.sync()

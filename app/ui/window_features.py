@@ -1,7 +1,8 @@
 """What the main window offers beyond its conversation controls: the menus and their
 shortcuts, conversations (autosaved, listed, reopened read-only), what the model knows now,
-find and zoom, push-to-talk, the window's remembered geometry, Help (the docs, how to get an
-LLM, About); and what the window shows when a conversation stops or the microphone is muted.
+find and zoom, push-to-talk, the tray icon and notifications (tray.py), the window's
+remembered geometry, Help (the docs, how to get an LLM, About); and what the window shows
+when a conversation stops or the microphone is muted.
 
 Kept apart from `main_window.py` so the window itself stays a small list of its parts. The
 features know the window as a `FurnishedWindow`, declared here: a main window with the parts
@@ -45,6 +46,7 @@ from app.ui.push_to_talk import PTT_KEY_NAME, PushToTalk
 from app.ui.saved_conversation_window import SavedConversationWindow
 from app.ui.screen_fit import fit_when_shown
 from app.ui.search_bar import SearchBar
+from app.ui.tray import DesktopTray
 from app.ui.ui_state import UiState
 
 if TYPE_CHECKING:
@@ -139,6 +141,8 @@ class WindowFeatures(QObject):
         self._make_actions()
         self._make_menus()
         self._keyboard()
+        # The tray icon where the desktop has one, and notifications while away.
+        self.tray = DesktopTray(window, self.notify_action, self.quit_action)
 
         controller.entry.connect(self.keeper.on_entry)
         controller.entry_sinks.append(self.keeper.from_session)  # autosave: no GUI wait
@@ -198,7 +202,7 @@ class WindowFeatures(QObject):
         self.push_to_talk_action.toggled.connect(self._set_push_to_talk)
         self.new_action = _action(w, "&New conversation", "Ctrl+N", self.new_conversation)
         self.list_action = _action(w, "C&onversations…", "Ctrl+O", self.show_list)
-        self.quit_action = _action(w, "&Quit", "Ctrl+Q", w.close)
+        self.quit_action: QAction = _action(w, "&Quit", "Ctrl+Q", w.close)
         self.find_action = _action(w, "&Find…", "Ctrl+F", self.search_bar.open_bar)
         self.zoom_in_action = _action(w, "Zoom &in", "Ctrl++", w.transcript.zoom_in)
         self.zoom_in_action.setShortcuts([QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
@@ -217,6 +221,13 @@ class WindowFeatures(QObject):
         self.list_dock_action = self.list_dock.toggleViewAction()
         self.list_dock_action.setText("&Conversation list")
         self.list_dock_action.setShortcut(QKeySequence("Ctrl+Shift+L"))
+        self.notify_action: QAction = _action(w, "Desktop &notifications", None,
+                                              checkable=True)
+        self.notify_action.setToolTip("While the window is not in front: say when the "
+                                      "assistant answered, or an error stopped the "
+                                      "conversation")
+        self.notify_action.setChecked(self.state.notifications)
+        self.notify_action.toggled.connect(self._remember_notifications)
 
     def _make_menus(self) -> None:
         w = self.window
@@ -230,7 +241,7 @@ class WindowFeatures(QObject):
         view = QMenu("&View", w)
         for item in (self.find_action, self.focus_input_action, None, self.zoom_in_action,
                      self.zoom_out_action, self.zoom_reset_action, None, self.context_action,
-                     self.list_dock_action):
+                     self.list_dock_action, None, self.notify_action):
             view.addSeparator() if item is None else view.addAction(item)
         help_menu = QMenu("&Help", w)
         for item in (self.help_action, self.llm_help_action, None, self.about_action):
@@ -412,6 +423,9 @@ class WindowFeatures(QObject):
         self.window.input_box.editor.setPlaceholderText(
             (f"Hold {PTT_KEY_NAME} to talk. " if enabled else "")
             + "Type to the assistant (Enter sends) — or paste a text and press “Read this”")
+
+    def _remember_notifications(self, enabled: bool) -> None:
+        self.state.notifications = enabled
 
     def _remember_zoom(self, zoom: int) -> None:
         self.state.zoom = zoom

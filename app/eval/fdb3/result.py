@@ -18,7 +18,10 @@ agent's words), `asr_chunks` [{text, timestamp: [start, end]}], `user_speech_end
 - the user's speech ends where the input's first turn does, read as the benchmark reads it
   from an ASR's word times: the end of the first word followed by more than 2 s without
   one, else of the last word; here the words the run's recogniser heard in the input (the
-  `user` records' words), not the loudness (a noisy recording is loud to its end).
+  `user` records' words), not the loudness (a noisy recording is loud to its end). Only
+  where the recogniser ended turns without word times (a run log of before they were
+  kept) is it the loudness's end, and `user_speech_end_from` says which it is
+  ("asr_words" or "loudness").
 Extra keys say what else a reader needs (the model, the run's transcript file).
 """
 
@@ -150,6 +153,10 @@ def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
     duration = len(input_pcm) / SAMPLE_RATE
     heard = user_words(records, duration)
     user_end = user_speech_end(heard)
+    user_end_from: str | None = "asr_words" if user_end is not None else None
+    if user_end is None and user_turns(records):  # turns heard, but without word times
+        user_end = voiced_end(input_pcm)
+        user_end_from = "loudness" if user_end is not None else None
     calls = tool_calls(records, schemas)
     result: dict[str, Any] = {
         "pid": speaker, "example_id": example_id,
@@ -162,6 +169,7 @@ def make_result(example_id: str, speaker: str, scenario: dict, provider: str,
         "transcript": " ".join(w["text"] for w in words),
         "asr_chunks": words,
         "user_speech_end_rel": user_end,
+        "user_speech_end_from": user_end_from,
         # What the user end was read from, as the benchmark's runner keeps its input ASR.
         "input_transcript": " ".join(w[0] for w in heard),
         "input_asr_chunks": [{"text": t, "timestamp": [start, end]}

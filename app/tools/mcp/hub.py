@@ -161,6 +161,8 @@ class McpLease:
         self._held = list(held)
         self._released = False
         self._lock = threading.Lock()
+        # Set when the lease ends: whoever follows its servers (offer.py) stops then.
+        self.released = threading.Event()
 
     @property
     def servers(self) -> list[McpServerSettings]:
@@ -200,6 +202,7 @@ class McpLease:
             if self._released:
                 return
             self._released = True
+        self.released.set()
         self._hub._release(self.servers)
 
 

@@ -74,6 +74,7 @@ def test_the_result_types_the_calls_and_reads_the_user_end_from_the_words(schema
     result = make_result("housing_01", "0" * 24, {"domain": "housing_location"}, "ours",
                          records, pcm, {}, schemas)
     assert result["user_speech_end_rel"] == 2.7
+    assert result["user_speech_end_from"] == "asr_words"
     assert result["input_transcript"] == "find two bedroom places in austin"
     assert result["input_asr_chunks"][0] == {"text": "find", "timestamp": [1.0, 1.3]}
     call = result["actual_tool_calls"][0]
@@ -91,3 +92,16 @@ def test_without_a_gap_the_user_end_is_the_last_words_and_without_words_none():
         == 3.6
     silent = make_result("x", "0" * 24, {}, "ours", [], pcm, {})
     assert silent["user_speech_end_rel"] is None and "perceived_total_latency" not in silent
+    assert silent["user_speech_end_from"] is None
+
+
+def test_turns_without_word_times_fall_back_to_the_loudness_and_say_so():
+    """A run log of before the words were kept: the recogniser ended a turn, but its
+    words have no times; the user's end is then where the input goes quiet, labelled."""
+    speech = 0.1 * np.sin(np.linspace(0.0, 2000.0, int(1.5 * SAMPLE_RATE)))
+    pcm = np.concatenate([np.zeros(SAMPLE_RATE // 2), speech,
+                          np.zeros(4 * SAMPLE_RATE)]).astype(np.float32)
+    turn = [UserRecord("hello there", 0.5, 2.0, "vad", 2.6)]  # no words
+    result = make_result("x", "0" * 24, {}, "ours", turn, pcm, {})
+    assert result["user_speech_end_rel"] == voiced_end(pcm) == 2.0
+    assert result["user_speech_end_from"] == "loudness"

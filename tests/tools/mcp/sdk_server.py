@@ -5,8 +5,9 @@ Its tools cover what a server can do to a client: read-only and changing tools, 
 10 MB, an image, text that tries to forge span markers, an error, a crash and a hang.
 Options make it write its pid (`--pid-file`: the tests check the process is gone), print an
 environment variable on stderr at start (`--print-env`: it must be masked in our log), exit
-at once (`--exit-at-start`), never answer (`--no-answer`) or list a tool whose input schema
-is malformed (`--bad-schema`).
+at once (`--exit-at-start`), never answer (`--no-answer`), list a tool whose input schema
+is malformed (`--bad-schema`) or start only once a file exists (`--start-when`: a slow
+start the test ends when it chooses, not after a guessed time).
 """
 
 from __future__ import annotations
@@ -119,7 +120,13 @@ def main() -> int:
                         help="list one more tool, whose input schema is malformed")
     parser.add_argument("--linger", action="store_true",
                         help="hang on after its stdin ends (a server that ignores it)")
+    parser.add_argument("--start-when", type=Path, default=None, metavar="FILE",
+                        help="start (or exit, with --exit-at-start) once FILE exists")
     args = parser.parse_args()
+    if args.start_when is not None:
+        deadline = time.monotonic() + 600.0  # never left behind for ever
+        while not args.start_when.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     if args.pid_file is not None:
         args.pid_file.write_text(str(os.getpid()))
     if args.print_env:
