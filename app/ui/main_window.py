@@ -32,13 +32,14 @@ from app.settings.schema import AppSettings
 from app.ui.consent_prompt import ConsentPrompt
 from app.ui.conversation_controller import ConversationController
 from app.ui.dock_share import DockShare
+from app.ui.furnished_window import FurnishedWindow
 from app.ui.input_box import InputBox
 from app.ui.level_meter import LevelMeter
 from app.ui.restart_banner import RestartBanner
 from app.ui.screen_fit import fit_to_screen
 from app.ui.status_line import StatusLine
 from app.ui.transcript_panel import TranscriptPanel
-from app.ui.window_features import FurnishedWindow, WindowFeatures
+from app.ui.window_features import WindowFeatures
 
 DEFAULT_SIZE = QSize(980, 700)  # where the screen has room for it
 MAX_DROP_BYTES = 2_000_000  # larger files are refused with a message (read the first part?)

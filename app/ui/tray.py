@@ -28,7 +28,7 @@ from app.conversation.transcript.entries import TranscriptEntry
 from app.display_text import visible_controls
 
 if TYPE_CHECKING:  # the window's features make the tray
-    from app.ui.main_window import MainWindow
+    from app.ui.furnished_window import FurnishedWindow
 
 ANSWER_CHARS = 140  # a notification shows the answer's start; the transcript has it whole
 ERROR_CHARS = 240
@@ -79,7 +79,7 @@ class AwayNotifier(QObject):
 
     notification = Signal(object)  # Notification
 
-    def __init__(self, window: MainWindow, enabled: Callable[[], bool]) -> None:
+    def __init__(self, window: FurnishedWindow, enabled: Callable[[], bool]) -> None:
         super().__init__(window)
         self._enabled = enabled
         self._ran = False  # the conversation got as far as running
@@ -88,8 +88,8 @@ class AwayNotifier(QObject):
         window.controller.entry.connect(self._on_entry)
 
     @property
-    def window(self) -> MainWindow:
-        return cast("MainWindow", self.parent())
+    def window(self) -> FurnishedWindow:
+        return cast("FurnishedWindow", self.parent())
 
     def _away(self) -> bool:
         return not self.window.isActiveWindow() and self._enabled()
@@ -118,7 +118,7 @@ class DesktopTray(QObject):
     """The tray icon and its menu where the desktop has a tray; the notifier in any case
     (with no tray it has nowhere to show, and shows nothing)."""
 
-    def __init__(self, window: MainWindow, notify_action: QAction,
+    def __init__(self, window: FurnishedWindow, notify_action: QAction,
                  quit_action: QAction) -> None:
         super().__init__(window)
         self.icon: QSystemTrayIcon | None = None
@@ -151,8 +151,8 @@ class DesktopTray(QObject):
         self.icon = icon
 
     @property
-    def window(self) -> MainWindow:
-        return cast("MainWindow", self.parent())
+    def window(self) -> FurnishedWindow:
+        return cast("FurnishedWindow", self.parent())
 
     @Slot(object)
     def show_notification(self, notification: Notification) -> None:

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import shiboken6
-from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QObject, Qt, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QBoxLayout,
     QDockWidget,
-    QMainWindow,
     QMenu,
     QMessageBox,
     QToolBar,
@@ -41,6 +40,7 @@ from app.ui.context_panel import ContextPanel
 from app.ui.conversation_keeper import ConversationKeeper, describe_llm
 from app.ui.conversation_list import ConversationList, started_label
 from app.ui.export_dialog import export_with_dialog
+from app.ui.furnished_window import FurnishedWindow
 from app.ui.help_window import GETTING_AN_LLM, HelpWindow
 from app.ui.push_to_talk import PTT_KEY_NAME, PushToTalk
 from app.ui.saved_conversation_window import SavedConversationWindow
@@ -51,11 +51,6 @@ from app.ui.ui_state import UiState
 
 if TYPE_CHECKING:
     from app.settings.schema import AppSettings
-    from app.ui.conversation_controller import ConversationController
-    from app.ui.input_box import InputBox
-    from app.ui.level_meter import LevelMeter
-    from app.ui.status_line import StatusLine
-    from app.ui.transcript_panel import TranscriptPanel
 
 RUNNING_STATES = ("loading", "running", "paused")
 ENDED_STATES = ("stopped", "error", "model_missing", "idle")
@@ -71,35 +66,6 @@ def _action(window: QWidget, text: str, shortcut: QKeySequence | str | None,
     if slot is not None:
         action.triggered.connect(slot)
     return action
-
-
-class FurnishedWindow(QMainWindow):
-    """The window the features furnish, as they know it (main_window.MainWindow is it): its
-    conversation controls, made before the features, which read and connect to them."""
-
-    cancel_turn_requested = Signal()  # the Cancel button of the transcript's pending request
-
-    controller: ConversationController
-    transcript: TranscriptPanel
-    input_box: InputBox
-    status_line: StatusLine
-    mic_meter: LevelMeter
-    speaker_meter: LevelMeter
-    start_action: QAction
-    stop_action: QAction
-    mute_action: QAction
-    settings_action: QAction
-    export_action: QAction
-    copy_action: QAction
-    cancel_request_action: QAction
-
-    @property
-    def settings(self) -> AppSettings:
-        """The settings the next conversation starts with."""
-        raise NotImplementedError
-
-    def show_error(self, message: str) -> None:
-        raise NotImplementedError
 
 
 def _settings_of(window: weakref.ref[FurnishedWindow]) -> AppSettings:
