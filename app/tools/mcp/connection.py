@@ -63,7 +63,7 @@ START_TIMEOUT_S = 30.0  # `npx -y` may download its package on the first start
 CLOSE_TIMEOUT_S = 10.0  # the SDK's own shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
 MESSAGE_CHARS = 300
 _CONNECTION_CLOSED = -32000
-_EXIT_WORD_WAIT_S = 1.0  # for the guard's line on how the server ended
+_EXIT_WORD_WAIT_S = 5.0  # for the guard's line on how the server ended
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,16 @@ def _mask_sdk_logs() -> None:
             for name in _SDK_LOGGERS:
                 logging.getLogger(name).addFilter(_MaskSecrets())
             _filtering.append(True)
+
+
+def _last_word(server_log: ServerLog | None) -> str | None:
+    """The guard's word on how the server ended, else its last stderr line. Its stdout can
+    close before its stderr's last line is read (a busy machine): waited for, bounded, on
+    this connection's own thread, whose server has failed anyway."""
+    if server_log is None:
+        return None
+    server_log.wait_ended(_EXIT_WORD_WAIT_S)
+    return server_log.why_failed()
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -532,12 +542,12 @@ class McpServerConnection:
         if isinstance(first, httpx2.HTTPError):
             return f"cannot reach {self.settings.url.split('?')[0]}: {first}"
         if isinstance(first, MCPError) and first.code == _CONNECTION_CLOSED:
-            why = server_log.why_failed() if server_log is not None else None
+            why = _last_word(server_log)
             return f"it ended before it answered ({why})" if why else \
                 "it ended before it answered"
         if isinstance(first, OSError):
             return f"cannot start it: {first.strerror or first}"
-        why = server_log.why_failed() if server_log is not None else None
+        why = _last_word(server_log)
         text = f"{type(first).__name__}: {first}".strip()
         return f"{text} ({why})" if why else text
 
