@@ -63,6 +63,7 @@ START_TIMEOUT_S = 30.0  # `npx -y` may download its package on the first start
 CLOSE_TIMEOUT_S = 10.0  # the SDK's own shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
 MESSAGE_CHARS = 300
 _CONNECTION_CLOSED = -32000
+_GONE_IN_A_CALL = "it stopped during a call"
 _EXIT_WORD_WAIT_S = 5.0  # for the guard's line on how the server ended
 
 
@@ -290,7 +291,7 @@ class McpServerConnection:
                     future.cancel()
                     return self._outcome(started, error=self._timed_out(tool, timeout))
             except concurrent.futures.CancelledError:
-                return self._outcome(started, error=f"{self.name} stopped during the call")
+                return self._outcome(started, error=self._cut_off_words())
 
     # ---- the session's thread ---------------------------------------------------------
 
@@ -488,6 +489,17 @@ class McpServerConnection:
                 return f"{gone} ({why}); restart it in Settings → Tools"
         return f"{gone}; restart it in Settings → Tools"
 
+    def _cut_off_words(self) -> str:
+        """A call cut off by its session's end: the session's loop ended (the server went)
+        while the call still waited for the words on how it ended. The session has said
+        them by then, in its failed status."""
+        status = self.status()
+        if status.state == "failed" and status.message.startswith(_GONE_IN_A_CALL):
+            return f"{self.name} stopped during the call{status.message[len(_GONE_IN_A_CALL):]}"
+        if status.state == "failed" and status.message:
+            return f"{self.name} stopped during the call: {status.message}"
+        return f"{self.name} stopped during the call"
+
     async def _call(self, client: Client, tool: str, arguments: dict[str, Any],
                     timeout_s: float
                     ) -> tuple[str, str | None, tuple[str, ...], float | None]:
@@ -502,7 +514,7 @@ class McpServerConnection:
                     return "", self._timed_out(tool, timeout_s), (), None
                 with self._lock:
                     if self._gone is None:
-                        self._gone = "it stopped during a call"
+                        self._gone = _GONE_IN_A_CALL
                     wake = self._wake
                 if wake is not None:
                     wake.set()
