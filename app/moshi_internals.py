@@ -182,6 +182,17 @@ def keep_kv_dtype(attention: StreamingMultiheadAttention, dtype: torch.dtype) ->
     cast(_QuantizedProjectionAttention, attention).kv_dtype = dtype
 
 
+def new_kv_ring(layer: StreamingMultiheadAttention, batch_size: int) -> RingKVCache:
+    """The KV ring moshi gives the self-attention `layer` when it starts streaming at
+    `batch_size` (its capacity, heads, dtype and device: moshi's own choice, quantized
+    projections included), made on its own, the layer left as it is."""
+    if layer.cross_attention:
+        raise ValueError("only self-attention layers keep a KV ring")
+    ring = layer._init_streaming_state(batch_size).kv_cache
+    assert ring is not None
+    return ring
+
+
 def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:
     """A copy of what the ring holds: (keys and values [2, B, H, capacity, D], end offsets)."""
     return ring.cache.clone(), ring.end_offset.clone()
