@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # The ConversationConfig fields `run` chooses (their options: app/conversation/config.py).
 SPEECH_MODEL_OPTIONS = ("model_id", "device", "dtype", "custom_folder", "voice", "role",
-                        "user_name", "user_city", "precision")
+                        "user_name", "user_city", "precision", "compile_step")
 RUN_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "realtime",
                    "level_voice")
 
@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--steps", type=int, default=2, help="steps counted (default 2)")
     step.add_argument("--greedy", action="store_true",
                       help="greedy tokens (default: sampled, as the app samples)")
+    step.add_argument("--compile", action="store_true",
+                      help="also count ours with the step's depformer compiled by "
+                           "torch.compile (a first run compiles for a minute or more)")
     step.add_argument("--json", action="store_true", help="print one JSON object")
     asr = bench_kinds.add_parser(
         "asr", help="one recogniser for N conversations: its state, speed, and the 1B's")
@@ -401,7 +404,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         precisions = tuple(p.strip() for p in (args.precision or default).split(",")
                            if p.strip())
         result = run_step_bench(tuple(args.model or ("tiny-cs", "7b")), precisions,
-                                args.device, args.steps, args.greedy, emit=emit_line)
+                                args.device, args.steps, args.greedy, emit=emit_line,
+                                compile_step=args.compile)
         print(json.dumps(result) if args.json else describe_step(result))
         return 0
     if args.bench == "asr":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -161,6 +162,12 @@ def _close_transcript(out: TextIO, partial: Path, final: Path, unfinished: list[
         os.replace(partial, final)
 
 
+def _on_stderr(message: str) -> None:
+    """What the engine's warm-up says while it takes a while (compiling the step, `--compile`):
+    a run's terminal shows it, nothing else does meanwhile."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _check_llm_timeout(conversation: ConversationConfig) -> None:
     limits = field_range(LlmSettings, "timeout_s")
     assert limits is not None  # the setting declares its range
@@ -209,7 +216,7 @@ def run_headless(config: ConversationConfig, run: HeadlessRun) -> RunSummary:
     checkpoint = load_speech_model(config)
     options = engine_options(config, seed=seed, chunk_limit=chunk_limit,
                              forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at),
-                             mimi=run.mimi)
+                             mimi=run.mimi, warmup_notice=_on_stderr)
     return run_conversation(checkpoint, pcm, config, run, options)
 
 
