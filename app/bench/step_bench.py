@@ -11,10 +11,10 @@ the host, timed apart; stock's: its token cache on the device) and Mimi. Then th
 moshi's own `LMGen` on the same LM and Mimi (it drops the user's codebooks when dep_q is 16,
 a trap the engine avoids: its operators are what matters here).
 
-With `--compile`, a third engine per model and precision: ours with the step's depformer
-compiled by torch.compile (EngineOptions.compile_step), its compiled calls counted by
-torch.profiler (app/bench/step_count.py): the kernels it launches, in its "depformer" part
-(the codebooks' sampling fused in with it), and what the compile took.
+With `--compile`, a third engine per model and precision: ours with the step compiled by
+torch.compile (EngineOptions.compile_step), its compiled calls counted by torch.profiler
+(app/bench/step_count.py): the kernels they launch, in their parts (the codebooks' sampling
+fused into the depformer's), and what the compile took.
 
 Models: a catalog id (tiny-cs), or `7b`: PersonaPlex's 7B architecture with random weights.
 On a CUDA GPU `7b` is built at full size in bf16 and the GPU's kernels are counted too
@@ -83,12 +83,12 @@ INCLUDES = {
                "a count, not a speed)",
     "gpu_kernels": "CUDA only: kernels the GPU ran per step, torch.profiler, CUDA graphs on "
                    "as the app runs them",
-    "compiled": "--compile: ours with the depformer's codebook steps compiled by "
-                "torch.compile; its part counts the kernels the compiled calls launch "
-                "(fused inductor kernels and the library ones they call: mm, attention, "
-                "top-k, random draws), the codebooks' sampling included; compile_s: the "
-                "first step's time, the compile included (from_cache: read from inductor's "
-                "cache)",
+    "compiled": "--compile: ours with the step compiled by torch.compile (the temporal "
+                "forward's setup, one layer, its end; the depformer's codebook step); each "
+                "part counts the kernels its compiled calls launch (fused inductor kernels "
+                "and the library ones they call: mm, attention, top-k, random draws), the "
+                "depformer's the codebooks' sampling included; compile_s: the first step's "
+                "time, the compiles included (from_cache: nothing had to be compiled)",
 }
 
 
@@ -209,11 +209,11 @@ def _ours(built: _Built, steps: int, greedy: bool, seed: int, compile_step: bool
         for _ in range(SETTLE_STEPS):  # the compiled pieces compile on the first
             step()
         for piece in _compiled_pieces(engine):
-            observed.enter_context(piece.observed(counter.observing("depformer")))
+            observed.enter_context(piece.observed(counter.observing(piece.part)))
         step_parts, step_ms = _counted(counter, steps, step, checkpoint.lm.device)
         frame_parts, _ = _counted(counter, steps,
                                   lambda: engine.model_frame([0], pcm), checkpoint.lm.device)
-    compiled = _compile_facts(_compiled_pieces(engine)) if compile_step else None
+    compiled = _compile_facts(engine) if compile_step else None
     return Counted(step_parts, frame_parts, step_ms, compiled)
 
 
@@ -416,13 +416,17 @@ def count_model(model: str, precision: str, device: torch.device, steps: int = 2
     return rows
 
 
-def _compile_facts(pieces: list[Any]) -> dict[str, Any]:
-    """What compiling the step took (or that nothing compiled)."""
-    if not pieces:
-        return {"compiled": False, "failure": "no piece compiled (the log says why)"}
-    return {"compiled": True, "piece": ", ".join(p.label for p in pieces),
-            "compile_s": round(sum(p.compile_s for p in pieces), 1),
-            "from_cache": all(p.from_cache for p in pieces)}
+def _compile_facts(engine: LocalEngine) -> dict[str, Any]:
+    """What compiling the step took (or that nothing compiled, and why)."""
+    runtime = engine.runtime
+    group = runtime.step_compile() if isinstance(runtime, TorchRuntime) else None
+    pieces = [] if group is None else group.pieces
+    compiled = [p.label for p in pieces if p.compiled]
+    failures = {p.label: p.failure for p in pieces if p.failure is not None}
+    return {"compiled": bool(compiled), "pieces": compiled, "failures": failures,
+            "compile_s": None if group is None or group.compile_s is None
+            else round(group.compile_s, 1),
+            "from_cache": None if group is None else group.from_cache}
 
 
 def run_step_bench(models: tuple[str, ...] = ("tiny-cs", SEVEN_B),
@@ -490,9 +494,10 @@ def describe(result: dict[str, Any]) -> str:
             extra.append(f"GPU kernels a step {row['gpu_kernels']}")
         compiled = row.get("compile")
         if compiled is not None:
-            extra.append(f"compiled: {compiled['piece']} in {compiled['compile_s']} s"
+            extra.append(f"compiled {len(compiled['pieces'])} pieces in "
+                         f"{compiled['compile_s']} s"
                          + (" (from the cache)" if compiled["from_cache"] else "")
-                         if compiled["compiled"] else f"not compiled: {compiled['failure']}")
+                         if compiled["compiled"] else f"not compiled: {compiled['failures']}")
         extra.append(f"step {row['step_ms']} ms here while counted")
         lines.append(f"  {'':<44} {'; '.join(extra)}")
     if any("full_width" in row for row in result["rows"]):

@@ -193,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--greedy", action="store_true",
                       help="greedy tokens (default: sampled, as the app samples)")
     step.add_argument("--compile", action="store_true",
-                      help="also count ours with the step's depformer compiled by "
-                           "torch.compile (a first run compiles for a minute or more)")
+                      help="also count ours with the step compiled by torch.compile (a "
+                           "first run compiles for minutes)")
     step.add_argument("--json", action="store_true", help="print one JSON object")
     asr = bench_kinds.add_parser(
         "asr", help="one recogniser for N conversations: its state, speed, and the 1B's")

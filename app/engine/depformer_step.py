@@ -12,8 +12,7 @@ attention, the gating, the head, the sampling.
 
 Exact: the same moshi modules (norms, linears at any precision, embeddings, gating) on the same
 values, the keys and values in the same ring slots, the attention given the same mask, so its
-logits are moshi's `forward_depformer`'s (tests/engine/test_depformer_step.py: to the last
-bit, but where the CPU's matrix library rounds a sum by where a tensor sits in memory).
+logits equal moshi's `forward_depformer` bit for bit (tests/engine/test_depformer_step.py).
 A slot the mask closes may hold the previous frame's keys: its weight is exactly zero, as
 moshi's empty slots' are.
 
@@ -39,7 +38,7 @@ from moshi.utils.sampling import sample_token
 from torch.nn import functional as F
 
 from app.engine.lm_runtime import Sampling
-from app.moshi_internals import new_kv_ring
+from app.moshi_internals import as_in_moshis_layers, new_kv_ring
 
 
 def unsupported(lm: LMModel) -> str | None:
@@ -175,14 +174,18 @@ class DepformerSteps:
         s = self._sampling
         previous = text_token
         sampled: list[torch.Tensor] = []
-        for step in range(self._dep_q):
-            token, logits = self.step(self._modules[step], self._rings, self._slots[step],
-                                      self._masks[step], self._heads, self._activation,
-                                      previous, transformer_out, s.greedy, s.temp, s.top_k)
-            sampled.append(token)  # [B]
-            if self.logits is not None:  # a test's record (a copy: a graph reuses its own)
-                self.logits.append(logits.clone())
-            previous = torch.where(provided[:, step], targets[:, step], token)
+        # As in moshi's layers (its norms; the steps' own norms, moshi's outside its layers,
+        # are the identity in every depformer it builds with depformer_norm unset).
+        with as_in_moshis_layers(text_token.device):
+            for step in range(self._dep_q):
+                token, logits = self.step(self._modules[step], self._rings, self._slots[step],
+                                          self._masks[step], self._heads, self._activation,
+                                          previous, transformer_out, s.greedy, s.temp,
+                                          s.top_k)
+                sampled.append(token)  # [B]
+                if self.logits is not None:  # a test's record (a copy: graphs reuse theirs)
+                    self.logits.append(logits.clone())
+                previous = torch.where(provided[:, step], targets[:, step], token)
         return torch.stack(sampled, dim=1)  # [B, dep_q]
 
 

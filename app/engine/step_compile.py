@@ -59,29 +59,84 @@ def use_compile_cache() -> str:
     return os.environ[CACHE_DIR_VARIABLE]
 
 
-def _cache_hits() -> int:
+def _cache_misses() -> int:
+    """Graphs inductor compiled so far for want of them in its cache (none: every graph was
+    read from the cache, or already compiled in this process)."""
     from torch._dynamo.utils import counters
 
-    return int(counters["inductor"]["fxgraph_cache_hit"])
+    return int(counters["inductor"]["fxgraph_cache_miss"])
+
+
+class StepCompile:
+    """The step's compiled pieces, compiled on the warm-up's first step, with progress: the
+    start says it is compiling and how many pieces, each piece when its first call is
+    through, the end how long it took (or that the cache had it all)."""
+
+    def __init__(self, device: torch.device, notify: Notify | None = None) -> None:
+        self.device = device
+        self._notify = notify or (lambda _message: None)
+        self.pieces: list[CompiledPiece] = []
+        self._started: float | None = None
+        self._misses = 0
+        self._through = 0
+        self.compile_s: float | None = None  # the first step's time, the compiles included
+        self.from_cache: bool | None = None  # nothing had to be compiled
+
+    def piece(self, fn: Callable[..., Any], label: str, part: str) -> CompiledPiece:
+        made = CompiledPiece(fn, label, part, self)
+        self.pieces.append(made)
+        return made
+
+    def settle(self) -> None:
+        """A whole step ran: every graph is compiled, none will be again."""
+        if self._started is None or self.compile_s is not None:
+            return
+        for piece in self.pieces:
+            piece.settle()
+        self.compile_s = time.perf_counter() - self._started
+        self.from_cache = _cache_misses() == self._misses
+        compiled = [p for p in self.pieces if p.compiled]
+        if not compiled:
+            return
+        how = "read from the compile cache" if self.from_cache else "compiled"
+        self.say(f"The speech model's step is {how} ({len(compiled)} of {len(self.pieces)} "
+                 f"pieces, {self.compile_s:.1f} s).")
+
+    def starting(self) -> None:
+        if self._started is not None:
+            return
+        cache = use_compile_cache()
+        self._started = time.perf_counter()
+        self._misses = _cache_misses()
+        self.say(f"Compiling the speech model's step for {self.device} with torch.compile, "
+                 f"{len(self.pieces)} pieces (minutes on a first start; later starts read "
+                 f"{cache})…")
+
+    def through(self, piece: CompiledPiece) -> None:
+        assert self._started is not None
+        self._through += 1
+        self.say(f"Compiled the {piece.label} ({self._through}/{len(self.pieces)}, "
+                 f"{time.perf_counter() - self._started:.0f} s)…")
+
+    def say(self, message: str) -> None:
+        log.info("%s", message)
+        self._notify(message)
 
 
 class CompiledPiece:
     """`fn` compiled by torch.compile, each of its graphs in one piece (fullgraph), until
-    `settle()`: from then on it never compiles again. Uncompiled where it cannot be."""
+    `settle()`: from then on it never compiles again. Uncompiled where it cannot be. `part`:
+    the part of the step it is (`bench step` counts its kernels there)."""
 
-    def __init__(self, fn: Callable[..., Any], label: str, device: torch.device,
-                 notify: Notify | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], label: str, part: str,
+                 group: StepCompile) -> None:
         self.fn = fn
         self.label = label
-        self.device = device
-        self._notify = notify or (lambda _message: None)
+        self.part = part
+        self._group = group
         self._compiled: Callable[..., Any] | None = None
-        self._started = 0.0
-        self._hits = 0
         self.settled = False  # compiled, and compiling no more
         self.failure: str | None = None  # why it runs uncompiled
-        self.compile_s: float | None = None  # from the first call to settle(), compiles included
-        self.from_cache: bool | None = None  # inductor's graphs were read from its cache
 
     @property
     def compiled(self) -> bool:
@@ -98,37 +153,32 @@ class CompiledPiece:
         return self._compiling(*args)
 
     def _compiling(self, *args: Any) -> Any:
-        if self._compiled is None:
-            cache = use_compile_cache()
-            self._say(f"Compiling the {self.label} for {self.device} with torch.compile (a "
-                      f"first start takes a minute or more; later starts read it from "
-                      f"{cache})…")
-            self._hits = _cache_hits()
-            self._started = time.perf_counter()
+        first = self._compiled is None
+        if first:
+            self._group.starting()
             options: InductorOptions = INDUCTOR_OPTIONS | (
-                CPU_OPTIONS if self.device.type == "cpu" else {})
+                CPU_OPTIONS if self._group.device.type == "cpu" else {})
             self._compiled = torch.compile(self.fn, fullgraph=True, dynamic=False,
                                            options=options)
+        assert self._compiled is not None
         try:
-            return self._compiled(*args)
+            out = self._compiled(*args)
         except Exception as exc:  # no compiler, no Triton, an operator inductor lacks
             self.failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
             log.warning("the %s runs uncompiled: torch.compile failed (%s)", self.label,
                         self.failure)
-            self._notify(f"The {self.label} runs uncompiled: torch.compile failed "
-                         f"({self.failure}).")
+            self._group.say(f"The {self.label} runs uncompiled: torch.compile failed "
+                            f"({self.failure}).")
             return self.fn(*args)
+        if first:
+            self._group.through(self)
+        return out
 
     def settle(self) -> None:
-        """Every graph the piece needs has been compiled (a whole step ran): no more
-        compiling; a call whose guards fail runs uncompiled."""
-        if self.settled or self.failure is not None or self._compiled is None:
-            return
-        self.settled = True
-        self.compile_s = time.perf_counter() - self._started
-        self.from_cache = _cache_hits() > self._hits
-        how = "read from the compile cache" if self.from_cache else "compiled"
-        self._say(f"The {self.label} is {how} ({self.compile_s:.1f} s).")
+        """Every graph the piece needs has been compiled: no more compiling; a call whose
+        guards fail runs uncompiled."""
+        if self.failure is None and self._compiled is not None:
+            self.settled = True
 
     @contextmanager
     def observed(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -142,7 +192,3 @@ class CompiledPiece:
             yield
         finally:
             self._compiled = compiled
-
-    def _say(self, message: str) -> None:
-        log.info("%s", message)
-        self._notify(message)

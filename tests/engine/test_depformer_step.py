@@ -1,13 +1,9 @@
 """The depformer's codebook steps in fixed slots (app/engine/depformer_step.py) give moshi's
-logits and greedy codes: on tiny (dep_q 8), tiny-cs (dep_q 16, the release's layout) and the
-7B's depformer at a small width in bf16; for one row and three, teacher-forced codes mixed
-in, frame after frame on the same rings (the previous frame's keys stay in the slots the
-mask closes). The same operators on the same values: equal to a few units of the last
-place (bit for bit in a standalone run; under pytest one codebook step came out one bit
-off, which the CPU's matrix library can do when a tensor sits at another address: moshi's
-rings are new each frame, these are not). A frame's sampled codes are moshi's streaming
-path's, draw for draw. (The engine's step runs it: tests/bench/test_step_bench.py counts
-its operators against moshi's.)"""
+logits bit for bit: on tiny (dep_q 8), tiny-cs (dep_q 16, the release's layout) and the 7B's
+depformer at a small width in bf16; for one row and three, teacher-forced codes mixed in,
+frame after frame on the same rings (the previous frame's keys stay in the slots the mask
+closes). A frame's sampled codes are moshi's streaming path's, draw for draw. (The engine's
+step runs it: tests/bench/test_step_bench.py counts its operators against moshi's.)"""
 
 from __future__ import annotations
 
@@ -19,6 +15,7 @@ from app.bench.step_bench import SMALL_WIDTH
 from app.checkpoints.architectures import personaplex_7b
 from app.engine.depformer_step import DepformerSteps, forward_depformer, unsupported
 from app.engine.lm_runtime import Sampling
+from app.moshi_internals import as_in_moshis_layers
 
 FRAMES = 3
 
@@ -39,10 +36,11 @@ def _moshis(lm: LMModel, text: torch.Tensor, out: torch.Tensor, targets: torch.T
 def _fixed(steps: DepformerSteps, lm: LMModel, text: torch.Tensor, out: torch.Tensor,
            targets: torch.Tensor, provided: torch.Tensor) -> list[torch.Tensor]:
     logits, previous = [], text
-    for step in range(lm.dep_q):
-        step_logits = forward_depformer(
-            steps._modules[step], steps._rings, steps._slots[step], steps._masks[step],
-            steps._heads, steps._activation, previous[:, None], out)
+    for step in range(lm.dep_q):  # as DepformerSteps runs it (as in moshi's layers)
+        with as_in_moshis_layers(out.device):
+            step_logits = forward_depformer(
+                steps._modules[step], steps._rings, steps._slots[step], steps._masks[step],
+                steps._heads, steps._activation, previous[:, None], out)
         logits.append(step_logits)
         greedy = step_logits.float().argmax(-1)[:, 0, 0]
         previous = torch.where(provided[:, step], targets[:, step], greedy)
@@ -57,17 +55,9 @@ def _seven_b_depformer() -> LMModel:
                                 dtype=torch.bfloat16).eval()
 
 
-def _assert_rounding_apart(ours: torch.Tensor, theirs: torch.Tensor, where: str) -> None:
-    """Equal, or a few units of the last place of the dtype apart (the greedy codes the test
-    feeds on are each side's own: a real difference derails every step after it)."""
-    eps = torch.finfo(theirs.dtype).eps
-    scale = float(theirs.abs().max())
-    torch.testing.assert_close(ours, theirs, rtol=0.0, atol=4 * eps * scale, msg=where)
-
-
 @pytest.mark.parametrize("model", ["tiny", "tiny-cs", "7b-depformer-bf16"])
 @pytest.mark.parametrize("rows", [1, 3])
-def test_fixed_slots_give_moshis_logits(model, rows, request):
+def test_fixed_slots_give_moshis_logits_bit_for_bit(model, rows, request):
     torch.manual_seed(0)
     if model == "7b-depformer-bf16":
         lm = _seven_b_depformer()
@@ -84,7 +74,7 @@ def test_fixed_slots_give_moshis_logits(model, rows, request):
             theirs = _moshis(lm, text, out, targets, provided)
             ours = _fixed(steps, lm, text, out, targets, provided)
             for step, (a, b) in enumerate(zip(theirs, ours, strict=True)):
-                _assert_rounding_apart(b, a, f"frame {frame}, codebook step {step}")
+                assert torch.equal(a, b), f"frame {frame}, codebook step {step}"
 
 
 def test_a_frames_codes_are_moshis_sampled_alike(tiny_cs_checkpoint):

@@ -1,10 +1,11 @@
-"""The engine's step with its depformer compiled by torch.compile (EngineOptions.compile_step,
-`--compile`): greedy tokens identical to the uncompiled step's on tiny and tiny-cs, frame for
-frame, teacher-forced frames included; in bf16, the compiled logits within bf16's rounding
-of the uncompiled ones; the warm-up says it is compiling, then that it compiled; a second
-start reads inductor's cache in the data dir; a piece that cannot compile runs uncompiled,
-and says why; once settled, a call its compiled graphs do not fit runs uncompiled instead of
-compiling mid-conversation.
+"""The engine's step compiled by torch.compile (EngineOptions.compile_step, `--compile`: the
+temporal forward's setup, one layer for all, its end; the depformer's codebook step): greedy
+tokens identical to the uncompiled step's on tiny and tiny-cs, frame for frame,
+teacher-forced frames included; in bf16, the compiled logits within bf16's rounding of the
+uncompiled ones; the warm-up says it is compiling, each piece as it is through, then that
+it compiled; a second start reads inductor's cache in the data dir; a piece that cannot
+compile runs uncompiled, and says why; once settled, a call its compiled graphs do not fit
+runs uncompiled instead of compiling mid-conversation.
 
 Compiling takes tens of seconds on a busy 2-core CPU: each model's compiled engine is made
 once for the module.
@@ -26,12 +27,13 @@ from app.engine.depformer_step import DepformerSteps, codebook_step
 from app.engine.lm_runtime import Sampling
 from app.engine.local_engine import LocalEngine
 from app.engine.speech_engine import EngineOptions
-from app.engine.step_compile import CompiledPiece
+from app.engine.step_compile import StepCompile
 
 pytestmark = pytest.mark.slow
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 10
 FORCED = range(2, 5)  # frames whose model codes (and text) are given: teacher forcing
+PIECES = ["temporal step's setup", "temporal layer", "temporal step's end", "depformer step"]
 
 
 def _run(checkpoint, compile_step: bool) -> tuple[list[np.ndarray | None], LocalEngine,
@@ -74,8 +76,9 @@ def compiled_and_not(request, tiny_folder, tiny_cs_folder):
 def test_compiled_greedy_tokens_equal_the_uncompiled_ones(compiled_and_not):
     model, (eager, _engine, _said), (compiled, engine, _said2) = compiled_and_not
     pieces = engine.runtime.compiled_pieces()
-    assert [p.label for p in pieces] == ["depformer step"]
-    assert pieces[0].compiled, pieces[0].failure  # compiled indeed, not quietly uncompiled
+    assert [p.label for p in pieces] == PIECES
+    for piece in pieces:  # compiled indeed, not quietly uncompiled
+        assert piece.compiled, (piece.label, piece.failure)
     assert sum(out is not None for out in eager) >= FRAMES - 2  # the delays filled
     for frame, (a, b) in enumerate(zip(eager, compiled, strict=True)):
         assert (a is None) == (b is None), (model, frame)
@@ -86,9 +89,13 @@ def test_compiled_greedy_tokens_equal_the_uncompiled_ones(compiled_and_not):
 def test_the_warm_up_says_it_is_compiling_then_that_it_compiled(compiled_and_not):
     _model, (_eager, _engine, uncompiled_said), (_compiled, _engine2, said) = compiled_and_not
     assert uncompiled_said == []
-    assert len(said) == 2, said
-    assert said[0].startswith("Compiling the depformer step for cpu")
-    assert "depformer step is compiled" in said[1] or "read from the compile cache" in said[1]
+    assert said[0].startswith("Compiling the speech model's step for cpu with torch.compile, "
+                              "4 pieces")
+    assert len(said) == 6, said
+    through = [m.split(" (")[0].removeprefix("Compiled the ") for m in said[1:-1]]
+    assert sorted(through) == sorted(PIECES), said
+    assert said[-1].startswith("The speech model's step is ")
+    assert "4 of 4 pieces" in said[-1], said
 
 
 def test_once_settled_a_call_its_graphs_do_not_fit_runs_uncompiled(compiled_and_not):
@@ -97,7 +104,8 @@ def test_once_settled_a_call_its_graphs_do_not_fit_runs_uncompiled(compiled_and_
     from torch._dynamo.utils import counters
 
     _model, _eager, (_compiled, engine, _said) = compiled_and_not
-    piece = engine.runtime.compiled_pieces()[0]
+    piece = engine.runtime.compiled_pieces()[-1]
+    assert piece.label == "depformer step"
     lm = engine.checkpoint.lm
     graphs = counters["stats"]["unique_graphs"]
     steps = DepformerSteps(lm, Sampling(greedy=True), 2, piece)
@@ -127,8 +135,9 @@ def test_a_second_start_reads_the_compile_cache(compiled_and_not, data_dir):
         "    engine.runtime.reset_row(0)\n"
         "    for _ in range(4):  # past the forcing generator's seeding frame\n"
         "        engine.step_rows([0], np.zeros((1, 8), dtype=np.int64), [None])\n"
-        "piece = engine.runtime.compiled_pieces()[0]\n"
-        "print('compiled', piece.compiled, 'from_cache', piece.from_cache)\n")
+        "group = engine.runtime.step_compile()\n"
+        "print('compiled', all(p.compiled for p in group.pieces), 'from_cache',\n"
+        "      group.from_cache)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=600,
                           env={**os.environ, "CONTEXTSPAN_DATA_DIR": str(data_dir)})
@@ -142,7 +151,8 @@ def test_a_piece_that_cannot_compile_runs_uncompiled_and_says_why():
         return x * 2
 
     said: list[str] = []
-    piece = CompiledPiece(untraceable, "test piece", torch.device("cpu"), said.append)
+    piece = StepCompile(torch.device("cpu"), said.append).piece(untraceable, "test piece",
+                                                                "depformer")
     assert torch.equal(piece(torch.ones(3)), torch.full((3,), 2.0))
     piece.settle()
     assert not piece.compiled and piece.failure is not None
@@ -157,7 +167,7 @@ def test_bf16_compiled_logits_are_the_uncompiled_ones_to_bf16_rounding(tiny_fold
 
     lm = load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu",
                          dtype=torch.bfloat16).lm
-    piece = CompiledPiece(codebook_step, "depformer step", torch.device("cpu"))
+    piece = StepCompile(torch.device("cpu")).piece(codebook_step, "depformer step", "depformer")
     compiled = DepformerSteps(lm, Sampling(greedy=True), 1, piece)
     plain = DepformerSteps(lm, Sampling(greedy=True), 1)
     compiled.logits, plain.logits = [], []
