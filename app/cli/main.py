@@ -259,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--asr", default=None, metavar="STT",
                      help="with --slots: a recogniser of N rows on this STT beside each count "
                           "(not on disk: its published architecture, random weights)")
+    gpu.add_argument("--compile", action="store_true",
+                     help="the blocks' engine with its step compiled by torch.compile (in "
+                          "the warm-up; the figure 'compile' says what it took)")
     gpu.add_argument("--json", action="store_true", help="print one JSON object")
     server = bench_kinds.add_parser(
         "server", help="serve's network path: round trip per frame over a local engine, "
@@ -476,7 +479,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_gpu_bench(args.model, args.device, args.dtype, blocks, args.repeats,
                                allow_cpu=args.allow_cpu, slots=slot_counts,
                                slot_frames=args.slot_frames,
-                               stop_at_first_miss=args.slots_until_miss, asr=args.asr)
+                               stop_at_first_miss=args.slots_until_miss, asr=args.asr,
+                               compile_step=args.compile)
         print(json.dumps(result) if args.json else describe(result))
         return 0
     ks = tuple(args.k) if args.k else (16, 64, 256)
