@@ -18,10 +18,11 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from app.frame_worker import EndOfInput, Frame
 from app.frames import FRAME_SAMPLES
 
 
-def queue_frame(frames: queue.Queue[object], pcm: npt.NDArray[np.float32],
+def queue_frame(frames: queue.Queue[Frame | EndOfInput], pcm: npt.NDArray[np.float32],
                 timeout: float | None) -> bool:
     """One 1920-sample frame into a row's queue, as float32. With timeout 0 (live audio) a
     full queue refuses it at once; a file's feeder passes a timeout and waits for room.

@@ -7,9 +7,10 @@ A row's life: `start()` asks its host to let it join at the next frame boundary;
 in through a bounded queue (`push_frame`; a live microphone never waits, a file's feeder
 does); `finish_input()` queues the end of input, after which the host's thread steps what is
 queued and frees the row; `stop()` asks it to leave now. The host's thread reads the queue
-(`next_item`, through app/frame_gather.py), puts the row's events out (`emit`) and marks it
-`ended()`. A row that owns its host (a one-row engine or recogniser of its own) stops the
-host's thread when it leaves, so the model is free for another once `join` returns True.
+(`next_item`, through app/frame_gather.py), puts the row's events out (`emit`: to the sink
+it was given with `send_events_to`, else to its own queue `events`) and marks it `ended()`.
+A row that owns its host (a one-row engine or recogniser of its own) stops the host's
+thread when it leaves, so the model is free for another once `join` returns True.
 """
 
 from __future__ import annotations
@@ -17,39 +18,67 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from app.frame_gather import queue_frame
-from app.frame_worker import END_OF_INPUT
-
-if TYPE_CHECKING:
-    from app.row_host import RowHost
+from app.frame_worker import END_OF_INPUT, EndOfInput, Frame
 
 Event = TypeVar("Event")
+
+
+class Host(Protocol):
+    """What a row asks of the thread that steps it (app/row_host.py's RowHost)."""
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> bool: ...
+
+    def join(self, timeout: float = 10.0) -> bool: ...
+
+    def wake(self) -> None: ...
+
+    def request_join(self, row: Any) -> None: ...
+
+    def request_leave(self, row: Any) -> None: ...
 
 
 class FrameRow(Generic[Event]):
     # What `start()` says the second time (each kind names what it runs).
     runs_once = "a conversation's row runs once; open a new one"
 
-    def __init__(self, host: RowHost[Any], row: int, input_queue_frames: int, owns_host: bool,
+    def __init__(self, host: Host, row: int, input_queue_frames: int, owns_host: bool,
                  events: queue.SimpleQueue[Event] | None = None) -> None:
         self.row = row
         self.owns_host = owns_host
+        # Its own queue: where its events wait when nobody gave it a sink (a test, a
+        # benchmark reading one engine alone).
         self.events: queue.SimpleQueue[Event] = (
             events if events is not None else queue.SimpleQueue())
+        self._sink: Callable[[Event], None] = self.events.put
         self.ready = threading.Event()  # it joined: its frames are stepped
         self.dropped_frames = 0  # frames refused because its queue was full
         self._host = host
-        self._input: queue.Queue[object] = queue.Queue(input_queue_frames)
+        self._input: queue.Queue[Frame | EndOfInput] = queue.Queue(input_queue_frames)
         self._started = False
         self._leave = threading.Event()  # asked to leave
         self._ended = threading.Event()  # left: the row is free
 
     # ---- any thread -------------------------------------------------------------------
+
+    def send_events_to(self, sink: Callable[[Event], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`, so none is put anywhere else."""
+        self._sink = sink
 
     @property
     def started(self) -> bool:
@@ -127,7 +156,7 @@ class FrameRow(Generic[Event]):
     def leaving(self) -> bool:
         return self._leave.is_set()
 
-    def next_item(self) -> object | None:
+    def next_item(self) -> Frame | EndOfInput | None:
         """The next frame or END_OF_INPUT, or None when none is queued."""
         try:
             return self._input.get_nowait()
@@ -135,7 +164,7 @@ class FrameRow(Generic[Event]):
             return None
 
     def emit(self, event: Event) -> None:
-        self.events.put(event)
+        self._sink(event)
 
     def ended(self) -> None:
         self._ended.set()

@@ -2,7 +2,8 @@
 
 Live audio pushes with timeout 0 (a full queue drops the frame and counts it, the audio
 callback never waits); a file feeder passes a timeout and waits for room. The subclass's
-`_run` reads frames with `_next_frame` and ends on the end-of-input marker or on stop.
+`_run` reads frames with `_next_frame` (each with the timeout it was pushed with) and ends on
+the end-of-input marker or on stop.
 """
 
 from __future__ import annotations
@@ -11,17 +12,29 @@ import queue
 import time
 
 import numpy as np
+import numpy.typing as npt
 
 from app.frames import FRAME_SAMPLES
 from app.thread_owner import ThreadOwner
 
-END_OF_INPUT = object()
+Frame = npt.NDArray[np.float32]  # 1920 samples at 24 kHz
+
+
+class EndOfInput:
+    """What ends a queue of frames: no more will come (one of it: END_OF_INPUT)."""
+
+
+END_OF_INPUT = EndOfInput()
+
+# A frame as a worker's queue holds it: the frame, and the timeout it was pushed with (a
+# stage that hands it on waits as long again: live audio never, a file's feeder for room).
+QueuedFrame = tuple[Frame, float | None]
 
 
 class FrameWorker(ThreadOwner):
     def __init__(self, queue_frames: int, thread_name: str) -> None:
         super().__init__(thread_name)
-        self._input: queue.Queue[object] = queue.Queue(queue_frames)
+        self._input: queue.Queue[QueuedFrame | EndOfInput] = queue.Queue(queue_frames)
         self.dropped_frames = 0
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
@@ -29,7 +42,7 @@ class FrameWorker(ThreadOwner):
         frame and counts it; a file feeder passes a timeout and waits for room."""
         if pcm.shape != (FRAME_SAMPLES,):
             raise ValueError(f"a frame is {FRAME_SAMPLES} samples, got shape {pcm.shape}")
-        item = self._queued(np.asarray(pcm, dtype=np.float32), timeout)
+        item = (np.asarray(pcm, dtype=np.float32), timeout)
         try:
             if timeout == 0:
                 self._input.put_nowait(item)
@@ -47,10 +60,6 @@ class FrameWorker(ThreadOwner):
     def waiting(self) -> int:
         """Frames queued and not yet taken by the thread."""
         return self._input.qsize()
-
-    def _queued(self, frame: np.ndarray, timeout: float | None) -> object:
-        """What goes into the queue for a frame (a subclass may keep the timeout too)."""
-        return frame
 
     def finish_input(self, timeout: float | None = 10.0) -> None:
         """No more frames will come: the thread drains the queue, then ends.
@@ -70,7 +79,7 @@ class FrameWorker(ThreadOwner):
                 if deadline is not None and time.monotonic() > deadline:
                     raise
 
-    def _next_frame(self, timeout: float = 0.05) -> object | None:
+    def _next_frame(self, timeout: float = 0.05) -> QueuedFrame | EndOfInput | None:
         """The next frame, END_OF_INPUT, or None when none came within `timeout`."""
         try:
             return self._input.get(timeout=timeout)

@@ -48,7 +48,7 @@ def _alsa_message(file: bytes | None, line: int, function: bytes | None, err: in
         logging.getLogger(ALSA_LOGGER).info("ALSA %s:%d (%s) %s%s", _text(file), line,
                                             _text(function), message,
                                             f" (error {err})" if err else "")
-    except Exception:  # noqa: BLE001, S110 - a C callback must never raise
+    except Exception:  # a C callback must never raise
         pass
 
 

@@ -10,6 +10,8 @@ import platformdirs
 APP_NAME = "ContextSpan"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_DIR = REPO_ROOT / "models"
+DOCS_DIR = REPO_ROOT / "docs"  # Help reads these (the installers copy them beside the app)
+README_PATH = REPO_ROOT / "README.md"
 
 
 def data_dir() -> Path:

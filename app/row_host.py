@@ -27,8 +27,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generic, TypeVar
 
 from app.frame_gather import FrameGather
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 Row = TypeVar("Row", bound=FrameRow[Any])
 
 WATCH_INTERVAL_S = 0.1  # how often the watchdog looks at the tick in progress
+# A host whose model another host still streams (the last conversation's, winding down: eval's
+# samples, a restart) waits this long for it, then fails saying so.
+MODEL_BUSY_WAIT_S = 60.0
 
 
 class HostFailedError(RuntimeError):
@@ -169,6 +172,18 @@ class RowHost(ThreadOwner, Generic[Row]):
                 self._free(conversation, "stopped")
             self._settled.set()
             self.finished.set()
+
+    @contextmanager
+    def _model_to_itself(self, lock: threading.Lock) -> Iterator[None]:
+        """A loaded model's modules keep one stream's state in themselves: one host streams
+        them at a time; this one waits (bounded) for the last to let them go."""
+        if not lock.acquire(timeout=MODEL_BUSY_WAIT_S):
+            raise RuntimeError(f"its model was still in use by another conversation after "
+                               f"{MODEL_BUSY_WAIT_S:g} s")
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _serving(self) -> AbstractContextManager[None]:
         """The model streaming all its rows, warmed up, while open (the thread's life)."""

@@ -20,7 +20,7 @@ copy_app_files() {
     run mkdir -p "$prefix"
     run rm -rf "$src.new"
     run mkdir -p "$src.new"
-    for item in app models assets main.py pyproject.toml README.md; do
+    for item in app models assets docs main.py pyproject.toml README.md; do  # docs: Help
         run cp -R "$root/$item" "$src.new/"
     done
     run find "$src.new" -name __pycache__ -prune -exec rm -rf {} +

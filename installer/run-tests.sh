@@ -13,4 +13,9 @@ cd "$ROOT"
 "$VENV/bin/python" -m ruff check .
 # The type check: what it checks, and how strictly, is in pyproject.toml ([tool.mypy]).
 "$VENV/bin/python" -m mypy
-exec "$VENV/bin/python" -m pytest "$@"
+# Two workers (pytest-xdist): the tests run torch on one thread each (tests/conftest.py), so
+# one worker leaves the second core of a 2-core machine idle. A file runs whole on one worker
+# (tests/conftest.py groups them). CONTEXTSPAN_TEST_WORKERS=0 runs in this process alone.
+# The 30 slowest tests close the output, so a slow test is seen where it is added.
+exec "$VENV/bin/python" -m pytest -n "${CONTEXTSPAN_TEST_WORKERS:-2}" --dist loadgroup \
+    --durations=30 "$@"

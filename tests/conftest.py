@@ -11,6 +11,14 @@ import pytest
 
 # Widgets render offscreen: CI has no display (and a developer's desktop stays untouched).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# torch on one thread, here and in every child process the tests start (set before torch is
+# imported: torch reads it once). A tiny model's step is many small operators; with torch's
+# default of a thread a core, each waits at OpenMP's barrier for a thread whose core is busy
+# elsewhere, and on a shared 2-core machine at load 5 the same tests took 5x as long (800 s
+# against 149 s for test_span_injector + test_columns; app/server/threads.py says the same
+# of `serve`, whose automatic rule is one thread on 2 cores anyway). A test of the thread
+# choice itself sets or removes the variable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +95,13 @@ def garbage_collected_on_the_gui_thread(request: pytest.FixtureRequest):
     collector.start()
     yield
     collector.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With parallel workers (installer/run-tests.sh: pytest-xdist, `--dist loadgroup`), a
+    test file runs whole on one worker, so its module fixtures (a server, a built model) are
+    made once; the files that start a local Ray cluster share one group, so two clusters
+    never start at once on one machine."""
+    for item in items:
+        group = "ray" if item.get_closest_marker("ray_cluster") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

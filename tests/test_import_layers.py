@@ -1,13 +1,14 @@
 """The packages of app/ stand in layers, and a lower layer never imports a higher one.
 
     base (app/*.py, settings) → checkpoints, audio, wire → engine, asr, llm, tools, remote
-    → orchestrator, training → conversation → ui, server, eval, bench, cli
+    → orchestrator, training, plan → conversation → ui, server, eval, bench, cli
 
 `remote` is an engine for the conversation (the speech model on a server); `wire` is the
-protocol it shares with the server. Within a layer a package may import another, as long as
-the packages form no loop. Qt is imported only under app/ui/ and by the evaluation's offscreen
-chart. Every import counts, also one inside a function or under TYPE_CHECKING: each is a
-dependency a reader has to know about.
+protocol it shares with the server; `plan` (what fits and keeps up) reads the engine, the
+recogniser and the LLM side, and none of them reads it. Within a layer a package may import
+another, as long as the packages form no loop. Qt is imported only under app/ui/ and by the
+evaluation's offscreen chart. Every import counts, also one inside a function or under
+TYPE_CHECKING: each is a dependency a reader has to know about.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(names) for names in (
     {BASE, "settings"},
     {"checkpoints", "audio", "wire"},
     {"engine", "asr", "llm", "tools", "remote"},
-    {"orchestrator", "training"},
+    {"orchestrator", "training", "plan"},
     {"conversation"},
     {"ui", "server", "eval", "bench", "cli"},
 ))

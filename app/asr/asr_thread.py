@@ -3,11 +3,14 @@ out, on a row of a recogniser (recogniser.py: one model, one batched step for ev
 conversation that has a frame).
 
 Frames of 1920 samples (80 ms at 24 kHz) come in through a bounded queue, like the speech
-engine's; app.asr.events go out through `events`. The turn ends by the STT's own
-end-of-speech head when the checkpoint has one (it knows a finished sentence from a pause),
-otherwise, or when forced, by Silero VAD after a silence hang time. At the end of a turn
-the words still delayed inside the STT are flushed out (its row alone) before AsrFinal, so
-the final text is complete without waiting for the model's audio delay.
+engine's; app.asr.events go out to its sink (`send_events_to`; else its own queue,
+`events`). The turn ends by the STT's own end-of-speech head when the checkpoint has one
+(it knows a finished sentence from a pause), otherwise, or when forced, by Silero VAD after
+a silence hang time. At the end of a turn the words still delayed inside the STT are
+flushed out (its row alone) before AsrFinal, so the final text is complete without waiting
+for the model's audio delay. With the VAD on, each partial says whether it heard the user
+speak in the utterance (`voiced`): a recogniser makes words of silence and noise too, and
+those must not pass for the user.
 
 `StreamingAsr(stt, options)` is a conversation with a one-row recogniser of its own (the
 desktop, `run`); `Recogniser.open` gives one on a shared recogniser (`serve --slots`).
@@ -25,7 +28,7 @@ import numpy as np
 from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.asr.kyutai_stt import KyutaiStreamingStt
 from app.asr.stt_catalog import EndOfSpeechHeads, LoadedStt
-from app.asr.vad import SileroTurnDetector, SpeechEnded, VadOptions
+from app.asr.vad import SileroTurnDetector, SpeechEnded, SpeechStarted, VadOptions
 from app.frame_row import FrameRow
 
 if TYPE_CHECKING:
@@ -65,7 +68,7 @@ class StreamingAsr(FrameRow[AsrEvent]):
         self._recogniser = recogniser
         use_stt = stt.end_of_speech is not None and not self.options.force_vad
         self.end_of_turn_by = "stt" if use_stt else "vad"
-        # Frames fully processed: their words, partials and finals are already in `events`.
+        # Frames fully processed: their words, partials and finals are already out.
         self.frames_done = 0
         self._progress = threading.Condition()
         self._stream: KyutaiStreamingStt | None = None
@@ -74,12 +77,14 @@ class StreamingAsr(FrameRow[AsrEvent]):
         self._above = 0  # consecutive frames with the end-of-speech head above threshold
         self._drops_seen = 0  # `dropped_frames` as of the last frame the recogniser took
         self._missed_in_turn = 0  # frames dropped since the previous turn ended
+        # The VAD heard speech in the utterance so far (its partials say so: `voiced`).
+        self._voiced = False
 
     # ---- any thread -------------------------------------------------------------------
 
     def wait_frames(self, count: int, timeout: float) -> bool:
-        """Block until `count` frames are processed, with every event they gave already in
-        `events` (the replay feeder's barrier). False on timeout or if it ended."""
+        """Block until `count` frames are processed, with every event they gave already
+        out (the replay feeder's barrier). False on timeout or if it ended."""
         with self._progress:
             return self._progress.wait_for(
                 lambda: self.frames_done >= count or self._ended.is_set(), timeout
@@ -119,9 +124,12 @@ class StreamingAsr(FrameRow[AsrEvent]):
         self._missed_in_turn += dropped - self._drops_seen
         self._drops_seen = dropped
         step = stream.take(text_id, end_of_speech_prob)
+        heard = self._vad.push(pcm) if self._vad is not None else []
+        if any(isinstance(event, SpeechStarted) for event in heard):
+            self._voiced = True  # before this frame's words: they are the speech's
         self._add_words(step.words)
         if self._vad is not None:
-            for event in self._vad.push(pcm):
+            for event in heard:
                 if isinstance(event, SpeechEnded):
                     self._end_turn(stream, event.decided_at_s, event)
         elif step.end_of_speech_prob is not None and self._words:
@@ -135,10 +143,12 @@ class StreamingAsr(FrameRow[AsrEvent]):
             self._progress.notify_all()
 
     def _add_words(self, words: tuple[AsrWord, ...]) -> None:
+        voiced = self._voiced if self._vad is not None else None
         for word in words:
             self._words.append(word)
-            self.events.put(word)
-            self.events.put(AsrPartial(self._text(), self._words[0].start_s, word.end_s))
+            self.emit(word)
+            self.emit(AsrPartial(self._text(), self._words[0].start_s, word.end_s,
+                                       voiced))
 
     def _text(self) -> str:
         return " ".join(w.text for w in self._words)
@@ -156,8 +166,10 @@ class StreamingAsr(FrameRow[AsrEvent]):
             start, end = self._words[0].start_s, self._words[-1].end_s
         else:
             return
-        self.events.put(AsrFinal(self._text(), start, end, self.end_of_turn_by,
-                                 round(at_s, 4), missed_frames=self._missed_in_turn))
+        self.emit(AsrFinal(self._text(), start, end, self.end_of_turn_by,
+                                 round(at_s, 4), missed_frames=self._missed_in_turn,
+                                 words=tuple(self._words)))
         self._missed_in_turn = 0
         self._words = []
         self._above = 0
+        self._voiced = False

@@ -19,6 +19,10 @@ class AsrPartial:
     text: str
     start_s: float
     end_s: float
+    # Whether a voice-activity detector heard the user speak in this utterance so far: a
+    # recogniser also makes words of silence and noise, so with one on, words alone are not
+    # the user speaking. None: no detector (the words are all there is to go by).
+    voiced: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class AsrFinal:
     # Frames of the user's audio the recognizer never got (its queue was full: the computer
     # is too busy) since the previous turn ended: words of this turn may be missing.
     missed_frames: int = 0
+    # The utterance's words with their times (what FDB v3 reads the user's end from).
+    words: tuple[AsrWord, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ steps all of them at once, and hands each its token; what a conversation's turn 
 for itself alone (the silence prefix when it joins, the flush at the end of its turn) runs
 for its row alone. A conversation (asr_thread.StreamingAsr) holds its row from `open` to its
 end; the desktop's and `run`'s has a one-row recogniser of its own, `serve --slots N --asr
-...` one recogniser of N rows for all its conversations, not N models.
+...` one recogniser of N rows for all its conversations, not N models. Recognisers made one
+after another on one loaded model (eval fdb3's samples) take turns: the model's modules keep
+one stream's state, so a new one waits for the last to have let them go.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Recogniser(RowHost["StreamingAsr"]):
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
-        with self.model.streaming():
+        with self._model_to_itself(self.stt.streaming), self.model.streaming():
             yield
 
     def _error_event(self, message: str) -> AsrError:

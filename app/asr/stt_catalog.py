@@ -10,7 +10,8 @@ desktop app's job. The real checkpoint and the tiny one go through this same cod
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,8 +63,9 @@ class SttManifest:
     dtype: str
     end_of_speech: EndOfSpeechHeads
     notes: str = ""
+    for_developers: bool = False  # as a speech model's (app/checkpoints/catalog.py)
     # The LM keys of the repository's config.json, to size the model before it is downloaded
-    # (app/engine/footprint.py); the downloaded config.json wins once it is on disk.
+    # (app/plan/footprint.py); the downloaded config.json wins once it is on disk.
     published_config: dict[str, Any] | None = None
 
     def default_folder(self) -> Path:
@@ -89,6 +91,7 @@ def parse_stt_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> SttMa
             dtype=raw.get("dtype", "bfloat16"),
             end_of_speech=EndOfSpeechHeads(**raw.get("end_of_speech", {})),
             notes=raw.get("notes", ""),
+            for_developers=bool(raw.get("for_developers", False)),
             published_config=raw.get("published_config"),
         )
     except CatalogError:
@@ -124,6 +127,11 @@ class LoadedStt:
     audio_delay_s: float  # the text stream trails the audio by this much
     silence_prefix_s: float  # silence the model expects before the first audio
     end_of_speech: EndOfSpeechHeads | None  # None: the checkpoint has no such heads
+    # Held by the one recogniser streaming these modules (their streaming state lives in
+    # them): a series of conversations on one loaded model (eval fdb3, a new conversation
+    # while the last winds down) takes turns, never two at once (recogniser.py).
+    streaming: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                      compare=False)
 
     @property
     def frame_rate(self) -> float:

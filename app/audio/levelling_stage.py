@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import cast
 
 import numpy as np
 
 from app.audio.user_leveller import LevellerSettings, UserLeveller
-from app.frame_worker import END_OF_INPUT, FrameWorker
+from app.frame_worker import EndOfInput, FrameWorker
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +56,6 @@ class LevellingStage(FrameWorker):
         """Level (True) or pass frames through untouched (False), from the next frame on."""
         self._enabled = bool(enabled)
 
-    def _queued(self, frame: np.ndarray, timeout: float | None) -> object:
-        # The timeout travels with the frame and is used again to hand it on.
-        return frame, timeout
-
     # ---- levelling thread -------------------------------------------------------------
 
     def _run(self) -> None:
@@ -69,12 +64,12 @@ class LevellingStage(FrameWorker):
                 item = self._next_frame()
                 if item is None:
                     continue
-                if item is END_OF_INPUT:
+                if isinstance(item, EndOfInput):
                     if self._on_end_of_input is not None:
                         self._on_end_of_input()
                     return
-                # The input queue holds objects: frames as _queued packed them, and the end.
-                frame, timeout = cast("tuple[np.ndarray, float | None]", item)
+                # The timeout travels with the frame and is used again to hand it on.
+                frame, timeout = item
                 out = self._level(frame)
                 for consumer in self._consumers:
                     self._hand_on(consumer, out, timeout)

@@ -356,7 +356,7 @@ class LiveAudio:
                 try:
                     stream.abort(ignore_errors=True)
                     stream.close(ignore_errors=True)
-                except Exception:  # noqa: S110 - a dying device may fail to close; nothing to do
+                except Exception:  # a dying device may fail to close; nothing to do
                     pass
 
         closer = threading.Thread(target=close, name="live-audio-close", daemon=True)

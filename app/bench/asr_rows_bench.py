@@ -9,7 +9,7 @@ states: KV rings, offsets, convolution buffers, at N rows) and of its weights (h
 the batched steps it ran, and N conversations' frames per second of wall time.
 
 Estimated (no 1B STT is on this machine): Kyutai STT 1B from its manifest's published
-configuration, counted on torch's `meta` device (app/engine/footprint.py): its weights in
+configuration, counted on torch's `meta` device (app/plan/footprint.py): its weights in
 bf16 held once, plus per row its KV rings (context 750) and Mimi's streaming caches;
 beside it what one recogniser per slot, the way `serve --asr` worked before, would hold.
 """
@@ -122,7 +122,7 @@ def _measure(stt_id: str, rows: int, frames: int) -> dict[str, Any]:
 
 
 def _estimate(rows: tuple[int, ...]) -> dict[str, Any]:
-    from app.engine.footprint import stt_shape
+    from app.plan.footprint import stt_shape
 
     manifest = get_stt_manifest(ESTIMATED_STT)
     shape = stt_shape(manifest, manifest.default_folder())

@@ -21,7 +21,6 @@ Wall-clock figures: run it on an idle machine, and compare runs of one session.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from app.bench.requests import JOINS_TOKEN, JoinsBench
 from app.frames import FRAME_S, FRAME_SAMPLES, SAMPLE_RATE
 from app.paths import REPO_ROOT
 
-TOKEN = "bench-joins"
+TOKEN = JOINS_TOKEN
 SERVE_TIMEOUT_S = 600.0
 CONNECT_S = 120.0  # a connection is answered once its conversation is ready
 
@@ -224,36 +224,16 @@ async def measure(url: str, slots: int, joiners: int, join_frames: int, alone_s:
             "joiners": joiners, "slots": slots}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny-cs", help="the server's model (default "
-                        "tiny-cs: a voice prompt and a persona start each conversation)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--slots", type=int, default=4)
-    parser.add_argument("--joiners", type=int, default=20)
-    parser.add_argument("--join-frames", type=int, default=12,
-                        help="frames each joiner talks (default 12: about a second)")
-    parser.add_argument("--alone", type=float, default=8.0,
-                        help="seconds the long conversation talks alone first")
-    parser.add_argument("--clone-every", type=int, default=3,
-                        help="every Nth joiner clones a voice (0: none)")
-    parser.add_argument("--reset-every", type=int, default=4,
-                        help="every Nth joiner resets once (0: none)")
-    parser.add_argument("--voice-seconds", type=float, default=30.0)
-    parser.add_argument("--chunk-limit", type=int, default=None)
-    parser.add_argument("--url", default=None,
-                        help=f"a server already running (token {TOKEN!r}) instead of one "
-                             "started here")
-
-
-def run(args: argparse.Namespace) -> int:
+def run(request: JoinsBench) -> int:
     process = None
-    url = args.url
+    url = request.url
     if url is None:
-        process, url = start_server(args.model, args.slots, args.device, args.chunk_limit, [])
+        process, url = start_server(request.model, request.slots, request.device,
+                                    request.chunk_limit, [])
     try:
-        result = asyncio.run(measure(url, args.slots, args.joiners, args.join_frames,
-                                     args.alone, args.clone_every, args.reset_every,
-                                     args.voice_seconds))
+        result = asyncio.run(measure(url, request.slots, request.joiners, request.join_frames,
+                                     request.alone_s, request.clone_every,
+                                     request.reset_every, request.voice_seconds))
     finally:
         if process is not None:
             process.terminate()

@@ -51,11 +51,11 @@ from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.columns import ForcedStep, make_book
 from app.engine.device import synchronize
 from app.engine.local_engine import LocalEngine
-from app.engine.memory_plan import PRECISIONS
 from app.engine.speech_engine import EngineOptions
 from app.engine.step_compile import CompiledPiece
 from app.engine.torch_runtime import TorchRuntime, layout_of
 from app.frames import FRAME_SAMPLES
+from app.plan.memory_plan import PRECISIONS
 
 SEVEN_B = "7b"
 # The 7B at a small width on a CPU: 32 layers, 32 heads, the depformer's 6 layers and 16

@@ -8,6 +8,7 @@ sample from it, and how a conversation starts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,9 @@ class Manifest:
     max_chunk_positions: int
     conversation_start: ConversationStart
     notes: str = ""
+    # A model for developing ContextSpan (random weights for timing or tests): Settings
+    # offers it only when asked for (DEVELOPER_MODELS_VARIABLE).
+    for_developers: bool = False
     # role -> the repository a file comes from when it is not `hf_repo` (the Context
     # Spanning release takes Mimi and the tokenizer from the PersonaPlex repository).
     file_repos: dict[str, str] = field(default_factory=dict)
@@ -281,6 +285,7 @@ def parse_manifest(raw: dict[str, Any], origin: str = "<manifest>") -> Manifest:
             max_chunk_positions=int(raw.get("max_chunk_positions", 256)),
             conversation_start=start,
             notes=raw.get("notes", ""),
+            for_developers=bool(raw.get("for_developers", False)),
             file_repos=repos,
             architecture=_architecture(raw.get("architecture")),
             generator=generator,
@@ -304,6 +309,16 @@ def load_user_manifests(folder: Path | None = None) -> dict[str, Manifest]:
     """The manifests of locally trained checkpoints, by id (a later file wins an id)."""
     return load_manifest_folder(folder or user_manifests_dir(), parse_manifest, name_of=str,
                                 unique=False)
+
+
+DEVELOPER_MODELS_VARIABLE = "CONTEXTSPAN_DEVELOPER_MODELS"
+
+
+def developer_models_wanted() -> bool:
+    """Whether Settings offers the models for developing ContextSpan (random weights for GPU
+    timing, layouts for tests): `CONTEXTSPAN_DEVELOPER_MODELS=1` asks for them."""
+    return os.environ.get(DEVELOPER_MODELS_VARIABLE, "").strip().lower() in (
+        "1", "yes", "true", "on")
 
 
 def load_catalog(folder: Path = CATALOG_DIR) -> dict[str, Manifest]:

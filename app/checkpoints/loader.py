@@ -8,7 +8,8 @@ A real checkpoint and the tiny one go through exactly this code.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ class LoadedCheckpoint:
     tokenizer: sentencepiece.SentencePieceProcessor
     device: torch.device
     dtype: torch.dtype
+    # Held by the one engine streaming these modules (their streaming state lives in them):
+    # engines made one after another on one loaded checkpoint take turns (row_host.py).
+    streaming: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                      compare=False, kw_only=True)
 
 
 def parse_dtype(name: str) -> torch.dtype:

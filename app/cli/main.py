@@ -22,9 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from app.bench.requests import (  # light: no torch until a benchmark runs
+    BENCHMARKS,
+    AsrBench,
+    AudioLatencyBench,
+    EchoBench,
+    EngineBench,
+    GpuBench,
+    InjectionBench,
+    JoinsBench,
+    MimiBench,
+    PipelineBench,
+    PlaybackDelayBench,
+    ServerBench,
+    SoakBench,
+    StepBench,
+)
 from app.cli.plan_command import add_plan_parser, run_plan  # light: no torch until it runs
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
-from app.engine.precision import MLX_PRECISIONS  # light: no torch
+from app.command_options import add_options, from_args  # light
+from app.conversation.options import LLM_SIDE, RUN, SPEECH, add_conversation_options  # light
+from app.conversation.run_request import HeadlessRun  # light: no torch
 from app.install_kind import is_engine_module_missing, needs_full_install
 from app.library_noise import quiet_library_noise
 from app.log_setup import configure_logging, log_path
@@ -45,12 +62,6 @@ HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "minimalegl", "eglfs", "linuxfb
 
 log = logging.getLogger(__name__)
 
-# The ConversationConfig fields `run` chooses (their options: app/conversation/config.py).
-SPEECH_MODEL_OPTIONS = ("model_id", "device", "dtype", "custom_folder", "voice", "role",
-                        "user_name", "user_city", "precision", "compile_step")
-RUN_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "mcp_servers", "realtime",
-                   "level_voice")
-
 
 def contextspan_version() -> str:
     """The installed package's version, else pyproject.toml's (a source checkout)."""
@@ -67,17 +78,8 @@ def contextspan_version() -> str:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
-
-
-def _add_model_args(parser: argparse.ArgumentParser, mlx: bool = False) -> None:
-    """`mlx`: the command runs the MLX engine too (device "mlx")."""
-    parser.add_argument("--model", default="tiny", help="catalog id (python main.py models)")
-    parser.add_argument("--device", default=None, help=(
-        "cuda, mps, cpu, or mlx: the MLX engine (default: best found; mlx on Apple Silicon "
-        "where it is installed)" if mlx else "cuda, mps or cpu (default: best found)"))
-    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=1234)
 
     run = commands.add_parser("run", help="process an audio file through the engine, headless")
-    add_conversation_options(run, SPEECH_MODEL_OPTIONS, notes={
+    add_conversation_options(run, RUN, SPEECH, notes={
         "device": "or mlx: the MLX engine (mlx on Apple Silicon where it is installed)"})
     run.add_argument("--server", default=None, metavar="URL",
                      help="the speech model of a `serve` at URL instead of this computer's "
@@ -130,26 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--server-token", default=None, metavar="TOKEN",
                      help="the server's token (default $CONTEXTSPAN_SERVER_TOKEN, which "
                           "keeps it out of `ps`)")
-    run.add_argument("--input", type=Path, required=True, help="audio file (any rate, channels)")
-    run.add_argument("--output", type=Path, required=True, help="reply audio, 24 kHz WAV")
-    run.add_argument("--transcript", type=Path, required=True, help="JSONL transcript")
+    add_options(run, HeadlessRun)
     run.add_argument("--inject", action="append", default=[], metavar="TEXT",
                      help="span text to inject; pair each with --at")
     run.add_argument("--at", action="append", default=[], type=float, metavar="SECONDS",
                      help="when the preceding --inject lands (seconds into the input)")
     run.add_argument("--source", default="cli", help="source label of the injected spans")
-    run.add_argument("--ret-at", action="append", default=[], type=float, metavar="SECONDS",
-                     help="force the model's <ret> at this time (repeatable): models with "
-                          "random weights never ask on their own (context-spanning-7b, tiny-cs)")
-    run.add_argument("--seed", type=int, default=None)
-    run.add_argument("--chunk-limit", type=int, default=None,
-                     help="most positions per frame (default: measured on this device)")
-    run.add_argument("--mimi", default="auto", choices=["auto", "mlx", "torch"],
-                     help="with --device mlx: the audio codec's framework (default: mlx on "
-                          "Apple Silicon, torch on other CPUs, where it is the faster)")
     add_conversation_options(
-        run.add_argument_group("the LLM side (speech recognition, LLM, tools)"),
-        RUN_LLM_OPTIONS)
+        run.add_argument_group("the LLM side (speech recognition, LLM, tools)"), RUN, LLM_SIDE)
 
     from app.server.cli import add_serve_parser  # light: the server loads only when it runs
 
@@ -158,131 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmarks that print numbers")
     bench_kinds = bench.add_subparsers(dest="bench", parser_class=OneLineErrorParser)
-    injection = bench_kinds.add_parser("injection", help="chunked prefill against one-by-one")
-    _add_model_args(injection, mlx=True)
-    injection.add_argument("--precision", default=None, choices=MLX_PRECISIONS,
-                           help="with --device mlx: the MLX LM's weights (default: fp32 on a "
-                                "CPU, bf16 on Apple Silicon's GPU); torch takes --dtype")
-    injection.add_argument("--k", type=int, action="append", default=None,
-                           help="K values (default 16, 64, 256)")
-    injection.add_argument("--repeats", type=int, default=7)
-    injection.add_argument("--no-wrap", action="store_true",
-                           help="skip the check after the context window wraps")
-    injection.add_argument("--json", action="store_true", help="print one JSON object")
-    engine = bench_kinds.add_parser(
-        "engine", help="the one-row engine's cost per frame, beside another checkout's")
-    engine.add_argument("--model", action="append", default=None,
-                        help="speech model (repeatable; default tiny and tiny-cs)")
-    engine.add_argument("--frames", type=int, default=200)
-    engine.add_argument("--rounds", type=int, default=3)
-    engine.add_argument("--baseline-tree", type=Path, default=None, metavar="DIR",
-                        help="another checkout of ContextSpan, measured in the same run")
-    engine.add_argument("--json", action="store_true", help="print one JSON object")
-    step = bench_kinds.add_parser(
-        "step", help="what one engine step launches and reads, by part, beside stock moshi's "
-                     "LMGen on the same weights (any machine)")
-    step.add_argument("--model", action="append", default=None,
-                      help="catalog id (tiny-cs), or 7b: the 7B architecture with random "
-                           "weights, at a small width on a CPU and in full on CUDA "
-                           "(repeatable; default tiny-cs and 7b)")
-    step.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    step.add_argument("--precision", default=None, metavar="LIST",
-                      help="comma-separated precisions counted one after the other (fp32, "
-                           "bf16, int8, fp8, int4; default fp32 on a CPU, bf16 on CUDA)")
-    step.add_argument("--steps", type=int, default=2, help="steps counted (default 2)")
-    step.add_argument("--greedy", action="store_true",
-                      help="greedy tokens (default: sampled, as the app samples)")
-    step.add_argument("--compile", action="store_true",
-                      help="also count ours with the step compiled by torch.compile (a "
-                           "first run compiles for minutes)")
-    step.add_argument("--json", action="store_true", help="print one JSON object")
-    asr = bench_kinds.add_parser(
-        "asr", help="one recogniser for N conversations: its state, speed, and the 1B's")
-    asr.add_argument("--stt", default="tiny-stt", help="STT model measured (default tiny-stt)")
-    asr.add_argument("--rows", default="1,8,32", help="row counts (default 1,8,32)")
-    asr.add_argument("--frames", type=int, default=20)
-    asr.add_argument("--json", action="store_true", help="print one JSON object")
-    pipeline = bench_kinds.add_parser(
-        "pipeline", help="per-stage latency of scripted turns against a stand-in Ollama")
-    pipeline.add_argument("--model", default="tiny", help="speech model (default tiny)")
-    pipeline.add_argument("--device", default=None)
-    pipeline.add_argument("--turns", type=int, default=20)
-    pipeline.add_argument("--json", action="store_true", help="print one JSON object")
-    latency = bench_kinds.add_parser(
-        "audio-latency", help="mic-to-speaker latency through the app's audio path")
-    latency.add_argument("--seconds", type=float, default=10.0)
-    latency.add_argument("--system-devices", action="store_true",
-                         help="use the system's devices instead of a private null sink")
-    echo = bench_kinds.add_parser("echo", help="dB of the model's voice echo cancellation removes")
-    echo.add_argument("--seconds", type=float, default=12.0)
-    echo.add_argument("--system-devices", action="store_true")
-    playback = bench_kinds.add_parser(
-        "playback-delay", help="the engine's audio to AudioSource.play(), idle and with a slow "
-                               "transcript listener")
-    playback.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    playback.add_argument("--listener-ms", type=float, default=50.0,
-                          help="the slow listener's sleep per call (default 50)")
-    playback.add_argument("--json", action="store_true", help="print one JSON object")
-    mimi = bench_kinds.add_parser(
-        "mimi", help="Mimi's encode + decode of a frame, torch's and MLX's, and their agreement")
-    mimi.add_argument("--model", default="tiny", help="whose Mimi (default tiny)")
-    mimi.add_argument("--frames", type=int, default=12)
-    mimi.add_argument("--json", action="store_true", help="print one JSON object")
-    soak = bench_kinds.add_parser("soak", help="a long live session: dropped frames, memory")
-    soak.add_argument("--minutes", type=float, default=10.0)
-    soak.add_argument("--json", action="store_true", help="print one JSON object")
-    gpu = bench_kinds.add_parser(
-        "gpu", help="(CUDA) the 7B's step, span blocks' prefill and exactness in bf16, graphs")
-    gpu.add_argument("--model", default=None,
-                     help="catalog id (default: the PersonaPlex 7B architecture with random "
-                          "weights, built on the GPU)")
-    gpu.add_argument("--device", default=None, help="cuda (default: the first CUDA GPU)")
-    gpu.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    gpu.add_argument("--precision", default=None, metavar="LIST",
-                     help="comma-separated precisions to measure one after the other, e.g. "
-                          "bf16,fp8,int4 (fp32, bf16, int8, fp8, int4): each one's step, "
-                          "block + step, memory and token agreement with the first, each "
-                          "row on stderr as soon as it is measured")
-    gpu.add_argument("--block", type=int, action="append", default=None, metavar="N",
-                     help="span block size in tokens, repeatable (default 16 64 256 400 600)")
-    gpu.add_argument("--repeats", type=int, default=7)
-    gpu.add_argument("--allow-cpu", action="store_true",
-                     help="run on a CPU too (for testing the command's paths)")
-    gpu.add_argument("--slots", default=None, metavar="N,N,...",
-                     help="also: conversations in one batched engine, every one talking, a "
-                          "span a second somewhere (e.g. 1,8,16,32,48,64): frame p50/p99, "
-                          "memory per slot, the largest N that holds the 80 ms frame")
-    gpu.add_argument("--slot-frames", type=int, default=40,
-                     help="frames measured per slot count (default 40)")
-    gpu.add_argument("--slots-until-miss", action="store_true",
-                     help="no slot count after the first that fails or misses the frame")
-    gpu.add_argument("--asr", default=None, metavar="STT",
-                     help="with --slots: a recogniser of N rows on this STT beside each count "
-                          "(not on disk: its published architecture, random weights)")
-    gpu.add_argument("--compile", action="store_true",
-                     help="the blocks' engine with its step compiled by torch.compile (in "
-                          "the warm-up; the figure 'compile' says what it took)")
-    gpu.add_argument("--json", action="store_true", help="print one JSON object")
-    server = bench_kinds.add_parser(
-        "server", help="serve's network path: round trip per frame over a local engine, "
-                       "Opus bandwidth, conversations at once without late frames")
-    server.add_argument("--model", default="tiny")
-    server.add_argument("--device", default="cpu")
-    server.add_argument("--frames", type=int, default=125, help="frames per path (80 ms each)")
-    server.add_argument("--most", type=int, default=4, metavar="N",
-                        help="try up to N conversations at once (0: skip that part)")
-    server.add_argument("--threads", type=int, default=1,
-                        help="torch threads per process (default 1: a shared CPU)")
-    server.add_argument("--asr", default=None, metavar="STT",
-                        help="the server recognises the user's words with this STT model "
-                             "(as serve --asr, e.g. tiny-stt): the link's text stream with "
-                             "each word sent once and event by event")
-    server.add_argument("--json", action="store_true", help="print one JSON object")
-    from app.bench.joins_bench import add_arguments as add_joins_arguments
-
-    add_joins_arguments(bench_kinds.add_parser(
-        "joins", help="serve --slots N: a long conversation's gaps while others join, clone "
-                      "a voice, reset and leave; each joiner's time to ready"))
+    for kind, (request, kind_help) in BENCHMARKS.items():
+        add_options(bench_kinds.add_parser(kind, help=kind_help), request)
     bench.set_defaults(bench_kinds=tuple(bench_kinds.choices))
     return parser
 
@@ -316,7 +183,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from app.conversation.config import SERVER_STT, SpeechServer
-    from app.conversation.headless import HeadlessRun, Injection, run_headless
+    from app.conversation.headless import Injection, run_headless
     from app.conversation.options import conversation_from_args
 
     if args.asr == SERVER_STT and not args.server:
@@ -331,9 +198,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("--chunk-limit must be at least 1")
     injections = [Injection(t, a, args.source) for t, a in zip(args.inject, args.at, strict=True)]
     config = conversation_from_args(args, server=server)
-    summary = run_headless(config, HeadlessRun(
-        args.input, args.output, args.transcript, tuple(injections), seed=args.seed,
-        chunk_limit=args.chunk_limit, ret_at=tuple(args.ret_at), mimi=args.mimi))
+    summary = run_headless(config, from_args(HeadlessRun, args, injections=tuple(injections)))
     speed = summary.audio_seconds / max(summary.elapsed_seconds, 1e-9)
     print(
         f"processed {summary.audio_seconds:.2f} s of audio ({summary.frames} frames) in "
@@ -344,7 +209,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> int:
+def _cmd_bench_precisions(request: GpuBench, blocks: tuple[int, ...]) -> int:
     """`bench gpu --precision bf16,fp8,int4` (app/bench/precision_bench.py)."""
     from app.bench.precision_bench import (
         describe_precisions,
@@ -352,26 +217,28 @@ def _cmd_bench_precisions(args: argparse.Namespace, blocks: tuple[int, ...]) -> 
         run_precision_bench,
     )
 
-    if args.dtype != "bfloat16" or getattr(args, "slots", None):
+    assert request.precision is not None
+    if request.dtype != "bfloat16" or request.slots or request.compile_step:
         raise ValueError("bench gpu --precision chooses each precision's dtype itself and "
-                         "runs no slots: leave out --dtype and --slots")
+                         "runs no slots and no compiled step: leave out --dtype, --slots and "
+                         "--compile")
     def progress(row: dict) -> None:  # a time limit that cuts the run keeps what was measured
         print(f"precision {json.dumps(row)}", file=sys.stderr, flush=True)
 
-    result = run_precision_bench(parse_precisions(args.precision), args.model, args.device,
-                                 blocks, args.repeats, allow_cpu=args.allow_cpu,
-                                 progress=progress)
-    print(json.dumps(result) if args.json else describe_precisions(result))
+    result = run_precision_bench(parse_precisions(request.precision), request.model,
+                                 request.device, blocks, request.repeats,
+                                 allow_cpu=request.allow_cpu, progress=progress)
+    print(json.dumps(result) if request.json else describe_precisions(result))
     return 0
 
 
-def _cmd_bench_pipeline(args: argparse.Namespace) -> int:
+def _cmd_bench_pipeline(request: PipelineBench) -> int:
     from app.bench.pipeline_bench import run_pipeline_bench
 
-    if args.turns < 1:
+    if request.turns < 1:
         raise ValueError("--turns must be at least 1")
-    result = run_pipeline_bench(args.model, args.turns, args.device)
-    if args.json:
+    result = run_pipeline_bench(request.model, request.turns, request.device)
+    if request.json:
         print(json.dumps(result))
         return 0
     print(f"{result['completed']}/{result['turns']} turns on {result['model']} "
@@ -391,111 +258,115 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    if args.bench == "engine":
+    """`bench KIND`: its request (app/bench/requests.py), handed to its benchmark."""
+    request = from_args(BENCHMARKS[args.bench][0], args)
+    if isinstance(request, EngineBench):
         from app.bench.engine_bench import describe as describe_engine
         from app.bench.engine_bench import run_engine_bench
 
-        result = run_engine_bench(tuple(args.model or ("tiny", "tiny-cs")), args.frames,
-                                  args.rounds, args.baseline_tree)
-        print(json.dumps(result) if args.json else describe_engine(result))
+        result = run_engine_bench(request.models or ("tiny", "tiny-cs"), request.frames,
+                                  request.rounds, request.baseline_tree)
+        print(json.dumps(result) if request.json else describe_engine(result))
         return 0
-    if args.bench == "step":
+    if isinstance(request, StepBench):
         from app.bench.step_bench import describe as describe_step
         from app.bench.step_bench import emit_line, run_step_bench
 
-        default = "bf16" if str(args.device).startswith("cuda") else "fp32"
-        precisions = tuple(p.strip() for p in (args.precision or default).split(",")
+        default = "bf16" if str(request.device).startswith("cuda") else "fp32"
+        precisions = tuple(p.strip() for p in (request.precision or default).split(",")
                            if p.strip())
-        result = run_step_bench(tuple(args.model or ("tiny-cs", "7b")), precisions,
-                                args.device, args.steps, args.greedy, emit=emit_line,
-                                compile_step=args.compile)
-        print(json.dumps(result) if args.json else describe_step(result))
+        result = run_step_bench(request.models or ("tiny-cs", "7b"), precisions,
+                                request.device, request.steps, request.greedy, emit=emit_line,
+                                compile_step=request.compile_step)
+        print(json.dumps(result) if request.json else describe_step(result))
         return 0
-    if args.bench == "asr":
+    if isinstance(request, AsrBench):
         from app.bench.asr_rows_bench import describe as describe_asr
         from app.bench.asr_rows_bench import run_asr_rows_bench
 
-        counts = tuple(int(n) for n in args.rows.split(",") if n.strip())
-        result = run_asr_rows_bench(args.stt, counts, args.frames)
-        print(json.dumps(result) if args.json else describe_asr(result))
+        counts = tuple(int(n) for n in request.rows.split(",") if n.strip())
+        result = run_asr_rows_bench(request.stt, counts, request.frames)
+        print(json.dumps(result) if request.json else describe_asr(result))
         return 0
-    if args.bench == "pipeline":
-        return _cmd_bench_pipeline(args)
-    if args.bench in ("audio-latency", "echo"):
+    if isinstance(request, PipelineBench):
+        return _cmd_bench_pipeline(request)
+    if isinstance(request, (AudioLatencyBench, EchoBench)):
         from app.bench.audio_bench import run_echo_bench, run_latency_bench
 
-        if args.seconds <= 0:
+        if request.seconds <= 0:
             raise ValueError("--seconds must be positive")
-        run = run_latency_bench if args.bench == "audio-latency" else run_echo_bench
-        print(json.dumps(run(seconds=args.seconds, null_sink=not args.system_devices),
+        run = run_latency_bench if isinstance(request, AudioLatencyBench) else run_echo_bench
+        print(json.dumps(run(seconds=request.seconds, null_sink=not request.system_devices),
                          indent=2))
         return 0
-    if args.bench == "playback-delay":
+    if isinstance(request, PlaybackDelayBench):
         from app.bench.playback_delay_bench import describe as describe_delay
         from app.bench.playback_delay_bench import run_playback_delay_bench
 
-        if args.seconds <= 0 or args.listener_ms < 0:
+        if request.seconds <= 0 or request.listener_ms < 0:
             raise ValueError("--seconds must be positive, --listener-ms 0 or more")
-        result = run_playback_delay_bench(args.seconds, args.listener_ms)
-        print(json.dumps(result) if args.json else describe_delay(result))
+        result = run_playback_delay_bench(request.seconds, request.listener_ms)
+        print(json.dumps(result) if request.json else describe_delay(result))
         return 0
-    if args.bench == "mimi":
+    if isinstance(request, MimiBench):
         from app.bench.mimi_bench import describe as describe_mimi
         from app.bench.mimi_bench import run_mimi_bench
 
-        mimi_result = run_mimi_bench(args.model, args.frames)
-        print(json.dumps(mimi_result) if args.json else describe_mimi(mimi_result))
+        mimi_result = run_mimi_bench(request.model, request.frames)
+        print(json.dumps(mimi_result) if request.json else describe_mimi(mimi_result))
         return 0
-    if args.bench == "soak":
+    if isinstance(request, SoakBench):
         from app.bench.soak_bench import run_soak_bench
 
-        if args.minutes <= 0:
+        if request.minutes <= 0:
             raise ValueError("--minutes must be positive")
-        result = run_soak_bench(args.minutes)
-        print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        result = run_soak_bench(request.minutes)
+        print(json.dumps(result) if request.json else json.dumps(result, indent=2))
         return 0
-    if args.bench == "server":
+    if isinstance(request, ServerBench):
         from app.server.bench import format_server_bench, run_server_bench
 
-        if args.frames < 5 or args.most < 0 or args.threads < 1:
+        if request.frames < 5 or request.most < 0 or request.threads < 1:
             raise ValueError("--frames must be at least 5, --most 0 or more, --threads 1 "
                              "or more")
-        result = run_server_bench(args.model, args.device, args.frames, args.most,
-                                  threads=args.threads, asr=args.asr)
-        print(json.dumps(result) if args.json else format_server_bench(result))
+        result = run_server_bench(request.model, request.device, request.frames, request.most,
+                                  threads=request.threads, asr=request.asr)
+        print(json.dumps(result) if request.json else format_server_bench(result))
         return 0
-    if args.bench == "joins":
+    if isinstance(request, JoinsBench):
         from app.bench.joins_bench import run as run_joins
 
-        return run_joins(args)
-    if args.bench == "gpu":
+        return run_joins(request)
+    if isinstance(request, GpuBench):
         from app.bench.gpu_bench import describe, run_gpu_bench
 
-        blocks = tuple(args.block) if args.block else (16, 64, 256, 400, 600)
-        if args.precision is not None:
-            return _cmd_bench_precisions(args, blocks)
-        slot_counts = tuple(int(n) for n in args.slots.split(",") if n.strip()) \
-            if args.slots else ()
-        result = run_gpu_bench(args.model, args.device, args.dtype, blocks, args.repeats,
-                               allow_cpu=args.allow_cpu, slots=slot_counts,
-                               slot_frames=args.slot_frames,
-                               stop_at_first_miss=args.slots_until_miss, asr=args.asr,
-                               compile_step=args.compile)
-        print(json.dumps(result) if args.json else describe(result))
+        blocks = request.blocks or (16, 64, 256, 400, 600)
+        if request.precision is not None:
+            return _cmd_bench_precisions(request, blocks)
+        slot_counts = tuple(int(n) for n in request.slots.split(",") if n.strip()) \
+            if request.slots else ()
+        result = run_gpu_bench(request.model, request.device, request.dtype, blocks,
+                               request.repeats, allow_cpu=request.allow_cpu, slots=slot_counts,
+                               slot_frames=request.slot_frames,
+                               stop_at_first_miss=request.slots_until_miss, asr=request.asr,
+                               compile_step=request.compile_step)
+        print(json.dumps(result) if request.json else describe(result))
         return 0
-    ks = tuple(args.k) if args.k else (16, 64, 256)
+    assert isinstance(request, InjectionBench)
+    ks = request.k or (16, 64, 256)
     if min(ks) < 1:
         raise ValueError("--k must be at least 1")
-    if args.device == "mlx" and args.dtype is not None:
+    if request.device == "mlx" and request.dtype is not None:
         raise ValueError("--device mlx takes --precision (fp32, bf16, q8, q4), not --dtype")
-    if args.device != "mlx" and args.precision is not None:
+    if request.device != "mlx" and request.precision is not None:
         raise ValueError("--precision is for --device mlx; the torch bench takes --dtype")
     from app.bench.injection_bench import describe as describe_injection
     from app.bench.injection_bench import run_injection_bench
 
-    result = run_injection_bench(args.model, args.device, args.dtype, ks, args.repeats,
-                                 check_wrap=not args.no_wrap, precision=args.precision)
-    print(json.dumps(result) if args.json else describe_injection(result))
+    result = run_injection_bench(request.model, request.device, request.dtype, ks,
+                                 request.repeats, check_wrap=not request.no_wrap,
+                                 precision=request.precision)
+    print(json.dumps(result) if request.json else describe_injection(result))
     return 0
 
 

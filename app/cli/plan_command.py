@@ -1,6 +1,6 @@
 """`python main.py plan`: what fits in this machine's memory before anything loads, and, on a
 card it knows, which precision keeps the 7B in real time (predicted, with its basis:
-app/engine/speed_plan.py).
+app/plan/speed_plan.py).
 
 Without flags it plans for the app's saved settings (speech model, recogniser, Ollama model,
 where the speech engine runs); flags override them. `--for cuda:12` plans for another
@@ -14,7 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from app.engine.memory_plan import (
+from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
+from app.plan.memory_plan import (
     DEVICE_PRECISIONS,
     GIB,
     PRECISIONS,
@@ -22,8 +23,7 @@ from app.engine.memory_plan import (
     MemoryReport,
     ModelShape,
 )
-from app.engine.slot_capacity import SlotCapacity
-from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM
+from app.plan.slot_capacity import SlotCapacity
 
 DEVICE_KINDS = ("cuda", "mac", "cpu")
 
@@ -74,8 +74,8 @@ def assumed_device(text: str) -> DeviceMemory:
 
 
 def card_device(name: str) -> DeviceMemory:
-    """A card of the speed table (app/engine/speed_plan.py) with all of its memory free."""
-    from app.engine.speed_plan import CARDS, find_card
+    """A card of the speed table (app/plan/speed_plan.py) with all of its memory free."""
+    from app.plan.speed_plan import CARDS, find_card
 
     card = find_card(name)
     if card is None:
@@ -91,8 +91,8 @@ def speed_lines(device: DeviceMemory, speech: ModelShape | None,
                 stt: ModelShape | None) -> list[str]:
     """The predictions for this device's card at each precision it runs (empty: a card the
     table does not know, or a speech model that is not the 7B)."""
-    from app.engine.memory_survey import SEVEN_B_LINEAR_PARAMS
-    from app.engine.speed_plan import basis_short, find_card, fit_text, predict
+    from app.plan.memory_survey import SEVEN_B_LINEAR_PARAMS
+    from app.plan.speed_plan import basis_short, find_card, fit_text, predict
 
     card = find_card(device.name)
     if card is None or speech is None or speech.linear_params < SEVEN_B_LINEAR_PARAMS:
@@ -121,7 +121,7 @@ def report_json(report: MemoryReport) -> dict:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from app.engine.memory_survey import survey_memory
+    from app.plan.memory_survey import survey_memory
     from app.settings.store import SettingsStore
 
     settings, _ = SettingsStore().load()
@@ -153,7 +153,7 @@ def run_plan(args: argparse.Namespace) -> int:
     slots = _slot_line(report, speech, stt)
     cards: list[str] = []
     if args.cards:
-        from app.engine.speed_plan import card_table, eight_gb_lines
+        from app.plan.speed_plan import card_table, eight_gb_lines
 
         seven_b = speech if speech is not None and speech.linear_params > 5e9 else _shapes(
             "context-spanning-7b", None, None)[0]
@@ -176,7 +176,7 @@ def _slot_line(report: MemoryReport, speech: ModelShape | None, stt: ModelShape 
                ) -> tuple[SlotCapacity, str] | None:
     """How many conversations a server's one engine holds on this GPU, at the plan's
     precision (None: no speech model, or not a GPU)."""
-    from app.engine.slot_capacity import conversations_that_fit
+    from app.plan.slot_capacity import conversations_that_fit
 
     device = report.device
     precision = report.precision
@@ -191,7 +191,7 @@ def _shapes(model: str | None, folder: Path | None, stt_model: str | None
     """The speech model's and the recogniser's shapes (counted on meta; cached)."""
     from app.asr.stt_catalog import get_stt_manifest
     from app.checkpoints.catalog import get_manifest
-    from app.engine.footprint import checkpoint_shape, stt_shape
+    from app.plan.footprint import checkpoint_shape, stt_shape
 
     speech = checkpoint_shape(get_manifest(model), folder) if model else None
     stt = stt_shape(get_stt_manifest(stt_model)) if stt_model and stt_model != "none" else None

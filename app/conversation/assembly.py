@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from app.checkpoints.catalog import Manifest, Retrieval, get_manifest
 from app.checkpoints.missing import CheckpointMissingError
 from app.conversation.config import ConversationConfig
+from app.conversation.events import ConversationEvent
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.precision_choice import PrecisionChoice, choose_precision
 from app.engine.speech_engine import EngineOptions, SpeechEngine
@@ -193,8 +194,9 @@ def build_backend(config: ConversationConfig, flag: str = "--llm-host") -> LLMBa
                         timeout_s=config.timeout_s, flag=flag)
 
 
-def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend: LLMBackend,
-                       tools: ToolRegistry, *, replay: ReplayClock | None = None,
+def build_orchestrator(config: ConversationConfig, engine: SpeechEngine[ConversationEvent],
+                       backend: LLMBackend, tools: ToolRegistry, *,
+                       replay: ReplayClock | None = None,
                        **options: Any) -> Orchestrator:
     """The LLM side over `engine` (this machine's, or a server's).
     `replay`: a file's run, the LLM's latency replayed in frames on this clock (a pipeline
@@ -217,19 +219,28 @@ def build_orchestrator(config: ConversationConfig, engine: SpeechEngine, backend
         **options), replay_clock=replay)
 
 
+REACH_TIMEOUT_S = 10.0  # for the first plain connection to the speech server
+
+
 def connect_remote(config: ConversationConfig, connect_timeout_s: float,
                    cancel: threading.Event | None = None, *,
-                   for_file: bool = False) -> RemoteEngine | None:
+                   for_file: bool = False, where: str = "") -> RemoteEngine | None:
     """The speech model of `config.server`, connected (its `ready` heard), with what the
     conversation starts with: the voice, persona and the user's profile, and whether the
     server recognises the user's words. None: `cancel` was set meanwhile. `for_file`: a
-    file's frames (never dropped; a lost connection ends the run). Raises
-    RemoteEngineError with the reason the server cannot be used."""
-    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteOptions
+    file's frames (never dropped; a lost connection ends the run). `where`: where the user
+    gives the server's address, named when nothing answers there. Raises
+    RemoteEngineError with the reason the server cannot be used: nothing at its address is
+    said in words first (app/conversation/server_reach.py), not as the network library's."""
+    from app.conversation.server_reach import reach_problem
+    from app.remote.remote_engine import MAX_LAG_S, RemoteEngine, RemoteEngineError, RemoteOptions
 
     server = config.server
     if server is None:
         raise ValueError("the conversation's speech model is not on a server")
+    problem = reach_problem(server.url, min(connect_timeout_s, REACH_TIMEOUT_S), where)
+    if problem is not None:
+        raise RemoteEngineError(problem)
     engine = RemoteEngine(RemoteOptions(
         url=server.url, token=server.token, connect_timeout_s=connect_timeout_s,
         voice=config.voice, role=config.role, user_name=config.user_name,
@@ -238,7 +249,8 @@ def connect_remote(config: ConversationConfig, connect_timeout_s: float,
     return engine if engine.connect(cancel=cancel) else None
 
 
-def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Device, *,
+def build_pipeline(engine: SpeechEngine[ConversationEvent], config: ConversationConfig,
+                   device: Device, *,
                    lock_step: LockStep | None = None, stt: LoadedStt | None = None,
                    asr: StreamingAsr | None = None,
                    backend: LLMBackend | None = None, notice: Notice | None = None,
@@ -269,7 +281,8 @@ def build_pipeline(engine: SpeechEngine, config: ConversationConfig, device: Dev
     return join_stages(engine, config, asr, orchestrator, lock_step=lock_step, live=live)
 
 
-def join_stages(engine: SpeechEngine, config: ConversationConfig, asr: StreamingAsr | None,
+def join_stages(engine: SpeechEngine[ConversationEvent], config: ConversationConfig,
+                asr: StreamingAsr | None,
                 orchestrator: Orchestrator | None, *, lock_step: LockStep | None = None,
                 live: bool = False) -> ConversationPipeline:
     """The pipeline over stages already built. A live conversation always has the

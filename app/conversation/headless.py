@@ -37,6 +37,7 @@ from app.conversation.assembly import (
     load_speech_model,
 )
 from app.conversation.config import ConversationConfig
+from app.conversation.events import ConversationEvent
 from app.conversation.lock_step import LockStep, PipelineStalled
 from app.conversation.pipeline import ConversationPipeline
 from app.conversation.run_records import (
@@ -406,7 +407,7 @@ class _Follower:
                               self.stopped, self.failure, self.done, self.frames, finish,
                               self.last_lines)
 
-    def _on_event(self, event: object, out: TextIO) -> None:
+    def _on_event(self, event: ConversationEvent, out: TextIO) -> None:
         if isinstance(event, ev.AudioOut):
             first = event.frame_index * FRAME_SAMPLES
             self.out_pcm[first : first + FRAME_SAMPLES] = event.pcm

@@ -43,6 +43,20 @@ def _judged(backend: LLMBackend, health: BackendHealth | None, host: str,
     return LlmProbed(backend, state, health.message)
 
 
+def unavailable_notice(probed: LlmProbed) -> str:
+    """The transcript's words for an LLM that cannot answer: the reason, once, and what to do
+    about that reason (a model that is not installed is no address problem)."""
+    reason = probed.message.strip().rstrip(".").strip()
+    if probed.state == "model missing":
+        advice = ("install it as said, or choose a model the server has in Settings → "
+                  "Assistant (LLM) (Test connection lists them)")
+    else:
+        advice = ("check that the LLM server is running (Help → Get an LLM says how to get "
+                  "one) and its address in Settings → Assistant (LLM)")
+    return (f"The assistant (LLM) is not available: {reason}. The speech model talks on "
+            f"meanwhile; {advice}.")
+
+
 def probe_in_background(backend: LLMBackend, host: str, report: Callable[[LlmProbed], None],
                         timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Ask `backend.health()` off the caller's thread; `report` gets the verdict (on the
@@ -52,7 +66,7 @@ def probe_in_background(backend: LLMBackend, host: str, report: Callable[[LlmPro
     def ask() -> None:
         try:
             answer.append(backend.health())
-        except Exception as exc:  # noqa: BLE001 - a probe never fails the conversation
+        except Exception as exc:  # a probe never fails the conversation
             log.info("the LLM probe failed: %s", exc, exc_info=True)
             answer.append(BackendHealth(False, f"{backend.name} at {host}: {exc}"))
 

@@ -24,14 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
+from app.conversation.events import ASR_EVENTS, ConversationEvent
 from app.engine.events import AudioOut, EngineStopped
 from app.orchestrator.replay_clock import ReplayClock
 
 if TYPE_CHECKING:
     from app.conversation.pipeline import ConversationPipeline
-
-ASR_EVENTS = (AsrWord, AsrPartial, AsrFinal, AsrError)
 
 
 class PipelineStalled(RuntimeError):
@@ -45,7 +43,17 @@ class _Fence:
     passed: threading.Event
 
 
-_END_OF_INPUT = object()  # the feeder is done: the recogniser's last events go on as they come
+@dataclass(frozen=True)
+class _EndOfInput:
+    """Put into the router's queue: the feeder is done, the recogniser's last events go on
+    as they come."""
+
+
+_END_OF_INPUT = _EndOfInput()
+
+# What the router's queue carries: the stages' events, and in a replay these marks.
+RouterItem = ConversationEvent | _Fence | _EndOfInput
+MARKS = (_Fence, _EndOfInput)
 
 
 class LockStep:
@@ -56,30 +64,30 @@ class LockStep:
     def __init__(self, clock: ReplayClock | None = None) -> None:
         self.clock = clock if clock is not None else ReplayClock()
         self._pipeline: ConversationPipeline | None = None
-        self._put: Callable[[object], None] = lambda _item: None
-        self._deliver: Callable[[object], None] = lambda _event: None
+        self._put: Callable[[RouterItem], None] = lambda _item: None
+        self._deliver: Callable[[ConversationEvent], None] = lambda _event: None
         self._progress = threading.Condition()  # frames routed, the engine stopped, a stop
         self._frames_routed = 0
         self._engine_stopped = False
         self._stopped = False
-        self._held: list[object] = []  # recogniser events until the next fence
+        self._held: list[ConversationEvent] = []  # recogniser events until the next fence
         self._holding = True
 
-    def join(self, pipeline: ConversationPipeline, put: Callable[[object], None],
-             deliver: Callable[[object], None]) -> None:
+    def join(self, pipeline: ConversationPipeline, put: Callable[[RouterItem], None],
+             deliver: Callable[[ConversationEvent], None]) -> None:
         """The pipeline this run feeds: `put` puts into its router's queue, `deliver` hands
         an event on (to the orchestrator, the audio sink, `events`)."""
         self._pipeline, self._put, self._deliver = pipeline, put, deliver
 
     # ---- the router's thread ------------------------------------------------------------
 
-    def route(self, event: object) -> None:
+    def route(self, event: RouterItem) -> None:
         """One event out of the router's queue: delivered, or held until the next fence."""
-        if isinstance(event, _Fence) or event is _END_OF_INPUT:
+        if isinstance(event, MARKS):
             held, self._held = self._held, []
             for asr_event in held:
                 self._deliver(asr_event)
-            self._holding = self._holding and event is not _END_OF_INPUT
+            self._holding = self._holding and not isinstance(event, _EndOfInput)
             if isinstance(event, _Fence):  # everything before it is routed
                 orchestrator = self._pipeline.orchestrator if self._pipeline else None
                 if orchestrator is not None:

@@ -1,14 +1,19 @@
-"""Per-conversation options, declared once on ConversationConfig's fields.
+"""Per-conversation options, declared once on ConversationConfig's fields, each naming the
+commands that offer it.
 
-Each field that a command line may choose carries a `CliOption` in its metadata (the
-`cli_option(...)` helper writes it): its flags, help, type, choices and the command line's
-default. `add_conversation_options` adds the chosen fields' arguments to a parser (or an
-argument group) for `run`, `serve`, `eval qa` and `eval fdb`; `conversation_from_args` turns
-the parsed arguments back into one ConversationConfig. A new per-conversation option is one
-field here-declared, plus its use: no parser and no args→config function is touched. One the
-desktop app saves too adds `saved_as(...)` beside its `cli_option(...)`
-(app/conversation/saved_settings.py), its saved field (app/settings/schema.py) and its widget:
-`ConversationConfig.from_settings` is not touched either.
+Each field that a command line may choose carries a `CliOption` in its metadata (this
+module's `cli_option(...)` writes it, app/command_options.py reads it): its flags, help, type,
+choices, the command line's default, the commands that offer it (`commands=`: every command
+that runs a conversation, `CONVERSATION_COMMANDS`, or those named) and its part of their
+`--help` (the speech model's, `SPEECH`, or the LLM side's, `LLM_SIDE`). Each command adds
+what it offers with `add_conversation_options(group, command, part)`, and
+`conversation_from_args` turns the parsed arguments back into one ConversationConfig. A new
+per-conversation option is one field declared, plus its use: no parser, no list of a
+command's options and no args→config function is touched (tests/conversation/
+test_options.py fails where a command lacks one it should offer). One the desktop app saves
+too adds `saved_as(...)` beside its `cli_option(...)` (app/conversation/saved_settings.py),
+its saved field (app/settings/schema.py) and its widget: `ConversationConfig.from_settings`
+is not touched either.
 
 Light to import: every parser is built at start (app/cli/main.py).
 """
@@ -16,110 +21,85 @@ Light to import: every parser is built at start (app/cli/main.py).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from app.command_options import (
+    CliOption,
+    ToField,
+    add_options,
+    declared,
+    values_from_args,
+)
+from app.command_options import cli_option as declare
 
 if TYPE_CHECKING:
     from app.conversation.config import ConversationConfig
 
-CLI_KEY = "cli"  # the field metadata's key
-_ABSENT = object()  # no command-line default declared: the flag's absence means the field's
-
-# The LLM side's fields every command that runs one offers (`run`, `serve`, `eval qa`,
-# `eval fdb`); each adds its own (e.g. run's --realtime). A new LLM option joins here.
-LLM_SIDE_OPTIONS = ("stt_model", "end_of_turn", "backend", "host", "model", "timeout_s",
-                    "tools")
-
-# What a parsed value becomes: (the parsed value, the fields chosen so far) → the field's value.
-ToField = Callable[[Any, Mapping[str, Any]], Any]
+# The commands that run a conversation (their parsers: app/cli/main.py, app/server/cli.py,
+# app/eval/cli.py, app/eval/fdb/cli.py, app/eval/fdb3/cli.py).
+RUN, SERVE, EVAL_QA, EVAL_FDB, EVAL_FDB3 = "run", "serve", "eval qa", "eval fdb", "eval fdb3 run"
+CONVERSATION_COMMANDS = (RUN, SERVE, EVAL_QA, EVAL_FDB, EVAL_FDB3)
+# A command's --help shows a conversation's options in two parts.
+SPEECH, LLM_SIDE = "speech", "llm"
 
 
-@dataclass(frozen=True)
-class CliOption:
-    """How a command line chooses one ConversationConfig field."""
-
-    flags: tuple[str, ...]  # "--llm-host"; more than one: aliases ("--role", "--persona")
-    help: str
-    # "value": one value; "flag": present or not (store_true); "list": repeatable (append)
-    kind: Literal["value", "flag", "list"] = "value"
-    type: Callable[[str], Any] | None = None  # argparse's type (None: the text)
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    # The command line's default where it differs from "absent: the field's default" (the
-    # commands run the tiny demo model, the desktop app the catalog's default).
-    default: Any = _ABSENT
-    to_field: ToField | None = None  # None: the parsed value as it is
-
-    @property
-    def dest(self) -> str:
-        return self.flags[0].lstrip("-").replace("-", "_")
-
-    @property
-    def parser_default(self) -> Any:
-        if self.default is not _ABSENT:
-            return self.default
-        return {"flag": False, "list": []}.get(self.kind)
+def every_command_but(*left_out: str) -> tuple[str, ...]:
+    """Every command that runs a conversation except `left_out` (say why beside it)."""
+    unknown = set(left_out) - set(CONVERSATION_COMMANDS)
+    if unknown:
+        raise ValueError(f"not a conversation's command: {', '.join(sorted(unknown))}")
+    return tuple(c for c in CONVERSATION_COMMANDS if c not in left_out)
 
 
-def cli_option(*flags: str, help: str, **details: Any) -> dict[str, CliOption]:
-    """The field metadata declaring a command-line option (see CliOption)."""
-    return {CLI_KEY: CliOption(tuple(flags), help, **details)}
+def cli_option(*flags: str, help: str, commands: Iterable[str], part: str,
+               **details: Any) -> dict[str, CliOption]:
+    """The field metadata declaring a conversation's command-line option: offered by
+    `commands`, in `part` (SPEECH or LLM_SIDE) of their help. Absent, a value is None (and
+    a flag False): the field's default, unless the command chooses (e.g. `eval fdb`'s ASR)."""
+    commands = tuple(commands)
+    unknown = set(commands) - set(CONVERSATION_COMMANDS)
+    if unknown or not commands or part not in (SPEECH, LLM_SIDE):
+        raise ValueError(f"{flags[0]}: commands among {CONVERSATION_COMMANDS} (not "
+                         f"{sorted(unknown)}), part {SPEECH!r} or {LLM_SIDE!r} (not {part!r})")
+    if details.get("kind", "value") == "value":
+        details.setdefault("default", None)
+    return declare(*flags, help=help, commands=commands, section=part, **details)
 
 
 def declared_options() -> dict[str, CliOption]:
     """Field name → its option, in the fields' order."""
     from app.conversation.config import ConversationConfig
 
-    return {f.name: f.metadata[CLI_KEY] for f in dataclasses.fields(ConversationConfig)
-            if CLI_KEY in f.metadata}
+    return {name: d.option for name, d in declared(ConversationConfig).items()}
 
 
-def _described_default(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def offered_options(command: str) -> tuple[str, ...]:
+    """The ConversationConfig fields `command` offers, in the fields' order."""
+    return tuple(name for name, option in declared_options().items()
+                 if option.offered_by(command))
 
 
 def add_conversation_options(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-    fields: Iterable[str],
+    command: str,
+    part: str,
     *,
+    only: Iterable[str] | None = None,
+    skip: Iterable[str] = (),
     defaults: Mapping[str, Any] | None = None,
     notes: Mapping[str, str] | None = None,
-) -> None:
-    """Add the declared options of `fields` (ConversationConfig field names) to `parser`.
+) -> tuple[str, ...]:
+    """Add to `parser` the options `command` offers in `part` (SPEECH or LLM_SIDE) of its
+    help: `only` these fields, not `skip` (one the command shows in a group of its own).
     `defaults`: this command's own default for a field (its help then says it); `notes`:
     words this command adds to a field's help (what it means here)."""
     from app.conversation.config import ConversationConfig
 
-    options = declared_options()
-    field_defaults = {f.name: f.default for f in dataclasses.fields(ConversationConfig)}
-    defaults, notes = defaults or {}, notes or {}
-    for name in fields:
-        option = options[name]  # a KeyError: the field declares no option
-        help_text = option.help
-        if name in notes:
-            help_text += f"; {notes[name]}"
-        default = defaults.get(name, option.parser_default)
-        said = default if name in defaults else field_defaults[name]
-        numeric = isinstance(said, (int, float)) and not isinstance(said, bool)
-        this_commands_own = name in defaults and default is not None
-        if numeric or this_commands_own:  # (a text field's own default goes unsaid)
-            help_text += f" (default {_described_default(said)})"
-        extra: dict[str, Any] = {"dest": option.dest, "help": help_text, "default": default}
-        if option.kind == "flag":
-            extra["action"] = "store_true"
-        else:
-            if option.kind == "list":
-                extra["action"] = "append"
-                extra["default"] = list(default)
-            if option.type is not None:
-                extra["type"] = option.type
-            if option.metavar is not None:
-                extra["metavar"] = option.metavar
-            if option.choices is not None:
-                extra["choices"] = list(option.choices)
-        parser.add_argument(*option.flags, **extra)
+    if command not in CONVERSATION_COMMANDS:
+        raise ValueError(f"{command!r} is not in CONVERSATION_COMMANDS")
+    return add_options(parser, ConversationConfig, command, section=part, only=only,
+                       skip=skip, defaults=defaults, notes=notes, say_defaults=True)
 
 
 def conversation_from_args(args: argparse.Namespace, **chosen: Any) -> ConversationConfig:
@@ -128,15 +108,7 @@ def conversation_from_args(args: argparse.Namespace, **chosen: Any) -> Conversat
     decides itself, e.g. `server`)."""
     from app.conversation.config import ConversationConfig
 
-    values: dict[str, Any] = {}
-    for name, option in declared_options().items():
-        if name in chosen or not hasattr(args, option.dest):
-            continue
-        value = getattr(args, option.dest)
-        if value is None:
-            continue
-        values[name] = value if option.to_field is None else option.to_field(value, values)
-    return ConversationConfig(**{**values, **chosen})
+    return ConversationConfig(**values_from_args(ConversationConfig, args, **chosen))
 
 
 # -- conversions the declarations use ----------------------------------------------------------

@@ -1,13 +1,17 @@
 """The whole conversation: engine, ASR and orchestrator wired together.
 
 Audio frames fan out to the engine and the ASR, through the voice leveller's thread when
-there is one (both then hear the same levelled voice, as the reference serves it). All
-stages emit into one queue; a router thread forwards what the orchestrator needs (the
-user's words, the model's words and its <ret>, span landings, the frame clock) and passes
-every event on to `events` for the UI or a transcript. The model's voice goes first, to the
-audio sink when there is one (the session's speaker: `set_audio_sink`), from the router's
-own thread, so nothing the reader of `events` does (settings, the transcript, a slow
-listener) can hold it back on its way to the jitter buffer.
+there is one (both then hear the same levelled voice, as the reference serves it). Every
+stage is given one sink, the router's queue (`send_events_to`: each takes its own events
+only; what the queue carries is their union, events.py). A router thread sends each kind of
+event where its table says: the user's words and the engine's events to the orchestrator
+(which keeps what it needs: the words, the model's words and its <ret>, span landings, the
+frame clock), then every event on to the pipeline's own sink (`send_events_to`: the
+session's inbox, a server's connection; else the queue `events`, which a run records). The
+model's voice goes first, to the audio sink when there is one (the session's speaker:
+`set_audio_sink`), from the router's own thread, so nothing the reader of the events does
+(settings, the transcript, a slow listener) can hold it back on its way to the jitter
+buffer.
 
 A file fed faster than real time with an LLM side goes in lock-step: the headless run
 hands the pipeline a `LockStep` (lock_step.py), and the router routes each event through
@@ -25,9 +29,18 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from app.asr.events import AsrEvent
 from app.audio.levelling_stage import FrameConsumer, LevellingStage
-from app.conversation.lock_step import ASR_EVENTS, LockStep
-from app.engine.events import AudioOut
+from app.conversation.events import (
+    ASR_EVENTS,
+    ENGINE_EVENTS,
+    LINK_EVENTS,
+    ORCHESTRATOR_EVENTS,
+    ConversationEvent,
+    EventSink,
+)
+from app.conversation.lock_step import MARKS, LockStep, RouterItem
+from app.engine.events import AudioOut, EngineEvent
 from app.engine.speech_engine import SpeechEngine
 from app.orchestrator.orchestrator import Orchestrator
 
@@ -37,9 +50,9 @@ AudioSink = Callable[[AudioOut], None]
 
 
 class AsrStage(Protocol):
-    events: queue.SimpleQueue[Any]  # the pipeline's merged queue once wired
     dropped_frames: int  # frames its full queue refused
 
+    def send_events_to(self, sink: Callable[[AsrEvent], None]) -> None: ...
     def start(self) -> None: ...
     def push_frame(self, pcm: npt.NDArray[np.float32], timeout: float | None = 0.0) -> bool: ...
     def finish_input(self, timeout: float | None = 10.0) -> None: ...
@@ -48,7 +61,7 @@ class AsrStage(Protocol):
 
 
 class ConversationPipeline:
-    def __init__(self, engine: SpeechEngine, asr: AsrStage | None = None,
+    def __init__(self, engine: SpeechEngine[ConversationEvent], asr: AsrStage | None = None,
                  orchestrator: Orchestrator | None = None,
                  leveller: bool | None = None, lock_step: LockStep | None = None) -> None:
         """`leveller`: None, no levelling stage; True or False, a stage that levels (or
@@ -61,17 +74,29 @@ class ConversationPipeline:
         if leveller is not None:
             self.leveller = LevellingStage(self._consumers(), enabled=leveller,
                                            on_end_of_input=self._finish_stages)
-        # Every stage's events (each stage types its own queue), and a lock-step's fences.
-        self._merged: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        engine.events = self._merged
+        # The router's queue: every stage's events (each stage's sink takes its own), and a
+        # lock-step's fences.
+        self._merged: queue.SimpleQueue[RouterItem] = queue.SimpleQueue()
+        engine.send_events_to(self._merged.put)
         if asr is not None:
-            asr.events = self._merged
+            asr.send_events_to(self._merged.put)
         if orchestrator is not None:
-            orchestrator.events = self._merged
-        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
+            orchestrator.send_events_to(self._merged.put)
+        # Where the router hands every event on: `events`, until `send_events_to` says else.
+        self.events: queue.SimpleQueue[ConversationEvent] = queue.SimpleQueue()
+        self._out: EventSink = self.events.put
+        # The router's table: each kind of event to the handler that sends it, in order, to
+        # the speaker, the orchestrator and on (`_on`). A kind it does not name goes on.
+        self._routes: dict[type, Callable[[Any], None]] = {
+            AudioOut: self._voice,  # the speaker, the orchestrator's clock; on without a speaker
+            **dict.fromkeys((kind for kind in ENGINE_EVENTS if kind is not AudioOut),
+                            self._to_orchestrator_and_on),  # it keeps what it reads
+            **dict.fromkeys(ASR_EVENTS, self._heard),  # the orchestrator, then on
+            **dict.fromkeys(ORCHESTRATOR_EVENTS + LINK_EVENTS, self._on),  # on only
+        }
         self._stop = threading.Event()
         self.lock_step = lock_step
-        self._route_event: Callable[[object], None] = self._deliver
+        self._route_event: Callable[[RouterItem], None] = self._deliver_item
         if lock_step is not None:
             lock_step.join(self, self._merged.put, self._deliver)
             self._route_event = lock_step.route
@@ -94,11 +119,16 @@ class ConversationPipeline:
         if self.leveller is not None:
             self.leveller.start()
 
+    def send_events_to(self, sink: EventSink) -> None:
+        """Every event goes on to `sink` (the session's inbox, a server's loop) instead of
+        `events`; given before `start`."""
+        self._out = sink
+
     def set_orchestrator(self, orchestrator: Orchestrator | None, timeout: float = 5.0) -> None:
         """Settings changed while running: a new LLM side (or none); the old one stops."""
         old = self.orchestrator
         if orchestrator is not None:
-            orchestrator.events = self._merged
+            orchestrator.send_events_to(self._merged.put)
             orchestrator.start()
         self.orchestrator = orchestrator  # the router reads it per event
         if old is not None and old is not orchestrator:
@@ -106,8 +136,9 @@ class ConversationPipeline:
 
     def set_audio_sink(self, sink: AudioSink | None) -> None:
         """Hand the model's audio frames to `sink` (called on the router's thread, the
-        moment the router has the frame, before anything else sees it) instead of putting
-        them in `events`. None: the frames go to `events`, as a headless run records them."""
+        moment the router has the frame, before anything else sees it) instead of passing
+        them on with the other events. None: the frames go on, as a headless run records
+        them."""
         self._audio_sink = sink
 
     def set_level_voice(self, enabled: bool) -> None:
@@ -178,19 +209,45 @@ class ConversationPipeline:
                 continue
             self._route_event(event)
 
-    def _deliver(self, event: object) -> None:
-        played = isinstance(event, AudioOut) and self._play(event)
-        orchestrator = self.orchestrator
-        if orchestrator is not None:
-            if isinstance(event, ASR_EVENTS):
-                orchestrator.on_asr_event(event)
-            else:
-                orchestrator.on_engine_event(event)
+    def _deliver_item(self, item: RouterItem) -> None:
+        """A live conversation's router: each event as it comes (marks are a replay's: only
+        a lock-step puts them, and its `route` reads them)."""
+        if not isinstance(item, MARKS):
+            self._deliver(item)
+
+    def _deliver(self, event: ConversationEvent) -> None:
+        """One event where the router's table sends it (what no stage names goes on)."""
+        self._routes.get(type(event), self._on)(event)
+
+    def _voice(self, audio: AudioOut) -> None:
+        """The model's voice: the speaker first, then the orchestrator's clock; it goes on
+        only when there is no speaker (a run records it)."""
+        played = self._play(audio)
+        self._to_orchestrator(audio)
         if not played:
-            self.events.put(event)
+            self._on(audio)
+
+    def _heard(self, event: AsrEvent) -> None:
+        """What the recogniser heard: to the orchestrator, then on."""
+        orchestrator = self.orchestrator  # the router reads it per event
+        if orchestrator is not None:
+            orchestrator.on_asr_event(event)
+        self._on(event)
+
+    def _to_orchestrator_and_on(self, event: EngineEvent) -> None:
+        self._to_orchestrator(event)
+        self._on(event)
+
+    def _to_orchestrator(self, event: EngineEvent) -> None:
+        orchestrator = self.orchestrator
+        if orchestrator is not None:  # it keeps what it reads, and the clock of the frames
+            orchestrator.on_engine_event(event)
+
+    def _on(self, event: ConversationEvent) -> None:
+        self._out(event)  # read per event: the table is made before the sink is given
 
     def _play(self, audio: AudioOut) -> bool:
-        """The frame to the audio sink; False when there is none (it goes to `events`)."""
+        """The frame to the audio sink; False when there is none (it goes on)."""
         sink = self._audio_sink
         if sink is None:
             return False

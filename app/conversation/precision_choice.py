@@ -1,5 +1,5 @@
 """Which precision the speech model loads at, from a ConversationConfig: the one asked for,
-or with "auto" the best that fits by the memory plan (app/engine/memory_plan.py), with the
+or with "auto" the best that fits by the memory plan (app/plan/memory_plan.py), with the
 plan's sentence as the reason.
 
 The run's and the server's `--dtype` still choose fp32 or bf16 when no precision is given
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.conversation.config import ConversationConfig
-from app.engine.memory_plan import DeviceMemory
 from app.engine.precision import AUTO, FLOAT_DTYPES, check_precision
+from app.plan.memory_plan import DeviceMemory
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def _planned(config: ConversationConfig, kind: str,
     if kind == "cpu":  # the torch engine on a CPU loads float32 (loader.runtime_dtype)
         return PrecisionChoice("fp32", "the CPU runs float32")
     try:
-        from app.engine.memory_survey import survey_memory
+        from app.plan.memory_survey import survey_memory
 
         report = survey_memory(
             config.model_id,

@@ -67,7 +67,7 @@ def run_remote(config: ConversationConfig, pcm: npt.NDArray[np.float32], output_
             backend = build_backend(config)
         except ValueError as exc:  # an unknown backend, a server without its URL
             raise HeadlessRunError(str(exc)) from exc
-    engine = connect_remote(config, CONNECT_TIMEOUT_S, for_file=True)
+    engine = connect_remote(config, CONNECT_TIMEOUT_S, for_file=True, where="--server")
     assert engine is not None  # no cancel: it connects or raises
     pipeline = build_pipeline(engine, config, device, backend=backend)
     frames = -(-len(pcm) // FRAME_SAMPLES)

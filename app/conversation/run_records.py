@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from app.asr import events as asr
+from app.conversation.landing_spans import LandingSpan, LandingSpans
 from app.engine import events as ev
-from app.engine.landing_spans import LandingSpan, LandingSpans
 from app.frames import FRAME_RATE, SAMPLE_RATE
 from app.orchestrator import events as oe
 from app.wire.named_json import (
@@ -131,6 +131,14 @@ class UserRecord:
     end: float = 0.0
     end_of_turn_by: str = ""
     detected_at: float = 0.0
+    # Its words as [text, start, end] (seconds of user audio); none (left out): an older run,
+    # or a turn without words.
+    words: tuple[tuple[str, float, float], ...] | None = omitted_when_none()
+
+    def __post_init__(self) -> None:  # read from JSON, the words are lists
+        if self.words is not None:
+            object.__setattr__(self, "words", tuple(
+                (str(text), float(start), float(end)) for text, start, end in self.words))
 
 
 @dataclass(frozen=True)
@@ -326,7 +334,9 @@ def _frame_time(frame: int) -> float:
 
 def _user(e: asr.AsrFinal, frame: int) -> RunRecord:
     return UserRecord(e.text, round(e.start_s, 3), round(e.end_s, 3), e.detected_by,
-                      round(e.detected_at_s, 3))
+                      round(e.detected_at_s, 3),
+                      tuple((w.text, round(w.start_s, 3), round(w.end_s, 3)) for w in e.words)
+                      or None)
 
 
 def _tool_call(e: oe.ToolCalled, frame: int) -> RunRecord:
@@ -412,7 +422,7 @@ def to_record(event: object, frame: int) -> dict[str, Any] | None:
 class RunRecorder:
     """A run's events as its records, in order: the engine's readiness is the `run` line
     (with what the run says of itself), a span's chunks are gathered into its `span` line
-    when it lands (app/engine/landing_spans.py); every other event is `record_of`'s."""
+    when it lands (app/conversation/landing_spans.py); every other event is `record_of`'s."""
 
     def __init__(self, input_name: str, frames: int, paced: str, trigger: str | None) -> None:
         self.input_name = input_name

@@ -8,10 +8,9 @@ failures arrive too; the session's thread handles them in order, so the transcri
 writer. The model's voice
 does not wait on that thread: the pipeline's router hands each frame to the speaker.
 
-Text always works. Without a microphone the model hears silence at a microphone's pace
-(`SilentMicrophone`), without a speaker its audio is dropped: typed questions are answered,
-"Read this" lands, the model's words are shown. Losing a device mid-conversation falls into
-the same mode ("paused": Resume opens the devices again).
+Text always works: the audio devices' life (opened as far as they go, lost, reopened by
+Resume or by themselves after a stall) is session_audio.py's, and a conversation without
+them goes on ("paused").
 """
 
 from __future__ import annotations
@@ -31,16 +30,12 @@ from app.conversation.assembly import (
     build_pipeline,
     build_tools,
 )
-from app.conversation.audio_source import (
-    AudioSource,
-    HasWarnings,
-    OpensOneStream,
-    ReportsErrors,
-    SwitchesEchoMode,
-)
+from app.conversation.audio_source import AudioSource
 from app.conversation.config import NONE, ConversationConfig
-from app.conversation.llm_probe import LlmProbed, probe_in_background
+from app.conversation.events import ConversationEvent
+from app.conversation.llm_probe import LlmProbed, probe_in_background, unavailable_notice
 from app.conversation.pipeline import ConversationPipeline
+from app.conversation.session_audio import SessionAudio
 from app.conversation.session_messages import (
     GUI_REQUESTS,
     ApplySettings,
@@ -48,6 +43,7 @@ from app.conversation.session_messages import (
     InjectText,
     ResumeAsked,
     SendText,
+    SessionMessage,
     StopAsked,
 )
 from app.conversation.transcript.builder import TranscriptBuilder, llm_label
@@ -65,9 +61,6 @@ from app.settings.schema import AppSettings, LlmSettings
 
 if TYPE_CHECKING:  # the remote engine (aiohttp) loads only for a server's model; the
     # local engine (torch) only for this computer's: the thin client has no torch at all
-    import numpy as np
-    import numpy.typing as npt
-
     from app.checkpoints.loader import LoadedCheckpoint
     from app.conversation.assembly import Device
     from app.engine.row_conversation import RowConversation
@@ -77,6 +70,7 @@ log = logging.getLogger(__name__)
 
 MAX_DROPPED_TEXT_CHARS = 20_000  # a dropped file larger than this is cut (its entry says so)
 SETTINGS_HOST = "its address in Settings → Assistant (LLM)"  # where the LLM server is given
+SPEECH_SERVER_PLACE = "Settings → Speech model → Speech engine"  # … and the speech server
 # A server's model: late frames that bring the notice that the link is slow, and how many
 # times more bring the next one.
 SLOW_LINK_LATE_FRAMES = 5
@@ -114,6 +108,9 @@ class SessionStatus:
     audio_codec: str = ""
     bytes_sent: int = 0
     bytes_received: int = 0
+    # The tools offered to the LLM now, by the names it is given: the built-in ones that
+    # could be built and the ready MCP servers' (the settings' list is what was asked for).
+    tools: tuple[str, ...] = ()
 
 
 class SessionListener(Protocol):
@@ -194,7 +191,6 @@ class ConversationSession:
         self.settings = settings  # what the conversation runs with (changed on its thread)
         self._started_with = settings  # what only a restart changes is still from these
         self._listener = listener
-        self._audio_factory = audio_factory
         self._cache = cache or CheckpointCache()
         self._status_interval_s = status_interval_s
         self._builder = TranscriptBuilder(
@@ -204,28 +200,24 @@ class ConversationSession:
         self._thread: threading.Thread | None = None
         self._pipeline: ConversationPipeline | None = None
         # The engine once it is up; a RemoteEngine (app/remote) for a server's model.
-        self._engine: SpeechEngine | None = None
+        self._engine: SpeechEngine[ConversationEvent] | None = None
         self._remote: RemoteEngine | None = None  # the engine, when it is a server's
         self._late_said_at = SLOW_LINK_LATE_FRAMES  # late frames that bring the next notice
         self._remote_down = False  # the server's connection dropped: paused until it is back
-        self._audio: AudioSource | None = None
-        # Where the model's voice goes: the audio in use once it started (None while the
-        # devices are being opened). Read by the pipeline's router thread, which plays.
-        self._speaker: AudioSource | None = None
+        # The audio devices (opened once the engine is up; their failures come to the inbox).
+        self._audio = SessionAudio(lambda: audio_factory(self.settings),
+                                   lambda message: self._inbox.put(AudioFailed(message)),
+                                   self._notice, listener.on_state)
         self._status = SessionStatus()
-        self._muted = False
-        self._audio_error: str | None = None  # set from the audio's error callback
         # The one inbox (session_messages.py): the GUI thread's requests, the pipeline's
         # events, the LLM probe's verdicts, the audio's failures, resume and stop.
-        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[SessionMessage] = queue.SimpleQueue()
         # Taken from the inbox before the engine was up: handled once it is, in order.
-        self._deferred: list[object] = []
+        self._deferred: list[SessionMessage] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             ApplySettings: self._on_apply_settings, SendText: self._on_send_text,
             InjectText: self._on_inject_text,
         }
-        self._audio_missing: tuple[str, ...] = ()  # "microphone", "speaker": not in use now
-        self._audio_said: set[tuple[str, ...]] = set()  # no-device notices already shown
         self._probing: object | None = None  # the backend the latest probe asks
 
     # ---- GUI thread (returns at once) -------------------------------------------------
@@ -262,8 +254,7 @@ class ConversationSession:
     @property
     def paused(self) -> bool:
         """The audio devices are not (all) in use: Resume tries them again."""
-        return (bool(self._audio_missing) or self._audio_error is not None
-                or self._remote_down)
+        return self._audio.paused or self._remote_down
 
     def resume(self) -> None:
         """After an audio device problem: open the devices again, same conversation; after
@@ -271,9 +262,7 @@ class ConversationSession:
         self._inbox.put(ResumeAsked())
 
     def set_muted(self, muted: bool) -> None:
-        self._muted = muted
-        if self._audio is not None:
-            self._audio.muted = muted
+        self._audio.set_muted(muted)
 
     def cancel_pending_turn(self) -> None:
         """Esc / Cancel: drop the LLM request in flight (a TurnCancelled event says so)."""
@@ -304,7 +293,7 @@ class ConversationSession:
         """What arrived while the engine loaded, in order (a question typed after new
         settings goes to the new LLM). `requests_only`: the GUI's requests now, the rest
         (resume, an audio failure) once the audio runs."""
-        kept: list[object] = []
+        kept: list[SessionMessage] = []
         for message in self._deferred:
             if requests_only and not isinstance(message, GUI_REQUESTS):
                 kept.append(message)
@@ -398,7 +387,7 @@ class ConversationSession:
         final = ("stopped", "Stopped")
         try:
             config = ConversationConfig.from_settings(self.settings)
-            engine: SpeechEngine
+            engine: SpeechEngine[ConversationEvent]
             device: Device
             if config.server is not None:
                 remote = self._connect_remote(config)
@@ -416,8 +405,8 @@ class ConversationSession:
                                       host_flag=SETTINGS_HOST)
             orchestrator = pipeline.orchestrator
             self._pipeline = pipeline
-            pipeline.set_audio_sink(self._play)  # the voice never waits on this thread
-            pipeline.events = self._inbox  # its router posts its events into the inbox
+            pipeline.set_audio_sink(self._audio.play)  # the voice never waits on this thread
+            pipeline.send_events_to(self._inbox.put)  # its router posts into the inbox
             pipeline.start()
             self._wait_ready()
             self._engine = engine
@@ -425,7 +414,7 @@ class ConversationSession:
             self._status = self._first_status(engine, orchestrator is not None)
             if orchestrator is not None:  # is the LLM there? said before the first question
                 self._probe_llm(config)
-            self._start_audio(pipeline)
+            self._audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
             self._pump(pipeline)
         except CheckpointMissingError as exc:  # not a failure: the app offers the download
             log.info("the speech model is not on disk: %s", exc)
@@ -472,9 +461,10 @@ class ConversationSession:
         self._listener.on_state("loading", f"Connecting to the speech server at "
                                            f"{config.server.url}…")
         return connect_remote(config, self.settings.engine.connect_timeout_s,
-                              cancel=self._stop)
+                              cancel=self._stop, where=SPEECH_SERVER_PLACE)
 
-    def _first_status(self, engine: SpeechEngine, llm_on: bool) -> SessionStatus:
+    def _first_status(self, engine: SpeechEngine[ConversationEvent], llm_on: bool
+                      ) -> SessionStatus:
         llm_state = "idle" if llm_on else "off"
         facts = engine.facts()
         remote = self._remote is not None
@@ -491,126 +481,19 @@ class ConversationSession:
                 return
             if isinstance(message, ev.EngineError):
                 raise RuntimeError(message.message)
-            if isinstance(message, (*GUI_REQUESTS, ResumeAsked, AudioFailed)):
-                self._deferred.append(message)  # once the engine is up
+            if isinstance(message, (*GUI_REQUESTS, ResumeAsked, AudioFailed, LlmProbed)):
+                self._deferred.append(message)  # once the engine is up (no probe asks before)
             elif message is not None and not isinstance(message, StopAsked):
                 self._handle(message)
         if not self._stop.is_set():
             raise TimeoutError("the speech model did not get ready within 10 minutes")
 
-    def _next(self, timeout: float) -> object | None:
+    def _next(self, timeout: float) -> SessionMessage | None:
         """The inbox's next message, or None after `timeout` seconds."""
         try:
             return self._inbox.get(timeout=timeout)
         except queue.Empty:
             return None
-
-    # ---- audio: the devices, or as much of them as there is ----------------------------
-
-    def _open_audio(self) -> AudioSource:
-        audio = self._audio_factory(self.settings)
-        audio.muted = self._muted
-        if isinstance(audio, ReportsErrors):  # live devices: unplugging, stream failures
-            audio.on_error = self._on_audio_error
-        return audio
-
-    def _on_audio_error(self, message: str) -> None:
-        self._audio_error = message  # read at once while the devices open
-        self._inbox.put(AudioFailed(message))  # handled by the session's thread
-
-    def _start_audio(self, pipeline: ConversationPipeline) -> None:
-        """Open the devices; what cannot be opened is a mode (see the module docstring)."""
-        audio = self._open_audio()
-        self._audio = audio
-        started = audio.start(lambda frame: pipeline.push_frame(frame, 0.0)) is not False
-        if isinstance(audio, HasWarnings):
-            for warning in audio.warnings:  # e.g. a saved device is gone
-                self._notice(str(warning), "warning")
-        if started and self._audio_error is None:
-            self._audio_missing = ()
-            self._speaker = audio
-            self._listener.on_state("running", "Listening")
-            return
-        reason = self._audio_error or "the audio devices could not be opened"
-        self._audio_error = None
-        audio.stop()
-        self._without_devices(pipeline, audio, reason)
-
-    def _without_devices(self, pipeline: ConversationPipeline, failed: AudioSource,
-                         reason: str) -> None:
-        """Use whichever of the microphone and the speaker opens alone; silence stands in
-        for a missing microphone, a missing speaker's audio is dropped."""
-        from app.audio.silent_microphone import SilentMicrophone
-
-        def push(frame: npt.NDArray[np.float32]) -> bool:
-            return pipeline.push_frame(frame, 0.0)
-
-        audio: AudioSource | None = None
-        missing: tuple[str, ...] = ("microphone", "speaker")
-        if isinstance(failed, OpensOneStream):  # LiveAudio can open one stream alone
-            speaker = failed.only("output")
-            if speaker.start(push) is not False:
-                audio, missing = SilentMicrophone(speaker), ("microphone",)
-            else:
-                microphone = failed.only("input")
-                if microphone.start(push) is not False:
-                    audio, missing = microphone, ("speaker",)
-        if audio is None:
-            audio = SilentMicrophone()
-        if isinstance(audio, SilentMicrophone):
-            audio.start(push)
-            if isinstance(audio.speaker, ReportsErrors):
-                audio.speaker.on_error = self._on_audio_error
-        elif isinstance(audio, ReportsErrors):
-            audio.on_error = self._on_audio_error
-        audio.muted = self._muted
-        self._audio, self._audio_missing = audio, missing
-        self._speaker = audio
-        self._audio_error = None
-        self._say_without_devices(missing, reason)
-
-    def _say_without_devices(self, missing: tuple[str, ...], reason: str) -> None:
-        what = " or ".join(missing)
-        detail = {
-            ("microphone", "speaker"): "typed questions only; the model's words are shown",
-            ("microphone",): "type your questions; the model still speaks",
-            ("speaker",): "the model's words are shown, not played",
-        }[missing]
-        self._listener.on_state("paused", f"No {what}: {detail} (Resume tries again)")
-        if missing in self._audio_said:  # said once; Resume failing again is the state only
-            return
-        self._audio_said.add(missing)
-        self._notice(
-            f"No {what} could be opened ({reason}). The conversation goes on without it: "
-            f"{detail}, and \"Read this\" still reads text to the model. To fix it, connect "
-            "a headset or choose the devices in Settings → Audio, then press Resume.",
-            "warning")
-
-    def _lose_audio(self, pipeline: ConversationPipeline) -> None:
-        """A device failed mid-conversation: go on without audio until Resume."""
-        from app.audio.silent_microphone import SilentMicrophone
-
-        message = self._audio_error or "audio device problem"
-        self._audio_error = None
-        self._speaker = None
-        if self._audio is not None:
-            self._audio.stop()
-        audio = SilentMicrophone()
-        audio.start(lambda frame: pipeline.push_frame(frame, 0.0))
-        self._audio, self._audio_missing = audio, ("microphone", "speaker")
-        self._speaker = audio
-        self._notice(
-            f"Audio stopped: {message}. The conversation goes on without audio (paused): "
-            "typed questions and \"Read this\" still work. Check the device, then press "
-            "Resume.", "error")
-        self._listener.on_state("paused", f"Paused: {message}")
-
-    def _reopen_audio(self, pipeline: ConversationPipeline) -> None:
-        """Resume: open the devices from the settings again."""
-        self._speaker = None
-        if self._audio is not None:
-            self._audio.stop()
-        self._start_audio(pipeline)
 
     # ---- settings changed during the conversation ---------------------------------------
 
@@ -621,8 +504,7 @@ class ConversationSession:
             return
         if settings.audio.level_voice != old.audio.level_voice:
             pipeline.set_level_voice(settings.audio.level_voice)
-        if settings.audio.echo_mode != old.audio.echo_mode and isinstance(
-                self._audio, SwitchesEchoMode):
+        if settings.audio.echo_mode != old.audio.echo_mode:
             self._audio.set_echo_mode(settings.audio.echo_mode)
         if _llm_changed(old.llm, settings.llm) or old.mcp != settings.mcp:  # tool servers too
             self._reconfigure_llm(pipeline, settings)
@@ -655,10 +537,11 @@ class ConversationSession:
         self._status = _with(self._status, llm_state="idle", llm_message="")
         self._probe_llm(config)
         model = f" {llm.model}" if llm.model else ""
-        tools_used = ", ".join(llm.tools) if llm.tools_enabled and llm.tools else ""
-        with_tools = f", with tools: {tools_used}" if tools_used else ", without tools"
+        offered = tools.names()  # what the LLM is given: built, and the MCP servers' ready
+        with_tools = f", with tools: {', '.join(offered)}" if offered else ", without tools"
         self._notice(f"The assistant now asks {backend.name}{model} at {llm.host}"
                      f"{with_tools}.", "info")
+        self._status = _with(self._status, tools=tuple(offered))
 
     # ---- is the LLM there? ----------------------------------------------------------------
 
@@ -684,24 +567,20 @@ class ConversationSession:
                              llm_message=probed.message)
         self._listener.on_status(self._status)
         if probed.state != "idle":
-            self._notice(f"The assistant (LLM) is not available: {probed.message}. The "
-                         f"speech model talks on; check {SETTINGS_HOST}.", "warning")
+            self._notice(unavailable_notice(probed), "warning")
 
     # ---- the event loop -----------------------------------------------------------------
 
-    def _dispatch(self, message: object) -> None:
+    def _dispatch(self, message: SessionMessage) -> None:
         """One message of the inbox, on the session's thread (the engine is up)."""
-        pipeline = self._pipeline
         if isinstance(message, GUI_REQUESTS):
             self._handlers[type(message)](message)
         elif isinstance(message, LlmProbed):
             self._take_probe(message)
         elif isinstance(message, AudioFailed):
-            if self._audio_error is not None and pipeline is not None:  # not yet handled
-                self._lose_audio(pipeline)
+            self._audio.lose()  # unless it was handled already
         elif isinstance(message, ResumeAsked):
-            if self._audio_missing and pipeline is not None:
-                self._reopen_audio(pipeline)
+            self._audio.resume()  # by hand, now
             if self._remote_down and self._remote is not None:
                 self._remote.reconnect_now()
         elif not isinstance(message, StopAsked):
@@ -712,7 +591,9 @@ class ConversationSession:
         next_status = 0.0  # the status bar's first figures at once
         failure: str | None = None  # the engine's fatal error, if it sends one
         while not self._stop.is_set():
-            wait = max(0.0, next_status - time.monotonic())
+            resume_at = self._audio.resume_at
+            due = [next_status] + ([resume_at] if resume_at else [])
+            wait = max(0.0, min(due) - time.monotonic())
             message = self._next(min(wait, self._status_interval_s))
             if isinstance(message, ev.EngineError) and message.fatal:
                 failure = message.message  # the window's last words say why
@@ -723,7 +604,10 @@ class ConversationSession:
                 return
             if message is not None:
                 self._dispatch(message)
-            audio = self._audio
+            resume_at = self._audio.resume_at
+            if resume_at is not None and time.monotonic() >= resume_at:
+                self._audio.resume_after_stall()
+            audio = self._audio.source
             now = time.monotonic()
             if now < next_status:
                 continue
@@ -739,6 +623,7 @@ class ConversationSession:
                                      overruns=counters.get("overruns", 0))
                 if self._remote is not None:  # a server's model
                     self._network_status(self._remote.network_stats())
+                self._status = _with(self._status, tools=self._offered_tools(pipeline))
                 self._listener.on_status(self._status)
 
     def _network_status(self, stats: NetworkStats) -> None:
@@ -755,13 +640,10 @@ class ConversationSession:
             self._late_said_at *= SLOW_LINK_STEP
         self._notice(slow_link_notice(stats), "warning")
 
-    def _play(self, audio: ev.AudioOut) -> None:
-        """The model's voice, called on the pipeline's router thread as soon as the frame is
-        out of the engine: straight to the jitter buffer, never behind this thread's work
-        (settings, the transcript, the listener) and never via Qt."""
-        speaker = self._speaker
-        if speaker is not None:
-            speaker.play(audio.pcm)
+    @staticmethod
+    def _offered_tools(pipeline: ConversationPipeline) -> tuple[str, ...]:
+        orchestrator = pipeline.orchestrator
+        return tuple(orchestrator.tools.names()) if orchestrator is not None else ()
 
     def _engine_dropped(self) -> int:
         pipeline = self._pipeline
@@ -771,7 +653,7 @@ class ConversationSession:
         pipeline = self._pipeline
         return pipeline.asr_dropped_frames if pipeline is not None else 0
 
-    def _handle(self, event: object) -> None:
+    def _handle(self, event: ConversationEvent) -> None:
         if isinstance(event, (remote.ConnectionLost, remote.ReconnectFailed,
                               remote.Reconnected)):
             self._connection_changed(event)
@@ -808,10 +690,11 @@ class ConversationSession:
         self._notice(f"The speech server is back after a {event.stalled_s:g} s stall; the "
                      f"conversation goes on where it was, and {cost}.",
                      "info" if lost == 0 else "warning")
-        if not self._audio_missing:
+        if not self._audio.missing:
             self._listener.on_state("running", "Listening")
 
-    def _connection_changed(self, event: object) -> None:
+    def _connection_changed(self, event: remote.ConnectionLost | remote.ReconnectFailed
+                            | remote.Reconnected) -> None:
         """The speech server's connection dropped, an attempt failed, or it is back."""
         if isinstance(event, remote.ConnectionLost):
             self._remote_down = True
@@ -837,17 +720,15 @@ class ConversationSession:
             self._notice(
                 "Reconnected to the speech server. This is a new conversation for the speech "
                 "model: what was said and read before the drop is not in its context any more "
-                "(drop or paste a text again to have it read).", "warning")
-            if self._audio_missing:
+                "(a span's context menu, Send again, reads it to the model again).", "warning")
+            if self._audio.missing:
                 self._listener.on_state("paused", "Reconnected; the audio devices are still "
                                                   "missing (Resume tries again)")
             else:
                 self._listener.on_state("running", "Listening")
 
     def _shutdown(self) -> None:
-        self._speaker = None
-        if self._audio is not None:
-            self._audio.stop()
+        self._audio.stop()
         if self._pipeline is not None:
             self._pipeline.stop()
         self._engine = self._remote = None

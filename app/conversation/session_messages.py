@@ -7,8 +7,9 @@ orchestrator reads its own (app/orchestrator/messages.py):
 - the GUI thread's requests (`ApplySettings`, `SendText`, `InjectText`), which return at
   once; handled in the order posted once the speech engine is up (those posted while it
   loads wait, in order), so the transcript has one writer;
-- the pipeline's events (engine, recogniser, orchestrator, a server's link): the pipeline's
-  router posts them here (`ConversationPipeline.events` is this queue);
+- the pipeline's events (engine, recogniser, orchestrator, a server's link: events.py's
+  `ConversationEvent`): the pipeline's router posts them here (the session hands it this
+  queue's `put`: `ConversationPipeline.send_events_to`);
 - the LLM probe's verdict (`app.conversation.llm_probe.LlmProbed`), from its thread;
 - `AudioFailed` from the audio's callback, `ResumeAsked` and `StopAsked` from the GUI
   thread: they wake the wait at once instead of being noticed at the next poll.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.conversation.events import ConversationEvent
+from app.conversation.llm_probe import LlmProbed
 from app.settings.schema import AppSettings
 
 
@@ -62,3 +65,7 @@ class StopAsked:
 
 # What the GUI thread asks: handled once the engine is up, in order.
 GUI_REQUESTS = (ApplySettings, SendText, InjectText)
+
+# Everything the inbox carries.
+SessionMessage = (ApplySettings | SendText | InjectText | AudioFailed | ResumeAsked | StopAsked
+                  | LlmProbed | ConversationEvent)

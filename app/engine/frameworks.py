@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from app.checkpoints.loader import LoadedCheckpoint
 from app.engine.lm_runtime import FrameCodec, LmRuntime, Sampling
-from app.engine.precision import loaded_precision
 from app.engine.speech_engine import EngineOptions
+from app.engine.torch_precision import loaded_precision
 
 
 class UnsupportedSamplingError(ValueError):
@@ -24,7 +24,7 @@ class Framework:
     runtime: LmRuntime
     codec: FrameCodec
     # What runs, as EngineReady, the status bar and the header say it (one source of truth:
-    # precision.loaded_precision, read off the loaded layers).
+    # torch_precision.loaded_precision, read off the loaded layers).
     dtype_label: str
 
 

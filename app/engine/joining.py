@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from moshi.models import MimiModel
 
     from app.engine.lm_runtime import LmRuntime
-    from app.engine.row_conversation import RowConversation
+    from app.engine.speech_engine import EngineOptions
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,20 @@ class PlannedStart:
     error: Exception | None = None
 
 
+class Joiner(Protocol):
+    """What joining asks of a conversation (row_conversation.RowConversation)."""
+
+    row: int
+    options: EngineOptions
+    planned: PlannedStart | None
+
+
+Conversation = TypeVar("Conversation", bound=Joiner)
+
+
 class StartPlanner:
-    def __init__(self, mimi: MimiModel,
-                 plan: Callable[[RowConversation, MimiModel], StartPlan | None]) -> None:
+    def __init__(self, mimi: MimiModel, plan: Callable[[Any, MimiModel], StartPlan | None]
+                 ) -> None:
         """`plan(conversation, mimi)`: its start, with `mimi` (this planner's own copy of
         the checkpoint's, not streaming) to encode a voice recording."""
         self._mimi = unstreamed_copy(mimi)
@@ -57,8 +68,7 @@ class StartPlanner:
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, conversation: RowConversation,
-               then: Callable[[RowConversation], None]) -> None:
+    def submit(self, conversation: Conversation, then: Callable[[Conversation], None]) -> None:
         """Plan the conversation's start, keep it on the conversation (`planned`), then
         call `then(conversation)` (it asks to join), whatever the outcome."""
         def job() -> None:
@@ -80,10 +90,10 @@ class StartPlanner:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class StartReads:
+class StartReads(Generic[Conversation]):
     """What of a conversation's start is still to be read, for its row."""
 
-    def __init__(self, conversation: RowConversation, prompt_frames: int,
+    def __init__(self, conversation: Conversation, prompt_frames: int,
                  embeddings: torch.Tensor | None, columns: npt.NDArray[np.int64]) -> None:
         """`embeddings` [N, ..., dim]: a saved voice's, replayed first; `columns` [17, M]:
         the forced frames' input columns, their bookkeeping already done."""

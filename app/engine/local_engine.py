@@ -38,15 +38,12 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from app.checkpoints.loader import LoadedCheckpoint
-
-if TYPE_CHECKING:
-    from moshi.models import MimiModel
 from app.engine.columns import ZERO_TOKEN, ForcedStep, make_book
 from app.engine.conversation_start import Placeholders, StartPlan, placeholder_codes, plan_start
 from app.engine.events import (
@@ -74,6 +71,9 @@ from app.engine.span_text import SpanTokenizer
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_MS, FRAME_SAMPLES
 from app.row_host import RowHost
+
+if TYPE_CHECKING:
+    from moshi.models import MimiModel
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class LocalEngine(RowHost[RowConversation]):
         # has nobody else to keep waiting.
         self._planner = (StartPlanner(checkpoint.mimi, self._plan_for)
                          if rows > 1 and self.persona_start else None)
-        self._starting: deque[StartReads] = deque()  # joined, their start going in
+        self._starting: deque[StartReads[RowConversation]] = deque()  # joined, their start going in
         self.start_pieces = 0  # start reads run beside other conversations' frames (tests)
         # Measured at warm-up with every row talking (None with a fixed chunk limit).
         self.budget: ChunkBudget | None = None
@@ -152,7 +152,7 @@ class LocalEngine(RowHost[RowConversation]):
                              manifest.max_span_tokens, self.control_ids)
 
     def open(self, options: EngineOptions | None = None,
-             events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
+             events: queue.SimpleQueue[EngineEvent] | None = None, owns_engine: bool = False
              ) -> RowConversation | None:
         """A conversation on a free row, or None when every row is held. Its row is held
         from now on, until the conversation ends (or is stopped before it starts); it joins
@@ -180,7 +180,8 @@ class LocalEngine(RowHost[RowConversation]):
     @contextmanager
     def _serving(self) -> Iterator[None]:
         try:
-            with self.runtime.streaming(self.row_count, self.max_chunk), \
+            with self._model_to_itself(self.checkpoint.streaming), \
+                    self.runtime.streaming(self.row_count, self.max_chunk), \
                     self.codec.streaming(self.row_count):
                 self._warm_up()
                 yield
@@ -520,7 +521,7 @@ class LocalEngine(RowHost[RowConversation]):
 
 
 def open_conversation(checkpoint: LoadedCheckpoint, options: EngineOptions | None = None,
-                      events: queue.SimpleQueue[Any] | None = None) -> RowConversation:
+                      events: queue.SimpleQueue[EngineEvent] | None = None) -> RowConversation:
     """One conversation on an engine of its own (one row): the desktop's and `run`'s. The
     engine warms up when the conversation starts and stops when it ends."""
     engine = LocalEngine(checkpoint, 1, options)

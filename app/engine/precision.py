@@ -8,9 +8,10 @@ on `run`, `serve` and `bench`), and what each device offers.
   (4-bit weights in groups of 128, the product in torch's int4 kernel) on CUDA GPUs from
   Ampere (8.0) on and on the CPU.
 - MLX (`mlx`): fp32, bf16, q8, q4 (app/engine/mlx/checkpoint.py).
-"auto" is the best precision that fits by the memory plan (app/engine/memory_plan.py).
+"auto" is the best precision that fits by the memory plan (app/plan/memory_plan.py).
 What runs on this machine's devices is asked of the devices themselves
-(app/engine/device.survey_devices); what a loaded checkpoint runs at is `loaded_precision`.
+(app/engine/device.survey_devices); what a loaded checkpoint runs at is
+torch_precision.loaded_precision.
 
 No torch at import: the settings dialog and the CLI's parsers import it.
 """
@@ -26,6 +27,16 @@ FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # the torch dtype names
 # int4's weights per group (one bf16 scale and zero each: 4.25 bits a weight). Chosen by
 # measured agreement and by what an 8 GB card holds (app/engine/int4_linear.py says how).
 INT4_GROUP_SIZE = 128
+
+# What each kind of device ("cuda", "mac": Apple unified memory, "cpu") offers, best first:
+# "auto" takes the first that fits by the memory plan. CUDA runs the torch engine (bf16,
+# 8-bit weights); a Mac runs MLX (bf16, 8 and 4 bits); the CPU loads in float32
+# (app/checkpoints/loader.runtime_dtype: bf16 matmuls there are slow).
+DEVICE_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "cuda": ("bf16", "int8"),
+    "mac": ("bf16", "q8", "q4"),
+    "cpu": ("fp32",),
+}
 
 # How the settings dialog and the messages name each.
 PRECISION_NAMES = {
@@ -71,28 +82,3 @@ def check_precision(precision: str, device: str) -> str:
             f"precision {precision} does not run on the {engine} engine; it takes "
             f"{', '.join(offered)} ({precision} runs on {other})")
     return precision
-
-
-def loaded_precision(checkpoint: object) -> str:
-    """What a loaded checkpoint runs at, as everything that names it says it (the status
-    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8", "fp8" and
-    "int4" for quantized weights (read from its layers: what was quantized is what runs),
-    "q8" and "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
-    mlx_precision = getattr(checkpoint, "precision", None)
-    if isinstance(mlx_precision, str):  # app/engine/mlx/checkpoint.MlxCheckpoint
-        return FLOAT_DTYPES.get(mlx_precision, mlx_precision)
-    lm = getattr(checkpoint, "lm", None)
-    if lm is not None:
-        from moshi.utils.quantize import QLinear
-
-        from app.engine.fp8_linear import Fp8Linear
-        from app.engine.int4_linear import Int4Linear
-
-        kinds = {type(module) for module in lm.modules()}
-        if Fp8Linear in kinds:
-            return "fp8"
-        if Int4Linear in kinds:
-            return "int4"
-        if QLinear in kinds:
-            return "int8"
-    return str(getattr(checkpoint, "dtype", "")).removeprefix("torch.")

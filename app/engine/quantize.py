@@ -11,7 +11,7 @@
 - int4: 4-bit group-quantized weights, the product in torch's int4 kernel
   (app/engine/int4_linear.py), on CUDA GPUs from Ampere on, and on the CPU.
 Embeddings, norms and Mimi are untouched: the linear layers hold 7.4 of the 7B's 7.7 billion
-parameters (app/engine/memory_plan.py counts them).
+parameters (app/plan/memory_plan.py counts them).
 
 int8 quantizes a layer wherever it is and is moved after. fp8 and int4 layers are made on
 the device they run on (their layouts are the device's: int4's packing differs between CUDA

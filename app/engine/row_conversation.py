@@ -18,7 +18,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -33,12 +33,33 @@ from app.engine.speech_engine import (
     EngineOptions,
     EngineStoppedError,
 )
-from app.frame_row import FrameRow
+from app.frame_row import FrameRow, Host
 from app.frames import FRAME_MS
 
 if TYPE_CHECKING:
     from app.checkpoints.loader import LoadedCheckpoint
-    from app.engine.local_engine import LocalEngine
+    from app.engine.columns import ColumnBook
+    from app.engine.lm_runtime import LmRuntime
+    from app.engine.span_text import SpanTokenizer
+
+
+class RowEngine(Host, Protocol):
+    """What a conversation asks of the engine it has a row on (local_engine.LocalEngine)."""
+
+    checkpoint: LoadedCheckpoint
+    runtime: LmRuntime
+    book: ColumnBook
+    dtype_label: str
+    context_window: int
+    max_chunk: int
+    max_span_tokens: int
+    blocks: bool
+
+    def new_span_tokenizer(self) -> SpanTokenizer: ...
+
+    def read_positions(self, row: int, token_ids: Sequence[int]) -> None: ...
+
+    def read_block(self, row: int, token_ids: Sequence[int]) -> int: ...
 
 WINDOW_FRAMES = 750  # the frame times kept for the figures: the last minute
 
@@ -46,7 +67,7 @@ WINDOW_FRAMES = 750  # the frame times kept for the figures: the last minute
 class _RowReader:
     """The span injector's view of the engine: its conversation's row."""
 
-    def __init__(self, engine: LocalEngine, row: int) -> None:
+    def __init__(self, engine: RowEngine, row: int) -> None:
         self._engine = engine
         self._row = row
 
@@ -93,11 +114,11 @@ class _Figures:
         return ConversationStats(row, frames, late, p50, p99, spans, dropped_frames)
 
 
-class RowConversation(FrameRow[Any]):
+class RowConversation(FrameRow[EngineEvent]):
     runs_once = "a conversation runs once; open a new one to start again"
 
-    def __init__(self, engine: LocalEngine, row: int, options: EngineOptions,
-                 events: queue.SimpleQueue[Any] | None = None, owns_engine: bool = False
+    def __init__(self, engine: RowEngine, row: int, options: EngineOptions,
+                 events: queue.SimpleQueue[EngineEvent] | None = None, owns_engine: bool = False
                  ) -> None:
         super().__init__(engine, row, options.input_queue_frames, owns_engine, events)
         # `ready`: its conversation start is in; frames are stepped.
@@ -122,7 +143,7 @@ class RowConversation(FrameRow[Any]):
         return self._engine.checkpoint
 
     @property
-    def engine(self) -> LocalEngine:
+    def engine(self) -> RowEngine:
         return self._engine
 
     # ---- the SpeechEngine face (any thread) ----------------------------------------------

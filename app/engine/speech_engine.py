@@ -9,10 +9,9 @@ no framework, so a client install without torch reads it.
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -93,12 +92,20 @@ class EngineStoppedError(RuntimeError):
     """A span offered to a conversation that has ended."""
 
 
-class SpeechEngine(Protocol):
+# What an engine says: the local engine its events (events.py), a server's engine those and
+# its link's (app/remote/events.py). A caller names the most it will take: an engine that
+# says less is one too (`SpeechEngine[ConversationEvent]` takes either).
+Said = TypeVar("Said", covariant=True)
+
+
+class SpeechEngine(Protocol[Said]):
     """One conversation on a speech engine. Every call is non-blocking but `stop`, `join`
     and `finish_input`, which wait at most their timeout."""
 
-    # Where the events go (the pipeline sets its merged queue before `start`).
-    events: queue.SimpleQueue[Any]
+    def send_events_to(self, sink: Callable[[Said], None]) -> None:
+        """Where its events go (the pipeline gives its router's queue before `start`);
+        without one they wait in the engine's own queue."""
+        ...
 
     @property
     def dropped_frames(self) -> int:

@@ -18,11 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from moshi.utils.quantize import QLinear
 
 from app.checkpoints.catalog import Manifest
 from app.checkpoints.loader import LoadedCheckpoint, load_checkpoint, parse_dtype, runtime_dtype
-from app.engine.fp8_linear import fp8_unavailable_reason
-from app.engine.int4_linear import int4_unavailable_reason
+from app.engine.fp8_linear import Fp8Linear, fp8_unavailable_reason
+from app.engine.int4_linear import Int4Linear, int4_unavailable_reason
 from app.engine.precision import FLOAT_DTYPES, TORCH_PRECISIONS, PrecisionError
 from app.engine.quantize import QuantizedLinears, int8_unavailable_reason, quantize_linears
 
@@ -47,10 +48,9 @@ def precision_offer(device: torch.device) -> tuple[tuple[str, ...], tuple[tuple[
                                                   tuple[str, ...]]:
     """What the torch engine offers on `device`: the precisions that run there (in
     TORCH_PRECISIONS' order), those that do not with why, and what "auto" picks from there,
-    best first (memory_plan.DEVICE_PRECISIONS, less what does not run). Each is tried there
+    best first (precision.DEVICE_PRECISIONS, less what does not run). Each is tried there
     (int8 loads a small layer), so this is what loading will find."""
-    from app.engine.memory_plan import DEVICE_PRECISIONS
-    from app.engine.precision import MLX_PRECISIONS, PRECISION_NAMES
+    from app.engine.precision import DEVICE_PRECISIONS, MLX_PRECISIONS, PRECISION_NAMES
 
     runs: list[str] = []
     not_here: list[tuple[str, str]] = []
@@ -89,3 +89,23 @@ def load_torch_checkpoint(manifest: Manifest, folder: Path, device: torch.device
         checkpoint.lm.to(device)
         checkpoint.mimi.to(device)
     return replace(checkpoint, device=device)
+
+
+def loaded_precision(checkpoint: object) -> str:
+    """What a loaded checkpoint runs at, as everything that names it says it (the status
+    bar, the transcript's notice and header, EngineReady.dtype, the log): "int8", "fp8" and
+    "int4" for quantized weights (read from its layers: what was quantized is what runs),
+    "q8" and "q4" for MLX's, else its float dtype ("float32", "bfloat16", "float16")."""
+    mlx_precision = getattr(checkpoint, "precision", None)
+    if isinstance(mlx_precision, str):  # app/engine/mlx/checkpoint.MlxCheckpoint
+        return FLOAT_DTYPES.get(mlx_precision, mlx_precision)
+    lm = getattr(checkpoint, "lm", None)
+    if lm is not None:
+        kinds = {type(module) for module in lm.modules()}
+        if Fp8Linear in kinds:
+            return "fp8"
+        if Int4Linear in kinds:
+            return "int4"
+        if QLinear in kinds:
+            return "int8"
+    return str(getattr(checkpoint, "dtype", "")).removeprefix("torch.")

@@ -14,27 +14,30 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.command_options import add_options, from_args
 from app.conversation.config import ConversationConfig
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
-from app.eval.qa_runner import QA_CONVERSATION, TAIL_S, QaRunOptions
-from app.llm_backends import LLM_BACKEND_NAMES
+from app.conversation.options import (  # light
+    EVAL_QA,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+    offered_options,
+)
+from app.eval.judge_settings import JudgeSettings
+from app.eval.qa_runner import QA_CONVERSATION, SPEECH_MODEL, QaRunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-# The ConversationConfig fields `eval qa` chooses (their options: app/conversation/config.py).
-QA_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
-                     "user_name", "user_city")
-QA_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "ret_deadline_s")
 
 
-def _qa_defaults(fields: tuple[str, ...]) -> dict[str, object]:
+def _qa_defaults() -> dict[str, object]:
     """Where `eval qa`'s conversation differs from a plain one (QA_CONVERSATION)."""
     plain = ConversationConfig(model_id="tiny")
-    return {name: getattr(QA_CONVERSATION, name) for name in fields
+    return {name: getattr(QA_CONVERSATION, name) for name in offered_options(EVAL_QA)
             if getattr(QA_CONVERSATION, name) != getattr(plain, name)}
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
 
 
@@ -67,36 +70,21 @@ def _add_qa_parser(commands) -> None:
     steps.add_argument("--run-only", action="store_true", help="run the items, judge nothing")
     steps.add_argument("--score-only", action="store_true",
                        help="judge what --out holds (every set and arm), run nothing")
-    qa.add_argument("--limit", type=int, default=0, help="first N items of each set")
-    qa.add_argument("--resume", action="store_true", help="skip items already done")
-    qa.add_argument("--tail", type=float, default=TAIL_S, metavar="SECONDS",
-                    help=f"silence after the question (default {TAIL_S:g}, the reference's)")
+    add_options(qa, QaRunOptions, section="")
 
     model = qa.add_argument_group("the speech model")
-    add_conversation_options(model, QA_SPEECH_OPTIONS, defaults=_qa_defaults(QA_SPEECH_OPTIONS),
+    add_conversation_options(model, EVAL_QA, SPEECH, defaults=_qa_defaults(),
                              notes={"user_city": "the reference's profile"})
-    model.add_argument("--seed", type=int, default=QaRunOptions.seed,
-                       help=f"one seed for every item (default {QaRunOptions.seed})")
-    model.add_argument("--chunk-limit", type=int, default=None,
-                       help="most span positions per frame (default: measured)")
-    model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
-                       help="force the model's <ret> this long after the question ends "
-                            "(random-weight checkpoints never ask on their own)")
+    add_options(model, QaRunOptions, section=SPEECH_MODEL)
 
     side = qa.add_argument_group("the LLM side")
-    add_conversation_options(side, QA_LLM_OPTIONS, defaults=_qa_defaults(QA_LLM_OPTIONS), notes={
+    add_conversation_options(side, EVAL_QA, LLM_SIDE, defaults=_qa_defaults(), notes={
         "backend": "needed by --inject",
         "ret_deadline_s": "the reference benchmark's allows 10",
         "tools": "sets made by make-set add local_search on their facts folder"})
 
     judge = qa.add_argument_group("the judge")
-    judge.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
-                       help="the judge LLM's backend (without it nothing is judged)")
-    judge.add_argument("--judge-host", default=None,
-                       help="Ollama host or an OpenAI-compatible base URL (key: "
-                            "$OPENAI_API_KEY)")
-    judge.add_argument("--judge-model", default=None)
-    judge.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+    add_options(judge, JudgeSettings, notes={"backend": "without it nothing is judged"})
     judge.add_argument("--judge-samples", type=int, default=1, metavar="N",
                        help="judge each answer N times, the majority decides "
                             "(self-consistency)")
@@ -208,10 +196,8 @@ def _run_sets(args: argparse.Namespace) -> bool:
             not (args.data / f"{args.data.name}.csv").is_file():
         args.sets = openaudiobench_sets(args.data)
     names = args.sets or [None]
-    options = QaRunOptions(
-        conversation=conversation_from_args(args), seed=args.seed, arm=args.arm,
-        tail_s=args.tail, chunk_limit=args.chunk_limit, limit=args.limit, resume=args.resume,
-        force_ret_after_s=args.force_ret_after)
+    options = from_args(QaRunOptions, args, conversation=conversation_from_args(args),
+                        arm=args.arm)
     failed = False
     for name in names:
         try:
@@ -233,14 +219,11 @@ def _score(args: argparse.Namespace) -> None:
     from app.eval.qa_report import write_report
     from app.eval.qa_score import arm_folders, score_arm
     from app.llm.backend import LLMError
-    from app.llm.factory import make_backend
 
     temperature = args.judge_temperature
     if temperature is None:
         temperature = 0.0 if args.judge_samples == 1 else 1.0
-    backend = make_backend(args.judge, args.judge_host, args.judge_model,
-                           timeout_s=args.judge_timeout, temperature=temperature,
-                           flag="--judge-host")
+    backend = from_args(JudgeSettings, args).client(temperature)
     try:
         backend.list_models()
     except LLMError as exc:

@@ -23,6 +23,7 @@ from typing import TextIO
 import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k
+from app.command_options import cli_option
 from app.conversation.assembly import (
     build_backend,
     engine_options,
@@ -55,19 +56,35 @@ QA_CONVERSATION = ConversationConfig(model_id="tiny", stt_model="kyutai-stt-1b-e
                                      user_city=PROFILE_CITY, ret_deadline_s=RET_DEADLINE_S)
 
 
+QA_SEED = 42424242  # one seed for every item (the reference's results seed)
+SPEECH_MODEL = "model"  # QaRunOptions' part of `eval qa`'s --help beside the speech model's
+
+
 @dataclass(frozen=True)
 class QaRunOptions:
+    """How `eval qa` runs each item; its flags are declared here (app/command_options.py)."""
+
     # The speech model and the LLM side (backend "none": no LLM; the inject arm needs one).
     conversation: ConversationConfig = QA_CONVERSATION
-    seed: int = 42424242  # one seed for every item (the reference's results seed)
-    arm: str = "inject"
-    tail_s: float = TAIL_S
-    chunk_limit: int | None = None
-    limit: int = 0  # first N items (0: all)
-    resume: bool = False
+    seed: int = field(default=QA_SEED, metadata=cli_option(
+        "--seed", section=SPEECH_MODEL, help=f"one seed for every item (default {QA_SEED})"))
+    arm: str = "inject"  # ARMS (`--inject`, `--no-inject`, `--gold`: one flag each)
+    chunk_limit: int | None = field(default=None, metadata=cli_option(
+        "--chunk-limit", section=SPEECH_MODEL,
+        help="most span positions per frame (default: measured)"))
+    limit: int = field(default=0, metadata=cli_option(  # first N items (0: all)
+        "--limit", help="first N items of each set"))
+    resume: bool = field(default=False, metadata=cli_option(
+        "--resume", help="skip items already done"))
+    tail_s: float = field(default=TAIL_S, metadata=cli_option(
+        "--tail", metavar="SECONDS",
+        help=f"silence after the question (default {TAIL_S:g}, the reference's)"))
     # Force the model's <ret> this long after the question ends: random-weight checkpoints
     # (tiny-cs) never ask on their own. None: the model decides.
-    force_ret_after_s: float | None = None
+    force_ret_after_s: float | None = field(default=None, metadata=cli_option(
+        "--force-ret-after", section=SPEECH_MODEL, metavar="SECONDS",
+        help="force the model's <ret> this long after the question ends (random-weight "
+             "checkpoints never ask on their own)"))
     item_timeout_s: float = 1800.0
 
 

@@ -18,6 +18,20 @@ ErrorKind = Literal["unreachable", "timeout", "http", "malformed", "model_missin
 
 
 @dataclass(frozen=True)
+class BackendChoice:
+    """The server and model chosen for a backend, as each backend's factory takes it (its
+    row in app/llm_backends.py names the factory; app/llm/factory.py calls it)."""
+
+    host: str | None  # the server's address; None or "": the backend's default, if it has one
+    model: str | None  # None or "": the backend's default
+    timeout_s: float  # the longest silence while waiting for a reply
+    connect_timeout_s: float
+    temperature: float | None  # None: the server's default
+    api_key: str | None  # None: the backend's own way (OPENAI_API_KEY)
+    flag: str  # the setting an error message asks for ("--llm-host", "--judge-host")
+
+
+@dataclass(frozen=True)
 class ToolCall:
     name: str
     arguments: Mapping[str, Any]  # parsed JSON object; treat as read-only

@@ -20,6 +20,7 @@ import pydantic
 
 from app.llm.backend import (
     DECLARED_LATENCY_HEADER,
+    BackendChoice,
     BackendHealth,
     ChatMessage,
     ChatResult,
@@ -60,6 +61,16 @@ class OllamaSettings:
     keep_alive: str | float | None = None  # how long Ollama keeps the model loaded, e.g. "10m"
     options: Mapping[str, Any] = field(default_factory=dict)  # temperature, num_ctx, ...
     think: bool | None = None  # thinking models: None leaves Ollama's default
+
+
+def from_choice(choice: BackendChoice) -> OllamaBackend:
+    """Ollama's factory (its row in app/llm_backends.py): an empty host or model is Ollama's
+    default (OLLAMA_HOST included)."""
+    defaults = OllamaSettings()
+    return OllamaBackend(OllamaSettings(
+        host=choice.host or defaults.host, model=choice.model or defaults.model,
+        timeout_s=choice.timeout_s, connect_timeout_s=choice.connect_timeout_s,
+        options={} if choice.temperature is None else {"temperature": choice.temperature}))
 
 
 class _Malformed(Exception):

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import httpx
 import ollama
 
+from app.llm_backends import LlmFootprint
+
 # Ollama's num_ctx when neither the request nor OLLAMA_CONTEXT_LENGTH sets one.
 OLLAMA_DEFAULT_CONTEXT = 4096
 KV_BYTES_PER_VALUE = 2  # Ollama's default KV cache type is f16
@@ -91,3 +93,24 @@ def ollama_model_memory(host: str, model: str, *, num_ctx: int = OLLAMA_DEFAULT_
         client.close()
     estimate = files[_full(model)] + kv_cache_bytes(info, num_ctx)
     return OllamaModelMemory(model, estimate, estimate, False, is_local_host(host))
+
+
+def ollama_footprint(host: str | None, model: str | None, device_kind: str,
+                     timeout_s: float) -> LlmFootprint:
+    """Ollama's memory-footprint hook (its row in app/llm_backends.py): the model as it
+    weighs on this machine's `device_kind` device, or why it is not counted (Ollama cannot
+    say, or it runs on another machine). Empty host or model: Ollama's defaults."""
+    from app.llm.ollama_backend import OllamaSettings
+
+    defaults = OllamaSettings()
+    host, model = host or defaults.host, model or defaults.model
+    try:
+        memory = ollama_model_memory(host, model, timeout_s=timeout_s)
+    except OllamaSizeUnknown as exc:
+        return LlmFootprint(not_counted=f"{model} is not counted: {exc}.")
+    if not memory.local:
+        return LlmFootprint(not_counted=f"{model} runs in Ollama at {host}, another machine: "
+                                        "not counted here.")
+    # On a GPU only what Ollama put there counts; unified memory and RAM hold all of it.
+    size = memory.vram_bytes if device_kind == "cuda" else memory.bytes
+    return LlmFootprint(model, size, measured=memory.loaded, held_now=memory.loaded)

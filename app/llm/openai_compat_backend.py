@@ -8,6 +8,7 @@ ends. Replies are read defensively, since local servers differ in what they fill
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import openai
 
 from app.llm.backend import (
+    BackendChoice,
     ChatMessage,
     ChatResult,
     LLMBackend,
@@ -47,6 +49,19 @@ class OpenAICompatSettings:
     temperature: float | None = None
     include_usage: bool = True  # ask for token counts in the last chunk (stream_options)
     extra_body: Mapping[str, Any] = field(default_factory=dict)  # server-specific parameters
+
+
+def from_choice(choice: BackendChoice) -> OpenAICompatBackend:
+    """The OpenAI-compatible server's factory (its row in app/llm_backends.py): its base URL
+    is needed; the key is OPENAI_API_KEY when none is given (local servers ignore it, but the
+    client insists on one)."""
+    if not choice.host:
+        raise ValueError(f"an OpenAI-compatible server needs {choice.flag} (the server's base "
+                         "URL, e.g. http://127.0.0.1:8000/v1)")
+    return OpenAICompatBackend(OpenAICompatSettings(
+        base_url=choice.host, model=choice.model or "", timeout_s=choice.timeout_s,
+        connect_timeout_s=choice.connect_timeout_s, temperature=choice.temperature,
+        api_key=choice.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"))
 
 
 class _Malformed(Exception):

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.asr.events import AsrEvent
 from app.cuts import Cut
+from app.engine.events import EngineEvent
 from app.llm.backend import LLMBackend, LLMError
+from app.orchestrator.events import ToolCalled
 from app.tools.base import ToolRegistry
 
 
@@ -20,7 +23,7 @@ class Received:
     """An event of the recogniser or the engine, with the orchestrator's clock when it was
     handed over (a turn's latency counts from there)."""
 
-    event: object
+    event: AsrEvent | EngineEvent
     at: float
 
 
@@ -97,6 +100,14 @@ class ToolWait:
 
 
 @dataclass(frozen=True)
+class ToolDone:
+    """A turn's tool call is done: its event goes out from the control thread, so after
+    anything the call posted before (its wait for the user's permission, `ToolWait`)."""
+
+    event: ToolCalled
+
+
+@dataclass(frozen=True)
 class TurnError:
     """An LLM turn's worker failed (or was cancelled)."""
 
@@ -107,4 +118,4 @@ class TurnError:
 
 
 InboxMessage = (Received | FrameMade | Typed | Cancel | Configure | Fence | Stop | TurnAnswer
-                | TurnError | ToolWait)
+                | TurnError | ToolWait | ToolDone)

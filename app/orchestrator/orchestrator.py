@@ -17,12 +17,14 @@ for models never trained to ask, or the model's own <ret> token (retrieval.py) f
 Context Spanning checkpoint, whose answers carry a deadline in conversation time. Typed
 questions start a turn either way.
 
-Replay (a run fed from a file faster than real time passes a `ReplayClock`,
-replay_clock.py; a live conversation passes none): each LLM request holds the
-conversation's clock where it was asked; its answer is handled when the conversation
-reaches the frame it would have reached in real time (after that frame's other events), and
-lands before it. A slow laptop and a fast GPU then give the same conversation for the same
-LLM latency, and a scripted LLM's (the stand-in's) for the same script.
+Each LLM request is told to the conversation's clock (live_clock.py's `AnswerClock`). In
+a replay (a run fed from a file faster than real time passes a `ReplayClock`,
+replay_clock.py) the request holds the conversation's clock where it was asked; its answer
+is handled when the conversation reaches the frame it would have reached in real time
+(after that frame's other events), and lands before it. A slow laptop and a fast GPU then
+give the same conversation for the same LLM latency, and a scripted LLM's (the stand-in's)
+for the same script. A live conversation's clock (`LiveClock`) holds nothing and defers
+nothing: its answers land as they come.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from app.asr.events import AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.checkpoints.catalog import Retrieval
 from app.engine.events import (
     AudioOut,
+    EngineEvent,
     EngineReady,
     FirstAudioAfterSpan,
     RetToken,
@@ -66,6 +69,7 @@ from app.orchestrator.events import (
     TurnLatency,
     TurnStarted,
 )
+from app.orchestrator.live_clock import AnswerClock, LiveClock
 from app.orchestrator.messages import (
     Cancel,
     Configure,
@@ -74,12 +78,12 @@ from app.orchestrator.messages import (
     InboxMessage,
     Received,
     Stop,
+    ToolDone,
     ToolWait,
     TurnAnswer,
     TurnError,
     Typed,
 )
-from app.orchestrator.replay_clock import ReplayClock
 from app.orchestrator.retrieval import (
     UtteranceTracker,
     frames_of,
@@ -88,7 +92,7 @@ from app.orchestrator.retrieval import (
 )
 from app.orchestrator.span_budget import budget_instruction, span_chars
 from app.orchestrator.span_writer import speakable_span_cut
-from app.orchestrator.turn_policy import is_clear_question, normalize
+from app.orchestrator.turn_policy import is_clear_question, normalize, user_spoke
 from app.tools.base import ToolRegistry, ToolResult, WaitNotice
 
 log = logging.getLogger(__name__)
@@ -166,16 +170,19 @@ class Orchestrator:
         options: OrchestratorOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         events: queue.SimpleQueue[OrchestratorEvent] | None = None,
-        replay_clock: ReplayClock | None = None,
+        replay_clock: AnswerClock | None = None,
     ) -> None:
         """`replay_clock`: a run fed from a file faster than real time (the LLM's latency
-        replayed in frames, see the module's docstring); None: frames come in real time."""
+        replayed in frames, see the module's docstring); None: frames come in real time
+        (a `LiveClock`)."""
         self.backend = backend
         self.tools = tools
         self._retired: list[tuple[LLMBackend, ToolRegistry]] = []  # replaced by reconfigure
         self.sink = sink
         self.options = options or OrchestratorOptions()
+        # Its own queue: where its events wait when nobody gave it a sink.
         self.events: queue.SimpleQueue[OrchestratorEvent] = events or queue.SimpleQueue()
+        self._sink: Callable[[OrchestratorEvent], None] = self.events.put
         self._clock = clock
         self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._log = ConversationLog()
@@ -189,7 +196,9 @@ class Orchestrator:
         self._tracker = UtteranceTracker(retrieval.window_s if retrieval else 12.0)
         self._retrieval: _PendingRetrieval | None = None
         self._frame = -1  # the newest frame the engine produced: the conversation's clock
-        self.replay_clock = replay_clock
+        # The conversation's clock: a replay's holds and defers; a live one's does nothing.
+        self.answer_clock: AnswerClock = replay_clock if replay_clock is not None \
+            else LiveClock()
         # The engine's span budget once it is ready (EngineReady.span_tokens): 0, unknown.
         self._span_tokens = 0
         self._max_span_chars = self.options.max_span_chars
@@ -199,7 +208,7 @@ class Orchestrator:
             Received: self._on_received, FrameMade: self._on_frame, Typed: self._on_typed,
             Cancel: self._on_cancel, Configure: self._on_configure, Fence: self._on_fence,
             TurnAnswer: self._on_result, TurnError: self._on_result,
-            ToolWait: self._on_tool_wait,
+            ToolWait: self._on_tool_wait, ToolDone: self._on_tool_done,
         }
         self._event_handlers: dict[type, Callable[[Any, float], None]] = {
             AsrWord: self._on_word, AsrPartial: self._on_partial, AsrFinal: self._on_final,
@@ -210,11 +219,16 @@ class Orchestrator:
 
     # ---- any thread -------------------------------------------------------------------
 
+    def send_events_to(self, sink: Callable[[OrchestratorEvent], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`."""
+        self._sink = sink
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="orchestrator", daemon=True)
         self._thread.start()
 
-    def on_asr_event(self, event: object) -> None:
+    def on_asr_event(self, event: AsrEvent) -> None:
         self._inbox.put(Received(event, self._clock()))
 
     @property
@@ -222,7 +236,7 @@ class Orchestrator:
         """True when the speech model's own <ret> starts LLM turns (not the user's turn)."""
         return self._ret_policy is not None
 
-    def on_engine_event(self, event: object) -> None:
+    def on_engine_event(self, event: EngineEvent) -> None:
         """An engine event; of an AudioOut only its frame is kept (the clock)."""
         if isinstance(event, AudioOut):
             self._inbox.put(FrameMade(event.frame_index))
@@ -252,8 +266,7 @@ class Orchestrator:
         joins share one deadline."""
         deadline = time.monotonic() + timeout
         self._inbox.put(Stop())
-        if self.replay_clock is not None:  # a feeder waiting on the clock is let go
-            self.replay_clock.stop()
+        self.answer_clock.stop()  # a feeder waiting on the clock is let go
         if self._current is not None:
             self._current.cancel.set()
         pending = self._retrieval
@@ -289,18 +302,16 @@ class Orchestrator:
     # ---- control thread ---------------------------------------------------------------
 
     def _emit(self, event: OrchestratorEvent) -> None:
-        self.events.put(event)
+        self._sink(event)
 
     def _hold(self, turn: _Turn) -> None:
         """Replay: `turn`'s request (about to start) holds the clock from the newest frame
         (a <ret>'s own frame: its token comes before that frame's audio)."""
-        if self.replay_clock is not None:
-            asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
-            self.replay_clock.hold(turn.turn_id, asked)
+        asked = max(self._frame, -1 if turn.ret_frame is None else turn.ret_frame)
+        self.answer_clock.hold(turn.turn_id, asked)
 
     def _release(self, turn_id: int) -> None:
-        if self.replay_clock is not None:
-            self.replay_clock.release(turn_id)
+        self.answer_clock.release(turn_id)
 
     def _run(self) -> None:
         while True:
@@ -345,9 +356,8 @@ class Orchestrator:
 
     def _on_fence(self, fence: Fence) -> None:
         try:
-            if self.replay_clock is not None:
-                for result in self.replay_clock.due(self._frame):
-                    self._settle(result)
+            for result in self.answer_clock.due(self._frame):  # replay: the answers due now
+                self._settle(result)
         finally:
             fence.callback()
 
@@ -369,6 +379,11 @@ class Orchestrator:
             span_id = None
         self._emit(ToolWaiting(turn.turn_id, wait.tool, wait.server, wait.text, span_id))
 
+    def _on_tool_done(self, done: ToolDone) -> None:
+        """A tool call's entry, said after its notice of waiting for the user (both come
+        through this inbox, in the order the turn's worker posted them)."""
+        self._emit(done.event)
+
     def _waiter(self, turn: _Turn, registry: ToolRegistry, tool: str) -> WaitNotice:
         """What a tool of `turn` calls when it starts waiting for the user (worker thread)."""
         server = getattr(registry.find(tool), "server", "")
@@ -380,7 +395,7 @@ class Orchestrator:
 
     def _on_result(self, result: TurnAnswer | TurnError) -> None:
         # Replay: an answer due at a later frame is handled at the barrier before it.
-        if self.replay_clock is None or not self.replay_clock.defer(result):
+        if not self.answer_clock.defer(result):
             self._settle(result)
 
     def _settle(self, result: TurnAnswer | TurnError) -> None:
@@ -419,7 +434,7 @@ class Orchestrator:
 
     def _on_partial(self, partial: AsrPartial, _at: float) -> None:
         self._tracker.on_partial(partial)
-        if self.model_triggered:
+        if self.model_triggered or not user_spoke(partial):
             return
         current = self._current
         if current is not None and current.utterance_start_s is not None and (
@@ -618,7 +633,7 @@ class Orchestrator:
                 first_token.append(self._clock())
 
         def on_tool(name: str, arguments: dict[str, Any], outcome: ToolResult) -> None:
-            self.events.put(_tool_called(turn.turn_id, name, arguments, outcome))
+            self._inbox.put(ToolDone(_tool_called(turn.turn_id, name, arguments, outcome)))
 
         backend, registry = self._asked_with(turn)
         try:
@@ -707,11 +722,10 @@ class Orchestrator:
         """A request's outcome to the control thread. Replay: first the clock is frozen
         where the answer lands (replay_clock.py): the feeder feeds up to the frame before,
         and the control thread injects at that frame."""
-        if self.replay_clock is not None:
-            declared = result.declared_s if isinstance(result, TurnAnswer) else None
-            arrival = self.replay_clock.answered(result.turn_id, declared)
-            if arrival is not None:
-                result = replace(result, arrival_frame=arrival)
+        declared = result.declared_s if isinstance(result, TurnAnswer) else None
+        arrival = self.answer_clock.answered(result.turn_id, declared)
+        if arrival is not None:  # replay: it lands at that frame (live: as it comes)
+            result = replace(result, arrival_frame=arrival)
         self._inbox.put(replace(result, posted_at=self._clock()))
 
     def _work(self, turn: _Turn, history: list[ChatMessage]) -> None:
@@ -767,8 +781,8 @@ class Orchestrator:
                 outcome = tools.call(call.name, call.arguments, turn.cancel,
                                      on_wait=self._waiter(turn, tools, call.name))
                 declared.add_tool(outcome)
-                self.events.put(_tool_called(turn.turn_id, call.name, dict(call.arguments),
-                                             outcome))
+                self._inbox.put(ToolDone(_tool_called(turn.turn_id, call.name,
+                                                      dict(call.arguments), outcome)))
                 if outcome.ok:
                     used.append(call.name)
                 content = outcome.content if outcome.ok else f"error: {outcome.error}"
@@ -779,8 +793,9 @@ class Orchestrator:
 
 class _DeclaredTime:
     """A turn's latency as its LLM's server scripted it (the stand-in's declared delays),
-    plus its tools' own time; None once one round's server declared nothing (a real LLM:
-    the replay measures the turn instead)."""
+    plus its tools' own time (as their servers scripted it, where they say: our FDB v3 mock
+    APIs); None once one round's server declared nothing (a real LLM: the replay measures
+    the turn instead)."""
 
     def __init__(self) -> None:
         self.seconds: float | None = 0.0
@@ -790,8 +805,8 @@ class _DeclaredTime:
             else self.seconds + declared_s
 
     def add_tool(self, outcome: ToolResult) -> None:
-        if self.seconds is not None:
-            self.seconds += (outcome.elapsed_ms or 0.0) / 1000.0
+        if self.seconds is not None:  # a tool's own time: scripted where its server says
+            self.seconds += outcome.replayed_s
 
 
 def _tool_called(turn_id: int, name: str, arguments: dict[str, Any],

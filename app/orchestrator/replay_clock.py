@@ -6,7 +6,8 @@ With an LLM side, a request's latency is replayed as frames: the answer lands at
 it would have reached in real time, so the transcript is the same on a slow laptop and a
 fast GPU. This object is that
 time, and only a run fed from a file makes one: a live conversation (the desktop session, a
-server's slots) has none, and its frames come at a microphone's pace.
+server's slots) has a `LiveClock` instead (live_clock.py: it holds nothing), and its frames
+come at a microphone's pace.
 
 How it holds the conversation (one `_Hold` per LLM request in flight):
 - a request starts (`hold`): the feeder may feed up to the frame it was asked at, no

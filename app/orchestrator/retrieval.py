@@ -155,7 +155,7 @@ def retrieve(backend: LLMBackend, tools: ToolRegistry, question: str, assistant_
         outcome = tools.call(call.name, call.arguments, cancel,
                              on_wait=on_wait(call.name) if on_wait is not None else None)
         if declared is not None:  # a scripted LLM's tool still takes its own time
-            declared += (outcome.elapsed_ms or 0.0) / 1000.0
+            declared += outcome.replayed_s
         if on_tool is not None:
             on_tool(call.name, dict(call.arguments), outcome)
         if not outcome.ok:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
+from app.asr.events import AsrError, AsrEvent, AsrFinal, AsrPartial, AsrWord
 from app.cuts import Cut
 from app.engine import events as ev
 from app.engine.context_ledger import ContextLedger
@@ -37,6 +37,10 @@ END_OF_TURN_BY_SERVER = "server"  # AsrFinal.detected_by for the speech server's
 # Frames of a conversation with the server's recognition chosen and not one `user_text`
 # from it: then a notice says the server may run without recognition (30 s).
 QUIET_RECOGNITION_FRAMES = 375
+
+# What the server's messages become here: the engine's events and, with its recognition,
+# the recogniser's.
+Mapped = ev.EngineEvent | AsrEvent
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ class EngineEventMapper:
             wrapped=bool(window) and used > window)
         return ev.AudioOut(index, pcm), ev.FrameStats(index, 0.0, 0.0, usage)
 
-    def quiet_recognition(self) -> list[object]:
+    def quiet_recognition(self) -> list[Mapped]:
         """Once, when the server's recognition was chosen and QUIET_RECOGNITION_FRAMES of a
         conversation brought not a word from it: the server may run without it (the wire
         does not say whether a server recognises)."""
@@ -156,29 +160,29 @@ class EngineEventMapper:
 
     # ---- events ---------------------------------------------------------------------------
 
-    def map(self, event: object) -> list[object]:
+    def map(self, event: object) -> list[Mapped]:
         """Engine events for one wire event (none for those the app makes itself)."""
         read = ENGINE_EVENTS_OF.get(type(event))
         return [] if read is None else read(self, event)
 
-    def _text(self, event: wire.Text) -> list[object]:
+    def _text(self, event: wire.Text) -> list[Mapped]:
         # The frame of the audio before it: its arrival's, or where the server held it a
         # moment (`words`) the audio frames it said were sent before it.
         audio = _count(event.audio)
         before = self.frames if audio is None else self._base + audio
         return [ev.TextPiece(max(0, before - 1), event.delta, -1)]
 
-    def _ret(self, event: wire.Ret) -> list[object]:
+    def _ret(self, event: wire.Ret) -> list[Mapped]:
         return [ev.RetToken(self._local(event.frame) or 0)]
 
-    def _slot(self, event: wire.Slot) -> list[object]:
+    def _slot(self, event: wire.Slot) -> list[Mapped]:
         span_id = self._app_id(event.span_id)
         if span_id is None:
             return []
         return [ev.BlockSlot(span_id, max(0, self.frames - 1), 0, event.prefill_ms,
                              event.step_ms, event.total_ms, event.over_budget)]
 
-    def _error(self, event: wire.Error) -> list[object]:
+    def _error(self, event: wire.Error) -> list[Mapped]:
         if event.stage == "frame":  # a refused frame: counted by the engine, not shown
             return []
         if event.stage == "asr" and self.asr:
@@ -187,7 +191,7 @@ class EngineEventMapper:
         return [ev.EngineError(f"The speech server says ({event.stage}): {event.message}",
                                fatal=False)]
 
-    def _user_text(self, event: wire.UserText) -> list[object]:
+    def _user_text(self, event: wire.UserText) -> list[Mapped]:
         """The server's recognition as a local recogniser's events, on the app's clock
         (none unless it is the recognition this app uses)."""
         if not self.asr:
@@ -204,7 +208,7 @@ class EngineEventMapper:
         while same < min(len(heard), len(words)) and heard[same] == words[same]:
             same += 1
         # The words this message adds were heard since the last one ended.
-        out: list[object] = [AsrWord(word, min(heard_until, end_s), end_s)
+        out: list[Mapped] = [AsrWord(word, min(heard_until, end_s), end_s)
                              for word in words[same:]]
         if event.final:
             self._utterances.pop(utt, None)
@@ -214,7 +218,7 @@ class EngineEventMapper:
             out.append(AsrPartial(event.text, start_s, end_s))
         return out
 
-    def _queued(self, event: wire.SpanQueued) -> list[object]:
+    def _queued(self, event: wire.SpanQueued) -> list[Mapped]:
         try:
             app_id = int(event.id) if event.id is not None else None
         except ValueError:
@@ -224,7 +228,7 @@ class EngineEventMapper:
                 self._by_server[event.span_id] = app_id
         return []
 
-    def _accepted(self, event: wire.SpanAccepted) -> list[object]:
+    def _accepted(self, event: wire.SpanAccepted) -> list[Mapped]:
         app_id = self._app_id(event.span_id)
         with self._lock:
             span = self._sent.get(app_id) if app_id is not None else None
@@ -245,7 +249,7 @@ class EngineEventMapper:
                                 event.truncated or original > kept, original, kept,
                                 cuts=cuts, read_chars=read_chars)]
 
-    def _landed(self, event: wire.Span) -> list[object]:
+    def _landed(self, event: wire.Span) -> list[Mapped]:
         app_id = self._app_id(event.span_id)
         with self._lock:
             span = self._sent.pop(app_id, None) if app_id is not None else None
@@ -262,7 +266,7 @@ class EngineEventMapper:
                 ev.SpanInjected(app_id, span.source, last, last, event.frames, event.chunks,
                                 origin_frame=span.origin_frame)]
 
-    def _rejected(self, event: wire.SpanRejected) -> list[object]:
+    def _rejected(self, event: wire.SpanRejected) -> list[Mapped]:
         app_id = self._app_id(event.span_id)
         if app_id is None and event.id is not None:
             try:
@@ -275,7 +279,7 @@ class EngineEventMapper:
             return []
         return [ev.SpanRejected(app_id, span.source, event.reason)]
 
-    def _late(self, event: wire.Late) -> list[object]:
+    def _late(self, event: wire.Late) -> list[Mapped]:
         if event.dropped_by != "engine":  # an orchestrator's: the server's LLM side (below)
             return []
         app_id = self._app_id(event.span_id)
@@ -289,7 +293,7 @@ class EngineEventMapper:
 
 
 # Each wire event's engine events: its type -> the mapper's handler (the mapper, the event).
-ENGINE_EVENTS_OF: dict[type, Callable[[EngineEventMapper, Any], list[object]]] = {
+ENGINE_EVENTS_OF: dict[type, Callable[[EngineEventMapper, Any], list[Mapped]]] = {
     wire.Text: EngineEventMapper._text,
     wire.Ret: EngineEventMapper._ret,
     wire.SpanQueued: EngineEventMapper._queued,

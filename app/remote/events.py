@@ -76,3 +76,8 @@ class NetworkStats:
         if self.frame_rtt_ms is None or self.network_rtt_ms is None:
             return None
         return max(0.0, self.frame_rtt_ms - self.network_rtt_ms)
+
+
+# What a remote engine says of its link in the conversation's queue (NetworkStats is read
+# by asking the engine: `network_stats()`, never queued).
+LinkEvent = ConnectionLost | ReconnectFailed | Reconnected | LinkStalled | LinkResumed

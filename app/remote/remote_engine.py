@@ -28,10 +28,12 @@ import contextlib
 import itertools
 import logging
 import queue
+import socket
 import statistics
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -42,9 +44,10 @@ import numpy as np
 from app.cuts import cut_if_longer
 from app.engine import events as ev
 from app.engine.speech_engine import ConversationStats, EngineFacts
-from app.remote.engine_events import EngineEventMapper, SentSpan
+from app.remote.engine_events import EngineEventMapper, Mapped, SentSpan
 from app.remote.events import (
     ConnectionLost,
+    LinkEvent,
     LinkResumed,
     LinkStalled,
     NetworkStats,
@@ -52,8 +55,10 @@ from app.remote.events import (
     ReconnectFailed,
 )
 from app.remote.link_words import describe_busy, describe_disconnect
+from app.remote.reach import host_and_port, unreachable_words
 from app.wire import events as wire
 from app.wire.client import (
+    CONNECT_TIMEOUT_S,
     AudioFrame,
     ConnectError,
     Disconnected,
@@ -112,6 +117,21 @@ class RemoteEngineError(RuntimeError):
     """The server cannot be used: unreachable, a bad token, busy, or it failed."""
 
 
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind a connection failure (aiohttp wraps it; the client keeps it as
+    the cause), if there is one with something to say."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        inner = getattr(seen, "os_error", None)  # aiohttp's ClientConnectorError
+        if isinstance(inner, OSError):
+            return inner
+        if isinstance(seen, OSError) and (seen.errno is not None
+                                          or isinstance(seen, socket.gaierror)):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def describe(exc: BaseException, url: str) -> str:
     """A connection failure in words a user can act on."""
     host = urlsplit(url if "://" in url else f"http://{url}").netloc or url
@@ -121,15 +141,36 @@ def describe(exc: BaseException, url: str) -> str:
     if isinstance(exc, ServerBusy):
         return describe_busy(host, exc.busy)
     if isinstance(exc, (ConnectError, OSError, asyncio.TimeoutError)):
+        reason = _os_error(exc)
+        if reason is not None:
+            try:
+                name, port = host_and_port(url)
+            except ValueError:
+                pass
+            else:
+                return unreachable_words(reason, name, port, CONNECT_TIMEOUT_S,
+                                         "Settings → Speech model → Speech engine")
+        if isinstance(exc, asyncio.TimeoutError) or isinstance(exc.__cause__,
+                                                               asyncio.TimeoutError):
+            return (f"the speech server at {host} took the connection but did not answer in "
+                    "time: it may still be loading its model (try again in a minute), or the "
+                    "address is another program's")
         return f"cannot reach the speech server at {host}: {exc or type(exc).__name__}"
     return f"the speech server at {host} failed: {type(exc).__name__}: {exc}"
 
 
+# What a server's engine says: the engine's events, the server's recognition's (with
+# `asr_on_server`) and its link's.
+RemoteEvent = Mapped | LinkEvent
+
+
 class RemoteEngine:
     def __init__(self, options: RemoteOptions,
-                 events: queue.SimpleQueue | None = None) -> None:
+                 events: queue.SimpleQueue[RemoteEvent] | None = None) -> None:
         self.options = options
-        self.events: queue.SimpleQueue = events or queue.SimpleQueue()
+        # Its own queue: where its events wait when nobody gave it a sink.
+        self.events: queue.SimpleQueue[RemoteEvent] = events or queue.SimpleQueue()
+        self._sink: Callable[[RemoteEvent], None] = self.events.put
         self.dropped_frames = 0  # frames the outbox had no room for
         self.model_id = ""
         self.device = ""
@@ -152,7 +193,7 @@ class RemoteEngine:
         self._first_result = threading.Event()
         self._first_error: str | None = None
         self._started = threading.Event()
-        self._early: list[object] = []  # events before `start` (the pipeline's queue)
+        self._early: list[RemoteEvent] = []  # events before `start`: then to the sink
         self._early_lock = threading.Lock()
         self._stop = threading.Event()
         self._retry_now = threading.Event()
@@ -201,8 +242,13 @@ class RemoteEngine:
             raise RemoteEngineError(self._first_error)
         return self._ever_connected  # False: stopped before the server answered
 
+    def send_events_to(self, sink: Callable[[RemoteEvent], None]) -> None:
+        """Its events go to `sink` instead of its own queue (the pipeline's router); given
+        before `start`."""
+        self._sink = sink
+
     def start(self) -> None:
-        """Events flow to `events` from now on (the pipeline has set its queue)."""
+        """Events flow to the sink from now on (those said while connecting first)."""
         with self._early_lock:
             early, self._early = self._early, []
             self._started.set()
@@ -344,12 +390,12 @@ class RemoteEngine:
 
     # ---- internals ----------------------------------------------------------------------
 
-    def _put(self, event: object) -> None:
+    def _put(self, event: RemoteEvent) -> None:
         with self._early_lock:
             if not self._started.is_set():
                 self._early.append(event)
                 return
-        self.events.put(event)
+        self._sink(event)
 
     def _poke(self) -> None:
         loop, wake = self._loop, self._wake
@@ -366,7 +412,7 @@ class RemoteEngine:
         task = asyncio.ensure_future(client.send_span(text, source, str(span_id)))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
-    def _lose_spans(self, reason: str) -> list[object]:
+    def _lose_spans(self, reason: str) -> list[ev.SpanRejected]:
         return [ev.SpanRejected(span_id, span.source, reason)
                 for span_id, span in self._mapper.unlanded()]
 

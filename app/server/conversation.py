@@ -14,22 +14,25 @@ import contextlib
 import numpy as np
 import numpy.typing as npt
 
+from app.conversation.events import ConversationEvent
 from app.conversation.pipeline import ConversationPipeline
 from app.engine.row_conversation import RowConversation
 from app.engine.speech_engine import EngineOptions
 
 
 class LoopQueue:
-    """Stands where the pipeline puts its events: each goes to an asyncio queue on `loop`.
+    """Where the pipeline puts its events (its sink: `put`): each goes to an asyncio queue on
+    `loop`.
 
     Once the loop is closed (the server is gone) events are dropped: the router thread must
     never die of it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Queue[object]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 target: asyncio.Queue[ConversationEvent]) -> None:
         self._loop = loop
         self._target = target
 
-    def put(self, event: object) -> None:
+    def put(self, event: ConversationEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed
             self._loop.call_soon_threadsafe(self._target.put_nowait, event)
 
@@ -39,8 +42,8 @@ class Conversation:
                  loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
         self.pipeline = pipeline
-        self.events: asyncio.Queue[object] = asyncio.Queue()
-        pipeline.events = LoopQueue(loop, self.events)  # type: ignore[assignment]
+        self.events: asyncio.Queue[ConversationEvent] = asyncio.Queue()
+        pipeline.send_events_to(LoopQueue(loop, self.events).put)
 
     @property
     def options(self) -> EngineOptions:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.asr.events import AsrError, AsrFinal, AsrPartial, AsrWord
+from app.conversation.landing_spans import LandingSpans
 from app.engine import events as ev
-from app.engine.landing_spans import LandingSpans
 from app.frames import FRAME_RATE
 from app.orchestrator import events as oe
 from app.wire import events as wire

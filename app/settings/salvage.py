@@ -9,6 +9,11 @@ byte on a group's own line or closing brace costs nothing more than that line: t
 structure (indentation) tells where the group's settings are, and is only consulted after an
 error, so a file laid out some other way reads as JSON does.
 
+A list that lost an item is left out (a list of tools missing one is not the user's choice),
+but the items it read whole are handed to the store (`Salvage.cut_lists`), which keeps them
+where each item stands alone (the MCP servers: a file cut inside the list keeps the servers
+before the cut, and the notice names them).
+
 Strings, numbers and literals are read by the json module's own decoder, so every value kept
 is exactly what json.loads would have made of it. The store then checks each against the
 schema as it checks a good file.
@@ -23,7 +28,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 _MAX_DEPTH = 8  # the schema nests three deep (groups, their lists); deeper is not settings
@@ -49,6 +54,10 @@ class Salvage:
     # Groups read whose own name was lost (a bad byte in `"llm": {`): the store knows the
     # schema and gives each back to the group its settings belong to.
     unnamed_groups: tuple[dict[str, Any], ...] = ()
+    # Lists that lost an item, left out of `data` (a list of names missing one is not the
+    # user's list): by their path of member names, the items that were read whole, for
+    # the store to keep where each item stands alone (the MCP servers).
+    cut_lists: dict[tuple[str, ...], tuple[Any, ...]] = field(default_factory=dict)
 
 
 def decode_leniently(data: bytes) -> str:
@@ -62,7 +71,7 @@ def salvage(text: str) -> Salvage:
     reader = _Reader(text)
     data = reader.read_root()
     return Salvage(data, tuple(sorted(set(reader.skipped))), reader.ended_early,
-                   tuple(reader.unnamed))
+                   tuple(reader.unnamed), dict(reader.cut_lists))
 
 
 class _Unreadable(Exception):
@@ -78,6 +87,9 @@ class _Reader:
         self.skipped: list[int] = []
         self.ended_early = False
         self._damaged_list = False  # the list just read lost an item
+        self._whole_items: list[Any] = []  # … and its items that were read whole
+        self._path: list[str] = []  # the member names down to the value being read
+        self.cut_lists: dict[tuple[str, ...], tuple[Any, ...]] = {}
         self.unnamed: list[dict[str, Any]] = []
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
@@ -215,10 +227,15 @@ class _Reader:
                 if self.text[self.pos:self.pos + 1] != ":":
                     raise _Unreadable(self.pos)
                 self.pos += 1
-                value = self._value(depth)
+                self._path.append(key)
+                try:
+                    value = self._value(depth)
+                finally:
+                    self._path.pop()
                 if self._damaged_list:  # a list missing an item is not the user's list
                     self._damaged_list = False
                     self.skipped.append(self._line_of(start))
+                    self.cut_lists[tuple(self._path) + (key,)] = tuple(self._whole_items)
                 else:
                     members[key] = value
                 recovering = False
@@ -246,28 +263,40 @@ class _Reader:
 
     def _array_body(self, depth: int, opener: int) -> list[Any]:
         items: list[Any] = []
+        whole: list[Any] = []  # the items read with nothing skipped in them
         opened_line = self._line_of(self.pos)
         recovering = recovering_once = False
-        while True:
-            self._skip_space()
-            if self.pos >= len(self.text):
-                self.ended_early = self._damaged_list = True
-                return items
-            if self._ends_here(recovering, opener, opened_line):
-                self._damaged_list = True
-                return items
-            char = self.text[self.pos]
-            if char == "]":
-                self.pos += 1
-                self._damaged_list = self._damaged_list or recovering_once
-                return items
-            if char == ",":
-                self.pos += 1
-                continue
-            start = self.pos
-            try:
-                items.append(self._value(depth))
-                recovering = False
-            except _Unreadable as exc:
-                self._skip_line(max(exc.position, start))
-                recovering = recovering_once = True
+        self._path.append("[]")
+        try:
+            while True:
+                self._skip_space()
+                if self.pos >= len(self.text):
+                    self.ended_early = self._damaged_list = True
+                    break
+                if self._ends_here(recovering, opener, opened_line):
+                    self._damaged_list = True
+                    break
+                char = self.text[self.pos]
+                if char == "]":
+                    self.pos += 1
+                    self._damaged_list = self._damaged_list or recovering_once
+                    break
+                if char == ",":
+                    self.pos += 1
+                    continue
+                start = self.pos
+                skipped, ended = len(self.skipped), self.ended_early
+                try:
+                    item = self._value(depth)
+                    items.append(item)
+                    if len(self.skipped) == skipped and self.ended_early == ended \
+                            and not self._damaged_list:
+                        whole.append(item)
+                    recovering = False
+                except _Unreadable as exc:
+                    self._skip_line(max(exc.position, start))
+                    recovering = recovering_once = True
+        finally:
+            self._path.pop()
+        self._whole_items = whole
+        return items

@@ -131,6 +131,7 @@ class SettingsStore:
         kept = "every setting that could still be read was kept"
         problems = _Problems(other=[f"{why}: {kept}" + (f" ({'; '.join(where)})" if where
                                                          else "")])
+        problems.other += _keep_whole_items(raw, found.cut_lists)
         return self._checked(data, raw, problems)
 
     def _checked(self, data: bytes, raw: dict[str, Any],
@@ -432,6 +433,37 @@ def _line_list(lines: tuple[int, ...], limit: int = 5) -> str:
     shown = ", ".join(str(n) for n in lines[:limit])
     more = f" and {len(lines) - limit} more" if len(lines) > limit else ""
     return f"line{'s' if len(lines) > 1 else ''} {shown}{more}"
+
+
+# A list of groups whose items stand alone: a cut one keeps the items read whole, and the
+# notice names them and says what was lost: (path, what one item is, where to mend it).
+_ITEM_LISTS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("mcp", "servers"): ("MCP server", "Settings → Tools"),
+}
+
+
+def _keep_whole_items(raw: dict[str, Any], cut: dict[tuple[str, ...], tuple[Any, ...]]
+                      ) -> list[str]:
+    """The whole items of a cut list of groups back into `raw` (the salvage leaves a list
+    that lost an item out); returns what the notice says of each such list."""
+    said = []
+    for path, (one, mend) in _ITEM_LISTS.items():
+        if path not in cut:
+            continue
+        whole = [item for item in cut[path] if isinstance(item, dict)]
+        parent: Any = raw
+        for name in path[:-1]:
+            parent = parent.setdefault(name, {}) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            continue
+        parent[path[-1]] = whole
+        names = [f"'{bounded(str(item.get('name', '?')), _NAME_LIMIT)}'" for item in whole]
+        kept = (f"{', '.join(names)} {'was' if len(names) == 1 else 'were'} kept"
+                if names else f"no {one} could be read whole")
+        said.append(f"the list of {one}s was cut or damaged: {kept}, the rest could not be "
+                    f"read: add what is missing again in {mend} (the original file, kept as "
+                    "named at the end, still has it)")
+    return said
 
 
 def _with_unnamed_groups(found: Salvage) -> dict[str, Any]:

@@ -35,10 +35,21 @@ class ToolResult:
     server: str = ""  # an MCP server's tool: the server's name ("" for a built-in tool)
     server_tool: str = ""  # and the server's own name for the tool
     elapsed_ms: float | None = None  # how long the call took (set by the registry)
+    # The time its server scripted for the call (a mock API's latency, app/tools/mcp/
+    # content.py): a replay with a scripted LLM counts it instead of elapsed_ms.
+    declared_s: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def replayed_s(self) -> float:
+        """The call's time as a replay with a scripted LLM counts it: the server's scripted
+        time where it declared one (the same on any machine), else the measured one."""
+        if self.declared_s is not None:
+            return self.declared_s
+        return (self.elapsed_ms or 0.0) / 1000.0
 
 
 WaitNotice = Callable[[str], None]  # a tool that waits for the user says so, in words

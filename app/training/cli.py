@@ -16,7 +16,7 @@ EXIT_FAILURE = 1
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(EXIT_USAGE, f"error: {message} (see --help)\n")
 
 

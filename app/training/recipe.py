@@ -38,6 +38,7 @@ import torch
 
 from app.audio_file import write_wav_24k
 from app.checkpoints.loader import LoadedCheckpoint
+from app.command_options import add_options, cli_option, from_args
 from app.engine.span_text import SpanTokenizer
 from app.frames import FRAME_RATE, FRAME_SAMPLES, SAMPLE_RATE
 from app.training.block_layout import block_training_for, checkpoint_placeholders, prefix_codes
@@ -51,16 +52,25 @@ PLACEMENTS = ("after_question", "before_question", "dialogue_start", "earlier")
 
 @dataclass(frozen=True)
 class RecipeConfig:
-    dialogues: int = 2000
-    max_per_conversation: int = 4  # dialogues concatenated into one conversation
-    steps: int = 1000
-    batch_size: int = 4
-    lr: float | None = None  # None: 2e-4 with LoRA, 1e-3 in full
-    lora: bool | None = None  # None: the trainer decides by size (LoRA for 7B)
-    lora_rank: int = 64
+    """The recipe's knobs; `train recipe`'s flags for them are declared here
+    (app/command_options.py)."""
+
+    dialogues: int = field(default=2000, metadata=cli_option(
+        "--dialogues", help="dialogues to generate"))
+    # dialogues concatenated into one conversation
+    max_per_conversation: int = field(default=4, metadata=cli_option(
+        "--per-conversation",
+        help="at most this many dialogues concatenated into one conversation"))
+    steps: int = field(default=1000, metadata=cli_option("--steps"))
+    batch_size: int = field(default=4, metadata=cli_option("--batch-size"))
+    lr: float | None = field(default=None, metadata=cli_option(  # None: by LoRA or not
+        "--lr", help="default 2e-4 with LoRA, 1e-3 in full"))
+    # None: the trainer decides by size (LoRA for 7B); `--lora` or `--full`: two flags
+    lora: bool | None = None
+    lora_rank: int = field(default=64, metadata=cli_option("--lora-rank"))
     lora_scaling: float = 2.0
-    audio_loss_weight: float = 0.0
-    seed: int = 0
+    audio_loss_weight: float = field(default=0.0, metadata=cli_option("--audio-loss-weight"))
+    seed: int = field(default=0, metadata=cli_option("--seed"))
     gap_s: tuple[float, float] = (0.3, 0.9)  # silence between turns
     lead_s: tuple[float, float] = (0.4, 1.2)  # silence before a conversation's first turn
     epad: bool = True  # end-of-padding token right before each word, as in Moshi
@@ -418,25 +428,16 @@ def run_recipe(checkpoint: LoadedCheckpoint, synthesizer: SpeechSynthesizer,
 def add_arguments(parser) -> None:
     """The `train recipe` options (registered by app.training.cli)."""
     parser.add_argument("--model", default="tiny", help="catalog id of the base checkpoint")
-    parser.add_argument("--dialogues", type=int, default=2000, help="dialogues to generate")
-    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--out", required=True, help="folder for the checkpoint, samples, "
                         "report (the manifest goes to the app's catalog)")
+    add_options(parser, RecipeConfig)
     parser.add_argument("--lora", action="store_true", help="LoRA (default: LoRA above 100M "
                         "parameters, full fine-tuning below)")
     parser.add_argument("--full", action="store_true", help="full fine-tuning, whatever the size")
-    parser.add_argument("--lora-rank", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=None,
-                        help="default 2e-4 with LoRA, 1e-3 in full")
-    parser.add_argument("--per-conversation", type=int, default=4,
-                        help="at most this many dialogues concatenated into one conversation")
-    parser.add_argument("--audio-loss-weight", type=float, default=0.0)
     parser.add_argument("--tts", default="espeak", help="espeak (kyutai: documented hook)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--id", default=None, help="catalog id of the result "
                         "(default MODEL-span-recipe)")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def run_from_args(args) -> dict:
@@ -451,12 +452,8 @@ def run_from_args(args) -> dict:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     manifest = get_manifest(args.model)
     checkpoint = load_checkpoint(manifest, ensure_built(manifest), device=device)
-    config = RecipeConfig(
-        dialogues=args.dialogues, max_per_conversation=args.per_conversation, steps=args.steps,
-        batch_size=args.batch_size, lr=args.lr,
-        lora=True if args.lora else (False if args.full else None), lora_rank=args.lora_rank,
-        audio_loss_weight=args.audio_loss_weight, seed=args.seed,
-    )
+    config = from_args(RecipeConfig, args,
+                       lora=True if args.lora else (False if args.full else None))
     report, _, _ = run_recipe(checkpoint, make_synthesizer(args.tts), config, Path(args.out),
                               args.id or f"{manifest.id}-span-recipe")
     report.pop("losses")  # in recipe.json; the printed line stays short

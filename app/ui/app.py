@@ -175,16 +175,25 @@ class DesktopApp(QObject):
                                 device_survey=survey_devices)
         try:
             if dialog.exec():
-                self.settings_accepted(dialog.settings())
+                self.settings_accepted(dialog.settings(), refused=dialog.saved_refused)
         finally:
             # Built afresh at each opening (it shows the settings of now, its tabs start
             # their jobs anew) and deleted once closed, on this thread.
             dialog.deleteLater()
 
-    def settings_accepted(self, settings) -> None:
+    def settings_accepted(self, settings, refused: tuple[str, ...] = ()) -> None:
         """Saved; the running conversation applies what it can now, the window offers a
-        restart for the rest."""
+        restart for the rest. `refused`: what Test connection refused and the user saved
+        anyway: kept for the next conversation, the running one left as it is (a working
+        conversation is not stopped for one that cannot start)."""
         self.use_settings(settings)
+        if refused and self.controller.running:
+            self.window.restart_banner.hide()  # an earlier offer would restart with them
+            self.controller.notice(
+                f"Settings saved, not applied now: Test connection refused "
+                f"{' and '.join(refused)}. The running conversation goes on as it was; the "
+                "next one you start uses the saved settings.", "warning")
+            return
         waiting = self.controller.apply_settings(settings)
         self.window.restart_banner.offer(waiting)
 

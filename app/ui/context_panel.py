@@ -1,7 +1,8 @@
-"""What the model knows now: the injected spans still inside the speech model's context
-window, each with the share of the window it uses; a span that slid out (or whose session
-ended, so the next one starts afresh, or that a speech server lost with its connection) stays
-listed, greyed, saying which.
+"""What the model knows now: the injected spans inside the speech model's context window (one
+still being read counts as far as it was read, as the status bar's count does), each with the
+share of the window it uses; a span that slid out (or whose session ended, so the next one
+starts afresh, or that a speech server lost with its connection) stays listed, greyed, saying
+which; Enter on it (or its context menu) reads it to the model again.
 
 It reads the transcript's own model (the spans' `context`, which the transcript builder keeps
 up to date as frames go by), so it shows exactly the conversation the window shows.
@@ -9,9 +10,16 @@ up to date as frames go by), so it shows exactly the conversation the window sho
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.conversation.transcript.entries import TranscriptEntry
 from app.conversation.transcript.export import describe_source, shown
@@ -30,12 +38,16 @@ def describe_context(entry: TranscriptEntry) -> str:
     if context.in_window <= 0:
         return f"{context.positions:,} positions · slid out of the window"
     share = f"{100 * context.share:.1f}% of the window"
+    if not entry.final:  # read in chunks, frame by frame: in the context as far as read
+        return f"{context.positions:,} positions read so far · {share}"
     if context.in_window < context.positions:
         return f"{context.in_window:,} of {context.positions:,} positions still inside · {share}"
     return f"{context.positions:,} positions · {share}"
 
 
 class ContextPanel(QWidget):
+    resend_requested = Signal(object)  # "Send again": a span's TranscriptEntry
+
     def __init__(self, model: TranscriptModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._model = model
@@ -48,6 +60,12 @@ class ContextPanel(QWidget):
         self.list.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.list.setSpacing(3)
         self.list.setAlternatingRowColors(True)
+        # A span the model no longer has (slid out, lost with a connection, forgotten at a
+        # restart) can be read to it again from here.
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._show_context_menu)
+        self.list.itemActivated.connect(self._activated)
+        self._menu_key: tuple[str, int] | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.summary)
@@ -99,7 +117,7 @@ class ContextPanel(QWidget):
         group = QPalette.ColorGroup.Disabled if greyed else QPalette.ColorGroup.Active
         item.setForeground(self.palette().color(group, role))
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+    def changeEvent(self, event: QEvent) -> None:  # Qt's name
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:  # greyed is the palette's own grey
             for key, item in self._items.items():
@@ -110,6 +128,33 @@ class ContextPanel(QWidget):
         entry = self._entries.get(key)
         return (entry is not None and key not in self._ended and entry.context is not None
                 and entry.context.in_window > 0)
+
+    def context_menu(self, position: QPoint) -> QMenu:
+        """The menu at `position` (the list's viewport): "Send again" for the span there."""
+        menu = QMenu(self)
+        item = self.list.itemAt(position) or self.list.currentItem()
+        self._menu_key = item.data(_KEY_ROLE) if item is not None else None
+        again = menu.addAction("Send again (read it to the model again)")
+        again.setEnabled(self._menu_key is not None)
+        again.triggered.connect(self._resend_menu_key)
+        return menu
+
+    def _show_context_menu(self, position: QPoint) -> None:
+        menu = self.context_menu(position)
+        menu.exec(self.list.viewport().mapToGlobal(position))
+        menu.deleteLater()
+
+    def _resend_menu_key(self) -> None:
+        entry = self._entries.get(self._menu_key) if self._menu_key is not None else None
+        if entry is not None:
+            self.resend_requested.emit(entry)
+
+    def _activated(self, item: QListWidgetItem) -> None:
+        """Enter (or a double click) on a span the model no longer has sends it again."""
+        key = item.data(_KEY_ROLE)
+        entry = self._entries.get(key)
+        if entry is not None and not self.is_inside(key):
+            self.resend_requested.emit(entry)
 
     def keys(self) -> list[tuple[str, int]]:
         return [self.list.item(row).data(_KEY_ROLE) for row in range(self.list.count())]

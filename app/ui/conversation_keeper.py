@@ -47,13 +47,14 @@ AUTOSAVE_MS = 3000
 FLUSH_TIMEOUT_S = 5.0
 
 
-def describe_llm(settings: AppSettings) -> tuple[str, tuple[str, ...]]:
-    """The LLM and its tools as a transcript header names them."""
+def describe_llm(settings: AppSettings) -> str:
+    """The LLM as a transcript header names it. Its tools are not the settings' list (a
+    tool that cannot be built is left out, the MCP servers' join when ready): a running
+    session says which it offers (SessionStatus.tools)."""
     llm = settings.llm
     if llm.backend == "none":
-        return "off", ()
-    tools = tuple(llm.tools) if llm.tools_enabled else ()
-    return f"{llm_label(llm.backend, llm.model)} at {llm.host}", tools
+        return "off"
+    return f"{llm_label(llm.backend, llm.model)} at {llm.host}"
 
 
 def _then(used: list, value: object) -> bool:
@@ -160,6 +161,8 @@ class ConversationKeeper(QObject):
         and a restart's marker names the new one."""
         if not status.model:
             return
+        if self._running and _then(self._tool_sets, status.tools):  # offered to the LLM now
+            self._autosave.set_header(self._header_base())
         self._model = f"{status.model} ({status.dtype})" if status.dtype else status.model
         self._device = status.device or "an unknown device"
         if status.server:
@@ -171,7 +174,8 @@ class ConversationKeeper(QObject):
             self.on_entry(TranscriptEntry(
                 next(self._marker_ids), "notice",
                 f"The speech model started again, {self._model} on {self._device}: it does "
-                "not know what was said or read above (this transcript keeps it).",
+                "not know what was said or read above (this transcript keeps it; a span's "
+                "context menu, Send again, reads it to the model again).",
                 time.time(), origin=self._local_origin, detail="info"))
         elif changed:
             self._changed()
@@ -191,11 +195,10 @@ class ConversationKeeper(QObject):
             self._restart_pending = True
 
     def _note_llm(self) -> None:
-        """The LLM and tools of a running conversation, appended when they changed."""
-        if self._running:
-            llm, tools = describe_llm(self._settings())
-            if _then(self._llms, llm) | _then(self._tool_sets, tools):
-                self._autosave.set_header(self._header_base())
+        """The LLM of a running conversation, appended when it changed (its tools come with
+        the session's status)."""
+        if self._running and _then(self._llms, describe_llm(self._settings())):
+            self._autosave.set_header(self._header_base())
 
     def close_open(self, reason: str = STOPPED) -> None:
         """A session ended: what it left open is closed, here and in put-away conversations."""
@@ -213,9 +216,9 @@ class ConversationKeeper(QObject):
     def _header_base(self) -> TranscriptHeader:
         """What the conversation ran on (no title: that comes from its entries)."""
         self._note_llm()
-        llm, tools = describe_llm(self._settings())
-        if self._llms:  # the last one a session ran with, not what Settings say now
-            llm, tools = self._llms[-1], self._tool_sets[-1]
+        # The last a session ran with, not what Settings say now.
+        llm = self._llms[-1] if self._llms else describe_llm(self._settings())
+        tools = self._tool_sets[-1] if self._tool_sets else ()
         return TranscriptHeader(conversation_id=self.conversation_id, started=self.started,
                                 model=self._model, device=self._device, llm=llm, tools=tools,
                                 models=tuple(self._models), devices=tuple(self._devices),
@@ -322,7 +325,7 @@ class ConversationKeeper(QObject):
             except FutureTimeout:
                 log.warning("saving the conversation takes longer than %.0f s", timeout)
                 return
-            except Exception as exc:  # noqa: BLE001 - said by _written too, later
+            except Exception as exc:  # said by _written too, later
                 self._error = str(exc)
         if self._pending_draft is not None:
             future, text = self._pending_draft

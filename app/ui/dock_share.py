@@ -46,7 +46,7 @@ class DockShare(QObject):
         """The window (our parent; held by no reference of ours, so it is no cycle)."""
         return cast(QMainWindow, self.parent())
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if watched is not self.parent():
             return False
         kind = event.type()

@@ -12,6 +12,10 @@ On a machine without a GPU (asked off the GUI thread, as the app's engine would 
 speech model of billions of weights cannot keep real time on the CPU: the dialog then leads
 with what works there and says why: a speech server (one click when its address is set),
 and the tiny demo model to try the app; the download and the settings' notice come after.
+
+The tiny demo model (for a recogniser: going on without one) sits under the choices, out of
+the scrolled part, so it is in view on a small screen at a large scale and does not move when
+the memory plan, made in the background with a moving bar, fills in above it.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def _gpu_for_speech() -> str | None:
 def _size_of(manifest: Manifest, folder: Path) -> float | None:
     """The speech model's weights, in billions (from its architecture; None: unknown)."""
     try:
-        from app.engine.footprint import checkpoint_shape
+        from app.plan.footprint import checkpoint_shape
 
         shape = checkpoint_shape(manifest, folder)
     except Exception:  # its size is a detail of the lead; the lead stands without it
@@ -226,8 +230,10 @@ class ModelMissingDialog(QDialog):
         folder_box = self._folder_box()
         layout.addWidget(folder_box)
         folder_box.setVisible(not self.is_stt)  # the STT setting names a model, not a folder
+        # The way on that needs no download (the tiny demo model; for a recogniser, none)
+        # stays in view under the choices, whatever the screen's size and whatever the plan
+        # above says once it is made: at 1366×768 and 200 % it was below the fold.
         self.alternative_box = self._none_box() if self.is_stt else self._tiny_box()
-        layout.addWidget(self.alternative_box)
         self._layout = layout
         # What works on a machine without a GPU, put first once the machine has said so.
         self.lead_label = QLabel("")
@@ -262,6 +268,7 @@ class ModelMissingDialog(QDialog):
         layout.addStretch(1)
         outer = QVBoxLayout(self)
         outer.addWidget(self.choices_area, 1)
+        outer.addWidget(self.alternative_box)
         outer.addWidget(self.buttons)
 
         if check_size and manifest.hf_repo:
@@ -370,6 +377,7 @@ class ModelMissingDialog(QDialog):
         column.addWidget(self.tiny_busy)
         self.tiny_status = QLabel("")
         self.tiny_status.setWordWrap(True)
+        self.tiny_status.setVisible(False)  # no empty line under the button: shown with words
         column.addWidget(self.tiny_status)
         return box
 
@@ -406,8 +414,8 @@ class ModelMissingDialog(QDialog):
         else:
             lines.append("• A speech server: a machine with a GPU runs `python main.py serve`, "
                          "then Settings → Speech model → Runs on: Server.")
-        lines.append("• The tiny demo model, to try the app now (it babbles: its weights are "
-                     "random).")
+        lines.append("• The tiny demo model, to try the app now (below; it babbles: its "
+                     "weights are random).")
         lines.append(f"The download of {what} below is for a machine with a GPU, or a folder "
                      "of its files for one later.")
         self.lead_label.setText("\n".join(lines))
@@ -418,7 +426,6 @@ class ModelMissingDialog(QDialog):
                                              f"{bounded(self._server_url, 60)}")
             self.server_button.clicked.connect(self.use_server)
             first.append(self.server_button)
-        first.append(self.alternative_box)
         for position, widget in enumerate(first):
             self._layout.insertWidget(position, widget)
         (self.server_button or self.tiny_button).setDefault(True)
@@ -507,6 +514,7 @@ class ModelMissingDialog(QDialog):
         self.tiny_busy.setVisible(True)
         self.tiny_status.setStyleSheet("")
         self.tiny_status.setText("Preparing the tiny demo model…")
+        self.tiny_status.setVisible(True)
         tiny, build = self._tiny, self._build_tiny
 
         def work(job: _Job) -> Path:
@@ -627,6 +635,7 @@ class ModelMissingDialog(QDialog):
         self._set_choices_enabled(True)
         self.tiny_status.setStyleSheet(_ERROR_STYLE)
         self.tiny_status.setText(f"The tiny model could not be built: {exc}")
+        self.tiny_status.setVisible(True)
         self._refit_later()
 
     def _ask_for_folder(self) -> None:

@@ -23,7 +23,7 @@ class ElidedLabel(QLabel):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.setToolTip(text)
 
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+    def setText(self, text: str) -> None:  # Qt's name
         if text == self.text():
             return
         super().setText(text)
@@ -44,11 +44,11 @@ class ElidedLabel(QLabel):
         return self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + \
             margins.right() + 2
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:  # Qt's name
         hint = super().sizeHint()
         return QSize(min(self.full_width(), self._max_width), hint.height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def minimumSizeHint(self) -> QSize:  # Qt's name
         hint = super().minimumSizeHint()
         return QSize(min(MIN_WIDTH, self.full_width()), hint.height())
 
@@ -60,7 +60,7 @@ class ElidedLabel(QLabel):
         return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
                                              self.contentsRect().width())
 
-    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
+    def paintEvent(self, _event: QPaintEvent) -> None:  # Qt's name
         painter = QPainter(self)
         painter.setPen(self.colour())
         painter.drawText(self.contentsRect(),

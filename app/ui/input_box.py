@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLay
 class _Editor(QPlainTextEdit):
     submitted = Signal()
 
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # Qt's name
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.submitted.emit()  # Enter sends; Shift+Enter makes a new line

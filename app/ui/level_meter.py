@@ -23,6 +23,7 @@ class LevelMeter(QWidget):
         self._bar.setTextVisible(False)
         self._bar.setFixedWidth(BAR_PX)
         self._bar.setFixedHeight(10)
+        self._bar.setAccessibleName(f"{label} level")
         self._label = QLabel(label, self)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)

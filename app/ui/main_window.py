@@ -145,7 +145,7 @@ class MainWindow(QMainWindow):
         llm = settings.llm
         self.status_line.set_llm_choice(llm.backend, llm.model, llm.host)
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event: QResizeEvent) -> None:  # Qt's name
         super().resizeEvent(event)
         self._fit_toolbar()
 
@@ -173,7 +173,11 @@ class MainWindow(QMainWindow):
     # PySide can crash delivering a cross-thread signal to an undecorated method.
     @Slot(str, str)
     def _show_state(self, state: str, detail: str) -> None:
-        self.status_line.show_state(detail, busy=state in ("loading", "stopping"))
+        shown, tip = detail, ""
+        if state == "error":  # the banner says why, once; the status bar only that it did
+            shown = "Stopped after an error" if self._conversation_ran else "Could not start"
+            tip = f"{shown}: {visible_controls(detail)}"
+        self.status_line.show_state(shown, busy=state in ("loading", "stopping"), tip=tip)
         running = state in ("loading", "running")
         self.start_action.setText("&Stop" if running else "&Resume" if state == "paused"
                                   else "&Start")
@@ -223,12 +227,12 @@ class MainWindow(QMainWindow):
     def _export(self) -> None:
         self.features.export_current()  # Documents, then the last folder; with a header
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # Qt's name
         mime = event.mimeData()
         if mime.hasUrls() or mime.hasText():
             event.acceptProposedAction()
 
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt's name
+    def dropEvent(self, event: QDropEvent) -> None:  # Qt's name
         mime = event.mimeData()
         if mime.hasUrls():
             for url in mime.urls():
@@ -260,7 +264,7 @@ class MainWindow(QMainWindow):
         writes what is pending first, so it is True only when that write failed."""
         return self.features.keeper.has_unsaved()
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+    def closeEvent(self, event: QCloseEvent) -> None:  # Qt's name
         """Closes at once: the conversation winds down on its own threads (the app waits for
         them, bounded, after the window is gone)."""
         if self.has_unsaved() and QMessageBox.question(

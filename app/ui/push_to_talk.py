@@ -33,7 +33,7 @@ class PushToTalk(QObject):
     def _ours(self, watched: QObject) -> bool:
         return isinstance(watched, QWidget) and watched.window() is self.parent()
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if not self.enabled:
             return False
         kind = event.type()

@@ -51,7 +51,7 @@ class NameOnlyIconProvider(QFileIconProvider):
             return super().icon(kind)
         return super().icon(what)
 
-    def type(self, info: QFileInfo) -> str:  # noqa: A003 - Qt's name
+    def type(self, info: QFileInfo) -> str:  # Qt's name
         if info.isDir():
             return "Folder"
         if not info.isFile():  # a FIFO, a socket, a device: said, never opened

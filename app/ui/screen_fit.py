@@ -58,7 +58,7 @@ def keep_on_screen(window: QWidget) -> None:
 
 
 class _FitOnShow(QObject):
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if event.type() == QEvent.Type.Show and isinstance(watched, QWidget):
             keep_on_screen(watched)
         return False
@@ -82,7 +82,7 @@ class ScrollingArea(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:  # Qt's name
         content = self.widget()
         if content is None:
             return super().sizeHint()
@@ -98,7 +98,7 @@ class ScrollingTabs(QTabWidget):
     puts the page in a scroll area; `widget`, `currentWidget`, `setCurrentWidget` and
     `indexOf` speak of the pages themselves, as a QTabWidget's callers expect."""
 
-    def addTab(self, page: QWidget, label: str) -> int:  # type: ignore[override]  # noqa: N802
+    def addTab(self, page: QWidget, label: str) -> int:  # type: ignore[override]
         area = ScrollingArea(page)
         area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         return super().addTab(area, label)
@@ -109,17 +109,17 @@ class ScrollingTabs(QTabWidget):
     def widget(self, index: int) -> QWidget | None:
         return self._page(super().widget(index))
 
-    def currentWidget(self) -> QWidget:  # noqa: N802 - Qt's name
+    def currentWidget(self) -> QWidget:  # Qt's name
         area = super().currentWidget()
         return self._page(area) or area  # (a page is in each area)
 
-    def indexOf(self, page: QWidget) -> int:  # noqa: N802 - Qt's name
+    def indexOf(self, page: QWidget) -> int:  # Qt's name
         for index in range(self.count()):
             if self.widget(index) is page:
                 return index
         return super().indexOf(page)
 
-    def setCurrentWidget(self, page: QWidget) -> None:  # noqa: N802 - Qt's name
+    def setCurrentWidget(self, page: QWidget) -> None:  # Qt's name
         index = self.indexOf(page)
         if index >= 0:
             self.setCurrentIndex(index)

@@ -77,7 +77,7 @@ class SearchBar(QWidget):
             self.count.setText(f"{place} of {total}" if total else "no match")
         return place, total
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if watched is self.field and isinstance(event, QKeyEvent):
             key = event.key()
             if event.type() == QEvent.Type.ShortcutOverride and key == Qt.Key.Key_Escape:

@@ -10,8 +10,8 @@ listed in the tooltip of a "+N" mark at the end of the bar.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtGui import QCursor, QResizeEvent
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolTip, QWidget
 
 from app.conversation.session import SessionStatus
 from app.frames import FRAME_S
@@ -59,12 +59,12 @@ class StatusFields(QWidget):
         self.rank = {id(field): index for index, field in enumerate(ranked)}
         self.arrange()
 
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def sizeHint(self) -> QSize:  # Qt's name
         shown = [f for f in self.fields if f.text()]
         width = sum(f.sizeHint().width() for f in shown) + GAP_PX * max(0, len(shown) - 1)
         return QSize(width, self._height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+    def minimumSizeHint(self) -> QSize:  # Qt's name
         return QSize(0, self._height())  # the fields step aside, they never hold the window
 
     def _height(self) -> int:
@@ -76,7 +76,7 @@ class StatusFields(QWidget):
             self.updateGeometry()
         return super().event(event)
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event: QResizeEvent) -> None:  # Qt's name
         super().resizeEvent(event)
         self.arrange()
 
@@ -107,7 +107,13 @@ class StatusFields(QWidget):
         if self.more.text() != mark:
             self.more.setText(mark)
         if self.more.toolTip() != tip:
+            shown_now = QToolTip.isVisible() and QToolTip.text() == self.more.toolTip()
             self.more.setToolTip(tip)
+            if shown_now:  # a tooltip on screen is not redrawn by Qt: it said "+1" under "+2"
+                if tip:
+                    QToolTip.showText(QCursor.pos(), tip, self.more)
+                else:
+                    QToolTip.hideText()
         for widget, wanted in ((self.more, bool(dropped)),
                                *((field, field in kept) for field in self.fields)):
             if widget.isHidden() == wanted:
@@ -217,6 +223,7 @@ class StatusLine(QStatusBar):
         self.busy.setRange(0, 0)
         self.busy.setFixedWidth(120)
         self.busy.setFixedHeight(12)
+        self.busy.setAccessibleName("Loading")
         self.busy.hide()
         self.fields = StatusFields([self.state, self.model, self.frame, self.context, self.llm,
                                     self.audio, self.asr], self.busy, self)
@@ -253,9 +260,13 @@ class StatusLine(QStatusBar):
         self.llm.setToolTip(f"The assistant: {self._llm_name}{where}. It is asked once a "
                             "conversation runs (Settings → Assistant (LLM) tests it).")
 
-    def show_state(self, text: str, busy: bool = False) -> None:
+    def show_state(self, text: str, busy: bool = False, tip: str = "") -> None:
+        """The session's words for its state; `tip`: what the tooltip says instead of the
+        text's usual explanation (an error's whole message)."""
         self._state_detail = text
         self._show_state_text(text)
+        if tip:
+            self.state.setToolTip(tip)
         self.busy.setVisible(busy)
         self.fields.arrange()
 
@@ -275,9 +286,14 @@ class StatusLine(QStatusBar):
             self.frame.setText(f"frame {status.frame_ms:.0f}/{status.budget_ms:.0f} ms"
                                + (" ⚠" if self._warn_frame else ""))
         if status.context_window:
-            self.context.setText(
-                f"context {status.context_used}/{status.context_window}"
-                f" ({status.span_positions_in_window} injected)")
+            spans = status.span_positions_in_window
+            self.context.setText(f"context {status.context_used}/{status.context_window}"
+                                 f" ({spans} injected)")
+            self.context.setToolTip(
+                f"{self.context.text()}: the speech model's context window holds "
+                f"{status.context_window:,} positions; {status.context_used:,} are in use, "
+                f"{spans:,} of them by injected spans (View → What the model knows lists "
+                "them).")
         if self._state_detail == LISTENING:  # full duplex: it hears you while it speaks
             self._show_state_text(SPEAKING if status.speaker_db > SPEAKING_DB else LISTENING)
         self.llm.setText(f"LLM: {status.llm_state}")
@@ -338,7 +354,7 @@ class StatusLine(QStatusBar):
         self.fields.set_ranks(sorted(order, key=lambda f: (f is not self.state,
                                                            not warned.get(id(f), False))))
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+    def changeEvent(self, event: QEvent) -> None:  # Qt's name
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._colour_warnings()

@@ -9,7 +9,9 @@ select whole entries. Row heights are measured once per (entry, width) and cache
 full pass Qt does after a row is inserted is a walk over cached numbers.
 
 Colours come from a light or a dark table, chosen by the palette's base colour, so the panel
-follows a dark desktop. A pending LLM request draws a Cancel button of its own.
+follows a dark desktop. A pending LLM request's Cancel is a real button in a bar under the
+entries (pending_request_bar.py), never drawn inside them: an entry moves whenever the model's
+words grow below it, and a button drawn there moved away from the pointer aimed at it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Literal
 
 from PySide6.QtCore import (
     QAbstractListModel,
-    QEvent,
     QItemSelectionModel,
     QModelIndex,
     QObject,
@@ -42,7 +43,6 @@ from PySide6.QtGui import (
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
-    QMouseEvent,
     QPainter,
     QPainterPath,
     QPalette,
@@ -77,9 +77,16 @@ from app.conversation.transcript.export import (
     span_meta,
     to_plain_text,
 )
+from app.ui.pending_request_bar import PendingRequestBar
 from app.ui.theme import is_dark
 
 Placement = Literal["left", "right", "wide", "indented", "center"]
+
+
+def is_resendable(entry: TranscriptEntry) -> bool:
+    """A span that is over (landed, or lost on its way: a dropped connection, a restart)
+    can be read to the model again; one still on its way cannot yet."""
+    return entry.kind == "span" and entry.final and bool(entry.text.strip())
 
 ModelIndex = QModelIndex | QPersistentModelIndex
 
@@ -257,7 +264,6 @@ class RowLayout:
     meta: QRect  # spans: provenance line; empty for other kinds
     body: QRect  # a span the model read only the start of: the part it read
     detail: QRect  # tools and spans: what happened to them; empty otherwise
-    button: QRect  # a pending LLM request: its Cancel button; empty otherwise
     # A span the model read only the start of: the line that marks where it stopped, and
     # the rest of the text below it, drawn greyed; empty otherwise.
     mark: QRect = field(default_factory=QRect)
@@ -271,8 +277,6 @@ _GAP = 3
 _ACCENT_BAR = 4
 _TEXT_FLAGS = int(Qt.TextFlag.TextWordWrap)
 _UNBOUNDED = 1_000_000
-CANCEL_TEXT = "Cancel (Esc)"
-CONTROL_MARGIN_PX = 8  # a pointer this close to a Cancel button holds the view still
 ZOOM_STEP = 0.1  # of the base font size, per Ctrl++ / Ctrl+-
 ZOOM_LIMITS = (-5, 10)
 
@@ -280,8 +284,6 @@ ZOOM_LIMITS = (-5, 10)
 class TranscriptDelegate(QStyledItemDelegate):
     """Paints one entry as a bubble and measures it, caching the measurement per entry object
     and width (entries are immutable, so an unchanged object needs no new measurement)."""
-
-    cancel_clicked = Signal(object)  # the pending request's TranscriptEntry
 
     def __init__(self, model: TranscriptModel, view: QTreeView) -> None:
         super().__init__(view)
@@ -331,10 +333,6 @@ class TranscriptDelegate(QStyledItemDelegate):
     def detail_text(entry: TranscriptEntry) -> str:
         """Tools: result size; spans: truncation, positions, delay after <ret>."""
         return entry.detail if shows_detail(entry) else ""
-
-    @staticmethod
-    def has_cancel(entry: TranscriptEntry) -> bool:
-        return entry.kind == "thinking" and not entry.final
 
     @staticmethod
     def header_stamps(entry: TranscriptEntry) -> str:
@@ -453,12 +451,6 @@ class TranscriptDelegate(QStyledItemDelegate):
             y += _GAP
             detail_rect = QRect(x, y, inner, detail_box.height())
             y += detail_box.height()
-        button = QRect()
-        if self.has_cancel(entry):
-            y += _GAP + 2
-            button_w = small_fm.horizontalAdvance(CANCEL_TEXT) + 20
-            button = QRect(x + inner - button_w, y, button_w, small_fm.height() + 8)
-            y += button.height()
         bubble = QRect(left, _OUTER_Y, bubble_w, y + _PAD - _OUTER_Y)
         return RowLayout(
             height=bubble.bottom() + 1 + _OUTER_Y,
@@ -467,7 +459,6 @@ class TranscriptDelegate(QStyledItemDelegate):
             meta=meta_rect,
             body=body,
             detail=detail_rect,
-            button=button,
             mark=mark_rect,
             unread=unread_rect,
         )
@@ -545,37 +536,7 @@ class TranscriptDelegate(QStyledItemDelegate):
             painter.setFont(self._small_font)
             painter.setPen(theme.meta)
             painter.drawText(layout.detail, _TEXT_FLAGS, entry.detail)
-        if not layout.button.isNull():
-            self._paint_button(painter, layout.button, style, option.palette)
         painter.restore()
-
-    def _paint_button(self, painter: QPainter, rect: QRect, style: KindStyle,
-                      palette: QPalette) -> None:
-        shape = QPainterPath()
-        shape.addRoundedRect(QRectF(rect).adjusted(0.5, 0.5, -0.5, -0.5), 5, 5)
-        painter.fillPath(shape, QBrush(palette.color(QPalette.ColorRole.Button)))
-        painter.setPen(QPen(style.accent, 1))
-        painter.drawPath(shape)
-        painter.setFont(self._small_font)
-        painter.setPen(palette.color(QPalette.ColorRole.ButtonText))
-        painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), CANCEL_TEXT)
-
-    def button_rect(self, index: ModelIndex) -> QRect:
-        """The Cancel button of a pending request, in viewport coordinates (empty if none)."""
-        button = self.row_layout(index).button
-        if button.isNull():
-            return QRect()
-        return button.translated(0, self._view.visualRect(index).top())
-
-    def editorEvent(self, event: QEvent, model, option: QStyleOptionViewItem,  # noqa: N802
-                    index: ModelIndex) -> bool:
-        if (event.type() == QEvent.Type.MouseButtonRelease and isinstance(event, QMouseEvent)
-                and event.button() == Qt.MouseButton.LeftButton):
-            button = self.button_rect(index)
-            if not button.isNull() and button.contains(event.position().toPoint()):
-                self.cancel_clicked.emit(self._model.entry_at(index.row()))
-                return True
-        return super().editorEvent(event, model, option, index)
 
 
 class _TranscriptView(QTreeView):
@@ -637,13 +598,16 @@ class TranscriptPanel(QWidget):
     Signals:
         followingChanged(bool): auto-scroll paused (False) or resumed (True).
         copied(str): text just put on the clipboard.
-        cancel_requested(TranscriptEntry): the Cancel button of a pending LLM request.
+        cancel_requested(TranscriptEntry): the Cancel button of a pending LLM request (in the
+            bar under the entries, which stays put while they move).
+        resend_requested(TranscriptEntry): "Send again" on a span (its context menu).
         zoomChanged(int): the text size changed (steps of 10%).
     """
 
     followingChanged = Signal(bool)
     copied = Signal(str)
     cancel_requested = Signal(object)
+    resend_requested = Signal(object)  # a span's TranscriptEntry, to be read again
     zoomChanged = Signal(int)
 
     BOTTOM_TOLERANCE_PX = 4
@@ -652,15 +616,19 @@ class TranscriptPanel(QWidget):
         super().__init__(parent)
         self._model = TranscriptModel(self)
         self._view = _TranscriptView(self)
+        self._view.setAccessibleName("Transcript")
         self._view.setModel(self._model)
         self._delegate = TranscriptDelegate(self._model, self._view)
         self._view.setItemDelegate(self._delegate)
         self._model.modelReset.connect(self._delegate.clear_cache)
-        self._delegate.cancel_clicked.connect(self.cancel_requested)
+        self.pending_bar = PendingRequestBar(self)
+        self.pending_bar.cancel_requested.connect(self.cancel_requested)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self._view)
+        layout.setSpacing(0)
+        layout.addWidget(self._view, 1)
+        layout.addWidget(self.pending_bar)
 
         self._jump = QToolButton(self)
         self._jump.setText("⤓ Jump to latest")
@@ -674,12 +642,7 @@ class TranscriptPanel(QWidget):
         self._jump.hide()
 
         self._following = True
-        # The pointer is on a control drawn in the transcript (a pending request's Cancel):
-        # following the newest entry would move it away under the pointer, so the view
-        # holds still until the pointer leaves it, then catches up.
-        self._held = False
-        self._view.viewport().setMouseTracking(True)
-        self._view.viewport().installEventFilter(self)
+        self._menu_entry: TranscriptEntry | None = None  # the span its context menu is on
         bar = self._view.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range_changed)
         bar.valueChanged.connect(self._on_scrolled)
@@ -692,10 +655,14 @@ class TranscriptPanel(QWidget):
     def upsert(self, entry: TranscriptEntry) -> None:
         """Add an entry, or replace the one with the same entry_id where it stands."""
         self._model.upsert(entry)
+        self.pending_bar.note(entry)
 
     def extend(self, entries: Iterable[TranscriptEntry]) -> None:
         """Add or replace many entries with a single layout pass (e.g. an imported transcript)."""
+        entries = list(entries)
         self._model.extend(entries)
+        for entry in entries:
+            self.pending_bar.note(entry)
 
     def entries(self) -> list[TranscriptEntry]:
         """The entries as shown, oldest first (a copy)."""
@@ -703,10 +670,14 @@ class TranscriptPanel(QWidget):
 
     def clear(self) -> None:
         self._model.clear()
+        self.pending_bar.clear()
 
     def close_open(self, reason: str = STOPPED) -> list[TranscriptEntry]:
         """The conversation ended: what was still growing or pending is closed for good."""
-        return self._model.close_open(reason)
+        changed = self._model.close_open(reason)
+        for entry in changed:
+            self.pending_bar.note(entry)
+        return changed
 
     # --- search and zoom ---------------------------------------------------------------
     def matches(self, text: str) -> list[int]:
@@ -804,13 +775,33 @@ class TranscriptPanel(QWidget):
         self.copied.emit(text)
         return text
 
-    def _show_context_menu(self, position: QPoint) -> None:
+    def context_menu(self, position: QPoint) -> QMenu:
+        """The menu at `position` (viewport coordinates): copy, and "Send again" on a span
+        (one lost to a dropped connection or a restart, say: the model no longer has it)."""
         menu = QMenu(self)
+        index = self._view.indexAt(position)
+        if not index.isValid():
+            index = self._view.currentIndex()  # the keyboard's context menu
+        entry = self._model.entry_at(index.row()) if index.isValid() else None
+        if entry is not None and is_resendable(entry):
+            self._menu_entry = entry
+            again = menu.addAction("Send again (read it to the model again)")
+            again.triggered.connect(self._resend_menu_entry)
+            menu.addSeparator()
         copy_selected = menu.addAction("Copy selected")
         copy_selected.setEnabled(bool(self.selected_entries()))
         copy_selected.triggered.connect(self.copy_selected)
         menu.addAction("Copy all").triggered.connect(self.copy_all)
+        return menu
+
+    def _resend_menu_entry(self) -> None:
+        if self._menu_entry is not None:
+            self.resend_requested.emit(self._menu_entry)
+
+    def _show_context_menu(self, position: QPoint) -> None:
+        menu = self.context_menu(position)
         menu.exec(self._view.viewport().mapToGlobal(position))
+        menu.deleteLater()
 
     # --- following the newest entry ----------------------------------------------------
     def is_following(self) -> bool:
@@ -823,34 +814,8 @@ class TranscriptPanel(QWidget):
         self._set_following(True)
 
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
-        if self._following and not self._held:
+        if self._following:
             self._view.verticalScrollBar().setValue(maximum)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if watched is self._view.viewport():
-            if event.type() == QEvent.Type.MouseMove and isinstance(event, QMouseEvent):
-                self._hold(self._on_a_control(event.position().toPoint()))
-            elif event.type() == QEvent.Type.Leave:
-                self._hold(False)
-        return super().eventFilter(watched, event)
-
-    def _on_a_control(self, point: QPoint) -> bool:
-        """Whether `point` (viewport coordinates) is on or right by a Cancel button."""
-        index = self._view.indexAt(point)
-        if not index.isValid():
-            return False
-        button = self._delegate.button_rect(index)
-        return not button.isNull() and button.adjusted(
-            -CONTROL_MARGIN_PX, -CONTROL_MARGIN_PX, CONTROL_MARGIN_PX,
-            CONTROL_MARGIN_PX).contains(point)
-
-    def _hold(self, held: bool) -> None:
-        if held == self._held:
-            return
-        self._held = held
-        if not held and self._following:  # let go: catch up with the newest entry
-            bar = self._view.verticalScrollBar()
-            bar.setValue(bar.maximum())
 
     def _on_scrolled(self, value: int) -> None:
         bar = self._view.verticalScrollBar()

@@ -1,7 +1,7 @@
 """What the main window offers beyond its conversation controls: the menus and their
 shortcuts, conversations (autosaved, listed, reopened read-only), what the model knows now,
-find and zoom, push-to-talk, the window's remembered geometry, Help → About; and what the
-window shows when a conversation stops or the microphone is muted.
+find and zoom, push-to-talk, the window's remembered geometry, Help (the docs, how to get an
+LLM, About); and what the window shows when a conversation stops or the microphone is muted.
 
 Kept apart from `main_window.py` so the window itself stays a small list of its parts.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import shiboken6
 from PySide6.QtCore import QEvent, QObject, Qt, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.session import SessionStatus
+from app.conversation.transcript.entries import TranscriptEntry
 from app.conversation.transcript.saved import ConversationStore, title_for
 from app.ui.about_dialog import about_box
 from app.ui.background_jobs import BackgroundJobs
@@ -34,6 +37,7 @@ from app.ui.context_panel import ContextPanel
 from app.ui.conversation_keeper import ConversationKeeper, describe_llm
 from app.ui.conversation_list import ConversationList, started_label
 from app.ui.export_dialog import export_with_dialog
+from app.ui.help_window import GETTING_AN_LLM, HelpWindow
 from app.ui.push_to_talk import PTT_KEY_NAME, PushToTalk
 from app.ui.saved_conversation_window import SavedConversationWindow
 from app.ui.screen_fit import fit_when_shown
@@ -83,6 +87,7 @@ class WindowFeatures(QObject):
         self.search_bar = SearchBar(panel, window)
         self.push_to_talk = PushToTalk(window, window.mute_action)
         self.viewers: list[SavedConversationWindow] = []
+        self._help: Callable[[], HelpWindow | None] = lambda: None  # the open help window
         self._list_jobs = BackgroundJobs({"list": self._show_saved_list}, parent=self)
 
         central = window.centralWidget()
@@ -105,6 +110,8 @@ class WindowFeatures(QObject):
         controller.state_changed.connect(self._on_state)
         controller.status.connect(self._on_status)
         panel.cancel_requested.connect(self._cancel_turn)
+        panel.resend_requested.connect(self.send_again)
+        self.context_panel.resend_requested.connect(self.send_again)
         panel.zoomChanged.connect(self._remember_zoom)
         window.mute_action.toggled.connect(self._show_muted)
         self.keeper.listChanged.connect(self.refresh_list)
@@ -162,7 +169,12 @@ class WindowFeatures(QObject):
         self.zoom_out_action = _action(w, "Zoom &out", "Ctrl+-", w.transcript.zoom_out)
         self.zoom_reset_action = _action(w, "&Actual size", "Ctrl+0", self._actual_size)
         self.focus_input_action = _action(w, "&Type a message", "Ctrl+L", self.focus_input)
-        self.about_action = _action(w, "&About ContextSpan", "F1", self.show_about)
+        self.help_action = _action(w, "ContextSpan &help", "F1", self.show_help)
+        self.llm_help_action = _action(w, "Get an &LLM (Ollama)…", "Shift+F1",
+                                       self.show_llm_help)
+        self.llm_help_action.setToolTip("How to install Ollama and a model, and choose it "
+                                        "in Settings → Assistant (LLM)")
+        self.about_action = _action(w, "&About ContextSpan", "Ctrl+F1", self.show_about)
         self.context_action = self.context_dock.toggleViewAction()
         self.context_action.setText("What the model &knows")
         self.context_action.setShortcut(QKeySequence("Ctrl+K"))
@@ -185,13 +197,15 @@ class WindowFeatures(QObject):
                      self.list_dock_action):
             view.addSeparator() if item is None else view.addAction(item)
         help_menu = QMenu("&Help", w)
-        help_menu.addAction(self.about_action)
+        for item in (self.help_action, self.llm_help_action, None, self.about_action):
+            help_menu.addSeparator() if item is None else help_menu.addAction(item)
         for menu in (conversation, view, help_menu):
             bar.addMenu(menu)
         self.menus = (conversation, view, help_menu)
         for action in (self.new_action, self.find_action, self.zoom_in_action,
                        self.zoom_out_action, self.zoom_reset_action, self.focus_input_action,
-                       self.about_action, self.push_to_talk_action, self.quit_action,
+                       self.help_action, self.llm_help_action, self.about_action,
+                       self.push_to_talk_action, self.quit_action,
                        self.list_action):
             w.addAction(action)  # shortcuts work while the menu bar is hidden, too
 
@@ -273,6 +287,12 @@ class WindowFeatures(QObject):
 
     def _note_draft(self) -> None:
         self.keeper.note_draft(self.window.input_box.editor.toPlainText())
+
+    @Slot(object)
+    def send_again(self, entry: TranscriptEntry) -> bool:
+        """A span the model lost (a dropped connection, a restart) read to it again, as it
+        was read the first time (False, and a notice, when no conversation runs)."""
+        return self.window.controller.inject_text(entry.text, entry.source or "sent again")
 
     def _cancel_turn(self, _entry: object) -> None:
         self.window.cancel_turn_requested.emit()
@@ -363,6 +383,24 @@ class WindowFeatures(QObject):
     def focus_input(self) -> None:
         self.window.input_box.editor.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
+    def show_help(self, page: Path | None = None) -> HelpWindow:
+        """Help → ContextSpan help: the docs in a window of their own (one at a time)."""
+        shown = self._help()
+        if shown is not None and shiboken6.isValid(shown):
+            if page is not None:
+                shown.show_page(page)
+            shown.raise_()
+            shown.activateWindow()
+            return shown
+        viewer = HelpWindow(self.window, page)
+        self._help = weakref.ref(viewer)  # it dies when closed (WA_DeleteOnClose)
+        viewer.show()
+        return viewer
+
+    def show_llm_help(self) -> HelpWindow:
+        """Help → Get an LLM: how to install Ollama and a model."""
+        return self.show_help(GETTING_AN_LLM)
+
     def show_about(self) -> QMessageBox:
         from app.checkpoints.catalog import CatalogError, get_manifest
 
@@ -374,7 +412,7 @@ class WindowFeatures(QObject):
         status = self.window.status_line.last_status
         device = (f"{status.device} ({status.dtype})" if status is not None
                   else f"{settings.speech.device} (chosen in Settings)")
-        return about_box(self.window, model, device, describe_llm(settings)[0])
+        return about_box(self.window, model, device, describe_llm(settings))
 
     # ---- remembered geometry ------------------------------------------------------------------
 
@@ -390,7 +428,7 @@ class WindowFeatures(QObject):
     def save_geometry(self) -> None:
         self.state.save_window(self.window.saveGeometry(), self.window.saveState())
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt's name
         if watched is self.window and event.type() == QEvent.Type.Close:
             self.save_geometry()
         return False

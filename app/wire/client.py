@@ -185,7 +185,8 @@ class EngineClient:
             raise ConnectError(f"the server refused the connection: HTTP {exc.status}") from None
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             await cls._cleanup(session, owns)
-            raise ConnectError(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+            # The OSError stays as the cause: remote/reach.py words it for the user.
+            raise ConnectError(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
         event = (wire.decode_event(first.data) if first.type == aiohttp.WSMsgType.TEXT
                  else None)
         if isinstance(event, wire.Ready):

@@ -71,7 +71,7 @@ if [ "$DRY" = "1" ]; then
     MODEL=(--model tiny-cs --allow-cpu)
     BLOCK_ARGS=(--block 4 --block 8 --repeats 1)
     COMPILED_ARGS=(--block 8 --repeats 1)
-    SLOT_ARGS=(--block 4 --repeats 1 --slots 1,2,3 --slot-frames 13 --asr tiny-stt)
+    SLOT_ARGS=(--block 4 --repeats 1 --slots '1,2,3' --slot-frames 13 --asr tiny-stt)
     PRECISION_ARGS=(--block 4 --repeats 1)
     PRECISIONS="${DRY_PRECISIONS:-fp32,int4}"
     PROFILE_ARGS=(--block 16 --repeats 1 --steps 2)
@@ -80,7 +80,7 @@ else
     BLOCK_ARGS=(--block 16 --block 64 --block 256 --block 400 --block 600 --block 1024
                 --repeats 5)
     COMPILED_ARGS=(--block 600 --repeats 3)
-    SLOT_ARGS=(--block 16 --repeats 1 --slots 1,16,32,48,64,80 --slot-frames 40
+    SLOT_ARGS=(--block 16 --repeats 1 --slots '1,16,32,48,64,80' --slot-frames 40
                --asr kyutai-stt-1b-en_fr)
     PRECISION_ARGS=(--block 16 --block 256 --repeats 3)
     PROFILE_ARGS=(--block 600 --repeats 5 --steps 20)

@@ -89,7 +89,7 @@ if ($Client) {
 Step "Copying the app to $Src"
 if (-not $DryRun) { New-Item -ItemType Directory -Force -Path $Prefix | Out-Null }
 Remove-Path $Src
-foreach ($Item in @("app", "models", "assets", "main.py", "pyproject.toml", "README.md")) {
+foreach ($Item in @("app", "models", "assets", "docs", "main.py", "pyproject.toml", "README.md")) {
     if ($DryRun) { Write-Host "+ copy $Item"; continue }
     New-Item -ItemType Directory -Force -Path $Src | Out-Null
     Copy-Item -Recurse -Force (Join-Path $Root $Item) $Src

@@ -98,3 +98,35 @@ def test_a_failure_becomes_a_fatal_error_event(tiny_stt, monkeypatch):
     assert asr.join(120), "a failing ASR thread must end"
     errors = [e for e in _drain(asr.events) if isinstance(e, AsrError)]
     assert len(errors) == 1 and errors[0].fatal and "mimi exploded" in errors[0].message
+
+
+def _heard(tiny_stt, audio: np.ndarray, vad: bool) -> list:
+    from tests.asr.conftest import frames
+
+    asr = StreamingAsr(tiny_stt, AsrOptions(force_vad=vad, input_queue_frames=400))
+    asr.start()
+    for pcm in frames(audio):
+        assert asr.push_frame(pcm, timeout=60)
+    asr.finish_input()
+    assert asr.join(300)
+    return _drain(asr.events)
+
+
+def test_partials_say_whether_the_vad_heard_the_user(tiny_stt, spoken_question):
+    """The tiny recogniser (random weights) makes words of silence: with the VAD on, those
+    partials say nobody spoke; the partials of the question's utterance say the user did,
+    and the next utterance starts unvoiced again. Without the VAD they say nothing."""
+    silence = np.zeros(24000 * 3, np.float32)
+    quiet = [e for e in _heard(tiny_stt, silence, vad=True) if isinstance(e, AsrPartial)]
+    assert quiet and all(p.voiced is False for p in quiet)
+
+    events = _heard(tiny_stt, np.concatenate([silence, spoken_question, silence]), vad=True)
+    final = next(i for i, e in enumerate(events) if isinstance(e, AsrFinal))
+    before = [e for e in events[:final] if isinstance(e, AsrPartial)]
+    after = [e for e in events[final:] if isinstance(e, AsrPartial)]
+    assert before[0].voiced is False  # the silence before the question
+    assert before[-1].voiced is True  # the question's words, the VAD hearing it
+    assert after and all(p.voiced is False for p in after)  # silence again
+
+    unknown = [e for e in _heard(tiny_stt, silence, vad=False) if isinstance(e, AsrPartial)]
+    assert unknown and all(p.voiced is None for p in unknown)

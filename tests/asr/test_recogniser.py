@@ -123,3 +123,30 @@ def test_a_stream_closed_after_the_callers_no_grad_leaves_grad_mode_as_it_was(ti
         stream.step(np.zeros(1920, np.float32))
     stream.close()
     assert torch.is_grad_enabled()
+
+
+def test_a_recogniser_started_while_the_last_one_still_streams_its_model_waits_its_turn(
+        tiny_stt):
+    """Conversations one after another on ONE loaded model (eval fdb3's samples): the next
+    one's recogniser may start while the last one's winds down, still streaming the model's
+    modules. It waits for them, then hears its own audio as it would alone; before, it
+    failed at once ("already streaming"), and its sample had no speech recognition."""
+    seed, frames = CONVERSATIONS["B"]
+    last = StreamingAsr(tiny_stt, OPTIONS)
+    last.start()
+    for pcm in _audio(*CONVERSATIONS["A"]):
+        assert last.push_frame(pcm, timeout=30)
+    assert last.wait_frames(CONVERSATIONS["A"][1], 300)  # streaming the model now
+    following = StreamingAsr(tiny_stt, OPTIONS)
+    following.start()
+    for pcm in _audio(seed, frames)[:5]:
+        assert following.push_frame(pcm, timeout=30)
+    assert not following.wait_frames(1, 0.5)  # waits while the last one streams
+    assert last.stop(60)
+    for pcm in _audio(seed, frames)[5:]:
+        assert following.push_frame(pcm, timeout=60)
+    following.finish_input()
+    assert following.join(300)
+    heard = _drain(following.events)
+    assert not [e for e in heard if isinstance(e, AsrError)], heard
+    assert heard and heard == _alone(tiny_stt, seed, frames)

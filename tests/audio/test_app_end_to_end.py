@@ -12,24 +12,24 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-from pathlib import Path  # noqa: E402
+import shutil
+import subprocess
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import sphn  # noqa: E402
+import numpy as np
+import pytest
+import sphn
 
-from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
-from app.settings.schema import (  # noqa: E402
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.settings.schema import (
     AppSettings,
     AudioSettings,
     LlmSettings,
     SpeechModelSettings,
 )
-from app.ui.app import _live_audio_factory  # noqa: E402
-from app.ui.conversation_controller import ConversationController  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
+from app.ui.app import _live_audio_factory
+from app.ui.conversation_controller import ConversationController
+from app.ui.main_window import MainWindow
 
 SPEAKER_SINK = "vspeaker"
 

@@ -131,7 +131,10 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
     # The hub sends one whole chunk and a little more, then stalls: a partial file is on disk.
     stall = hub_tests.Fault(hold_after=CHUNK + 1000)
     hub.faults[("kyutai/moshiko-pytorch-bf16", "model.safetensors")] = stall
-    env = child_env(hub, tmp_path)
+    # The child's read of the stalled file waits for the test's Ctrl-C: with huggingface_hub's
+    # 10 s read timeout, a machine slower than that to deliver it saw the read time out, the
+    # client resume the file with a request of its own, and the download finish (exit 0).
+    env = child_env(hub, tmp_path, HF_HUB_DOWNLOAD_TIMEOUT="600")
     proc = subprocess.Popen([sys.executable, "main.py", "download", "moshiko"], cwd=REPO_ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -148,9 +151,11 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
             line = lines.get(timeout=60)
             assert line is not None, "".join(seen)
             seen.append(line)
-        assert stall.held.wait(timeout=10)
+        assert stall.held.wait(timeout=60)
+        # The hub holds the rest of the file until the process has ended: the Ctrl-C lands
+        # mid-download however slowly the machine runs the child.
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
+        assert proc.wait(timeout=120) == 130
     finally:
         proc.kill()
         stall.release.set()

@@ -1,7 +1,8 @@
 """`run --mcp-config FILE` end to end: a spoken question -> ASR -> the stand-in Ollama (real
 wire protocol) calls a tool of a real stdio MCP server made with the SDK -> its result lands
 as a span in the tiny engine -> the server's process is gone when `run` returns, and the
-server's secret is in neither the transcript nor the log."""
+server's secret is in neither the transcript nor the log; its tool with a malformed input schema
+is left out, said on the terminal, and costs nothing else."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _script(body: dict) -> ScriptedReply:
 def test_an_mcp_tool_is_called_its_result_lands_and_its_server_is_gone(
         tiny_folder, data_dir, question, tmp_path):
     pid_file = tmp_path / "pid"
-    config = _config(tmp_path / "mcp.json", pid_file)
+    config = _config(tmp_path / "mcp.json", pid_file, "--bad-schema")
     with OllamaStandIn(script=_script) as standin:
         result = _run(question, tmp_path, data_dir, config, standin.url)
         requests = list(standin.requests)
@@ -68,6 +69,10 @@ def test_an_mcp_tool_is_called_its_result_lands_and_its_server_is_gone(
     records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     offered = {t["function"]["name"] for t in requests[0]["tools"]}
     assert {"lookup_word", "add_event", "picture"} <= offered  # the server's, by their names
+    # Its tool with a malformed schema is left out, said on the terminal; the rest work.
+    assert "broken_lookup" not in offered
+    assert ("MCP server \"notes\": its tool 'broken_lookup' is left out (its input schema is "
+            "not valid JSON Schema") in result.stderr
     call = next(r for r in records if r["type"] == "tool_call")
     assert call["tool"] == "lookup_word" and call["server"] == "notes"
     assert call["server_tool"] == "lookup_word" and call["ok"]

@@ -105,7 +105,7 @@ def test_the_plan_says_how_many_conversations_one_engine_holds(tmp_path):
     each its KV ring, Mimi's state and the measured allowance, beside the engine's once."""
     import json
 
-    from app.engine.slot_capacity import REST_PER_CONVERSATION_BYTES
+    from app.plan.slot_capacity import REST_PER_CONVERSATION_BYTES
 
     fits = {}
     for gb in ("80", "139"):

@@ -97,3 +97,29 @@ def test_a_server_that_answers_is_ready(tiny_folder, data_dir):
     with OllamaStandIn(models=("standin:latest",)) as standin:
         recorder = _run_until(standin.url, lambda r: "ready" in _llm(r)[1])
     assert _llm(recorder)[0] == "idle"
+
+
+def test_a_model_the_server_lacks_is_said_once_with_what_to_do_about_the_model(tiny_folder,
+                                                                               data_dir):
+    """Issue 35, item 13: the notice quoted a reason that ends with a full stop and added
+    one ("…`ollama pull standin:latest`.. The speech model…"), and for a model the server
+    does not have it advised checking the server's address."""
+    with OllamaStandIn(models=("other:latest",)) as standin:
+        recorder = _run_until(standin.url, lambda r: any("not available" in text
+                                                         for text in r.notices))
+    assert _llm(recorder)[0] == "model missing"
+    (notice,) = [text for text in recorder.notices if "not available" in text]
+    assert ".." not in notice, notice
+    assert "ollama pull standin:latest" in notice, notice
+    assert "address" not in notice, notice
+    assert "choose a model the server has in Settings → Assistant (LLM)" in notice, notice
+
+
+def test_nothing_at_the_address_is_said_with_the_address_to_check(tiny_folder, data_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        host = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    recorder = _run_until(host, lambda r: any("not available" in text for text in r.notices))
+    (notice,) = [text for text in recorder.notices if "not available" in text]
+    assert ".." not in notice and "?." not in notice, notice
+    assert "its address in Settings → Assistant (LLM)" in notice, notice

@@ -1,7 +1,8 @@
 """The per-conversation options (app/conversation/options.py): declared once on
-ConversationConfig's fields, the same flags, defaults and choices in `run`, `serve`,
-`eval qa` and `eval fdb`, read back into the ConversationConfig the user asked for; and the
-LLM backends named in one place (app/llm_backends.py)."""
+ConversationConfig's fields with the commands that offer them, the same flags, defaults and
+choices in `run`, `serve`, `eval qa`, `eval fdb` and `eval fdb3 run`, read back into the
+ConversationConfig the user asked for; and the LLM backends named in one place
+(app/llm_backends.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.main import RUN_LLM_OPTIONS, SPEECH_MODEL_OPTIONS, build_parser
+from app.cli.main import build_parser
 from app.conversation.config import ConversationConfig
-from app.conversation.options import conversation_from_args, declared_options
+from app.conversation.options import (
+    CONVERSATION_COMMANDS,
+    conversation_from_args,
+    declared_options,
+    offered_options,
+)
 from app.eval import cli as eval_cli
 from app.eval.fdb import cli as fdb_cli
-from app.eval.fdb3 import cli as fdb3_cli
 from app.llm_backends import LLM_BACKEND_NAMES, NO_LLM, LlmBackendName
-from app.server.cli import SERVE_LLM_OPTIONS, SERVE_SPEECH_OPTIONS
 
 APP = Path(__file__).resolve().parents[2] / "app"
 RUN_FILES = ["run", "--input", "in.wav", "--output", "out.wav", "--transcript", "t.jsonl"]
@@ -33,27 +37,50 @@ def _subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.Argument
     return parser
 
 
-def _commands() -> dict[str, tuple[argparse.ArgumentParser, tuple[str, ...], dict]]:
-    """command → (its parser, the fields it chooses, its own defaults)."""
-    main, evals = build_parser(), eval_cli.build_parser()
-    return {
-        "run": (_subparser(main, "run"), SPEECH_MODEL_OPTIONS + RUN_LLM_OPTIONS, {}),
-        "serve": (_subparser(main, "serve"), SERVE_SPEECH_OPTIONS + SERVE_LLM_OPTIONS, {}),
-        "eval qa": (_subparser(evals, "qa"), eval_cli.QA_SPEECH_OPTIONS
-                    + eval_cli.QA_LLM_OPTIONS, {"stt_model": "kyutai-stt-1b-en_fr",
-                                                "user_city": "Seoul",
-                                                "ret_deadline_s": 10.0}),
-        "eval fdb": (_subparser(evals, "fdb"), fdb_cli.FDB_SPEECH_OPTIONS + ("voice",)
-                     + fdb_cli.FDB_LLM_OPTIONS, {"user_city": "Seoul"}),
-        "eval fdb3": (_subparser(evals, "fdb3", "run"), fdb3_cli.FDB3_SPEECH_OPTIONS
-                      + fdb3_cli.FDB3_LLM_OPTIONS, {"user_city": "Seoul",
-                                                    "stt_model": "kyutai-stt-1b-en_fr"}),
-    }
+def _parser_of(command: str) -> argparse.ArgumentParser:
+    """The parser a user meets for `command` ("eval fdb3 run": main.py hands `eval` on)."""
+    words = command.split()
+    if words[0] == "eval":
+        return _subparser(eval_cli.build_parser(), *words[1:])
+    return _subparser(build_parser(), *words)
 
 
-@pytest.mark.parametrize("command", ["run", "serve", "eval qa", "eval fdb", "eval fdb3"])
+# Where a command's conversation differs from a plain one (its own defaults).
+OWN_DEFAULTS: dict[str, dict] = {
+    "eval qa": {"stt_model": "kyutai-stt-1b-en_fr", "user_city": "Seoul",
+                "ret_deadline_s": 10.0},
+    "eval fdb": {"user_city": "Seoul"},
+    "eval fdb3 run": {"user_city": "Seoul", "stt_model": "kyutai-stt-1b-en_fr"},
+}
+
+
+@pytest.mark.parametrize("command", CONVERSATION_COMMANDS)
+def test_each_command_offers_exactly_the_conversation_options_that_name_it(command):
+    """A per-conversation option names the commands that offer it (app/conversation/
+    config.py); each of those commands has its flag, and no other command has it."""
+    parser = _parser_of(command)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    declared = declared_options()
+    missing = [declared[name].flags[0] for name in offered_options(command)
+               if declared[name].flags[0] not in flags]
+    assert missing == [], f"{command} lacks {missing}"
+    # fdb3's --llm is its own (a choice more: the stand-in), not the conversation's backend
+    own = {"--llm"} if command == "eval fdb3 run" else set()
+    unasked = [option.flags[0] for name, option in declared.items()
+               if name not in offered_options(command) and option.flags[0] in flags - own]
+    assert unasked == [], f"{command} offers {unasked}, whose declarations do not name it"
+
+
+def test_the_declarations_name_only_commands_that_run_a_conversation():
+    for name, option in declared_options().items():
+        assert option.commands, name
+        assert set(option.commands) <= set(CONVERSATION_COMMANDS), name
+
+
+@pytest.mark.parametrize("command", CONVERSATION_COMMANDS)
 def test_every_option_a_command_chooses_has_the_declared_flags_default_and_choices(command):
-    parser, fields, own_defaults = _commands()[command]
+    parser, fields = _parser_of(command), offered_options(command)
+    own_defaults = OWN_DEFAULTS.get(command, {})
     by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
     declared = declared_options()
     for name in fields:
@@ -61,7 +88,9 @@ def test_every_option_a_command_chooses_has_the_declared_flags_default_and_choic
         action = by_flag[option.flags[0]]
         assert tuple(action.option_strings) == option.flags, name
         assert action.dest == option.dest, name
-        expected_default = own_defaults.get(name, option.parser_default)
+        # absent: None (a flag False, a list empty), the field's default, or the command's
+        plain = {"flag": False, "list": []}.get(option.kind or "value", option.default)
+        expected_default = own_defaults.get(name, plain)
         assert action.default == expected_default, name
         assert (tuple(action.choices) if action.choices else None) == option.choices, name
         assert action.help and option.help in action.help, name
@@ -71,9 +100,9 @@ def test_every_option_a_command_chooses_has_the_declared_flags_default_and_choic
 
 
 def test_the_backend_choices_are_the_registrys_in_every_command():
-    for command, (parser, _, _) in _commands().items():
-        llm = next(a for a in parser._actions if "--llm" in a.option_strings)
-        own = ("standin",) if command == "eval fdb3" else ()  # the demo's scripted LLM
+    for command in CONVERSATION_COMMANDS:
+        llm = next(a for a in _parser_of(command)._actions if "--llm" in a.option_strings)
+        own = ("standin",) if command == "eval fdb3 run" else ()  # the demo's scripted LLM
         assert tuple(llm.choices) == (*LLM_BACKEND_NAMES, *own), command
     assert LLM_BACKEND_NAMES == ("ollama", "openai")
 

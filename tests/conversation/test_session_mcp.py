@@ -78,3 +78,57 @@ def test_a_server_added_live_is_used_asks_before_changing_and_stops_with_it(
             detach()
             assert session.stop()
     assert_gone(pid)  # the conversation's lease was the only one
+
+
+def _with_tools(notice: str) -> list[str]:
+    """The tool names an "assistant now asks … with tools: a, b." notice lists."""
+    assert ", with tools: " in notice, notice
+    return notice.split(", with tools: ", 1)[1].rstrip(".").split(", ")
+
+
+def test_the_llm_notice_and_the_status_name_the_tools_really_offered(tiny_folder, data_dir):
+    """Issue 35, item 12: "The assistant now asks … with tools:" listed the settings' tools
+    (local_search, which is left out without a folder) and not the 10 MCP tools offered,
+    and said "without tools" while MCP tools were on; the export header took the same
+    list. The notice and the session's status (which the header reads) name what the LLM
+    is given."""
+    recorder = Recorder()
+    source = FileAudioSource(np.zeros(2400, np.float32))
+    with OllamaStandIn(script=[ScriptedReply(content="ok")]) as standin:
+        first = AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=standin.url, model="standin:latest",
+                            tools_enabled=True, tools=("calculator", "local_search"),
+                            stt_model="none"),
+            mcp=McpSettings(servers=(stdio_server("notes"),)))
+        session = ConversationSession(first, recorder, lambda _s: source, CheckpointCache())
+        session.start()
+        try:
+            wait_until(lambda: recorder.statuses and "lookup_word" in
+                       recorder.statuses[-1].tools, 120,
+                       message="the MCP server's tools were never offered")
+            offered = recorder.statuses[-1].tools
+            assert "calculator" in offered and "add_event" in offered
+            assert "local_search" not in offered  # no folder chosen: left out
+            asks = len([e for e in recorder.of("notice") if "now asks" in e.text])
+            other_model = replace(first, llm=replace(first.llm, model="other:latest"))
+            session.apply_settings(other_model)
+            recorder.wait(lambda: len([e for e in recorder.of("notice")
+                                       if "now asks" in e.text]) > asks, timeout=60)
+            notice = [e.text for e in recorder.of("notice") if "now asks" in e.text][-1]
+            assert sorted(_with_tools(notice)) == sorted(offered), notice
+            # The built-in tools off, the MCP server's still on: not "without tools".
+            asks += 1
+            session.apply_settings(replace(other_model, llm=replace(other_model.llm,
+                                                                    tools_enabled=False)))
+            recorder.wait(lambda: len([e for e in recorder.of("notice")
+                                       if "now asks" in e.text]) > asks, timeout=60)
+            notice = [e.text for e in recorder.of("notice") if "now asks" in e.text][-1]
+            assert "without tools" not in notice, notice
+            listed = _with_tools(notice)
+            assert "lookup_word" in listed and "calculator" not in listed, notice
+            wait_until(lambda: "calculator" not in recorder.statuses[-1].tools, 30,
+                       message="the status kept the built-in tools")
+            assert sorted(recorder.statuses[-1].tools) == sorted(listed)
+        finally:
+            assert session.stop()

@@ -50,14 +50,21 @@ def _run_recorded(ck):
     book = local.book
     timeline: list[tuple] = []
     plan_steps: list = []
-    feed_start = local.feed_start
+    plan, reset_row = local._plan, local.runtime.reset_row
 
-    def start(row, plan, *args):
-        recording["on"] = True  # the warm-up is forgotten; the conversation starts here
-        plan_steps.extend(plan.steps)
-        return feed_start(row, plan, *args)
+    def planned(options, mimi):
+        start = plan(options, mimi)
+        if start is not None:
+            plan_steps.extend(start.steps)
+        return start
 
-    local.feed_start = start
+    def reset(row):
+        reset_row(row)
+        if local.ready.is_set():  # the warm-up is forgotten; the conversation starts here
+            recording["on"] = True
+
+    local._plan = planned
+    local.runtime.reset_row = reset
     step_rows, read_block = local.step_rows, local.read_block
 
     def recorded_step(rows, user, *args):

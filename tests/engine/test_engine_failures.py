@@ -10,10 +10,6 @@ for a `ready` that will never come.
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -23,50 +19,9 @@ from app.engine.local_engine import LocalEngine, open_conversation
 from app.engine.speech_engine import EngineOptions
 from app.frames import FRAME_SAMPLES
 from app.row_host import HostFailedError
+from tests.engine.step_fault import WAIT_S, StepFault, events_until
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
-WAIT_S = 60.0  # generous: the shared machine may be slow; the failures come in seconds
-
-
-class StepFault:
-    """The runtime's step, failing from its `at`-th call of a conversation on (the warm-up's
-    steps are not counted unless `warm_up`): raising `error`, or hanging until `release`."""
-
-    def __init__(self, engine: LocalEngine, at: int, error: BaseException | None,
-                 warm_up: bool = False) -> None:
-        self.engine = engine
-        self.at = at
-        self.error = error
-        self.warm_up = warm_up
-        self.calls = 0
-        self.release = threading.Event()
-        self.hanging = threading.Event()
-        self._step = engine.runtime.step
-        engine.runtime.step = self  # type: ignore[method-assign]
-
-    def __call__(self, rows, columns):
-        if self.warm_up or self.engine.ready.is_set():
-            self.calls += 1
-            if self.calls >= self.at:
-                if self.error is not None:
-                    raise self.error
-                self.hanging.set()
-                self.release.wait(WAIT_S)
-        return self._step(rows, columns)
-
-
-def _events_until(events: queue.SimpleQueue, kind: type, timeout: float = WAIT_S) -> list:
-    seen: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            event = events.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        seen.append(event)
-        if isinstance(event, kind):
-            return seen
-    raise AssertionError(f"no {kind.__name__} within {timeout} s: {seen[-5:]}")
 
 
 def _talk(conversation, frames: int) -> None:
@@ -84,7 +39,7 @@ def test_a_warm_up_out_of_memory_ends_every_waiter_with_the_reason(tiny_checkpoi
     with pytest.raises(HostFailedError, match="out of memory. Tried to allocate 2.00 GiB"):
         engine.wait_ready(WAIT_S)  # ends at once with the reason, not after WAIT_S
     assert engine.failure == f"OutOfMemoryError: {OOM}"
-    seen = _events_until(waiting.events, ev.EngineStopped)
+    seen = events_until(waiting.events, ev.EngineStopped)
     errors = [e for e in seen if isinstance(e, ev.EngineError)]
     assert errors and errors[0].fatal and OOM in errors[0].message
     assert seen[-1].reason == "error"
@@ -106,7 +61,7 @@ def test_a_step_that_raises_mid_conversation_tells_every_conversation_why(tiny_c
     _talk(first, 8)
     _talk(second, 8)
     for conversation in (first, second):
-        seen = _events_until(conversation.events, ev.EngineStopped)
+        seen = events_until(conversation.events, ev.EngineStopped)
         errors = [e for e in seen if isinstance(e, ev.EngineError)]
         assert errors and "illegal memory access" in errors[0].message, seen[-3:]
         assert seen[-1].reason == "error"
@@ -130,7 +85,7 @@ def test_a_step_that_hangs_is_found_by_the_watchdog(tiny_checkpoint):
     _talk(conversation, 6)
     try:
         assert fault.hanging.wait(WAIT_S)
-        seen = _events_until(conversation.events, ev.EngineStopped)
+        seen = events_until(conversation.events, ev.EngineStopped)
         errors = [e for e in seen if isinstance(e, ev.EngineError)]
         assert errors and "StallError: a step made no progress" in errors[0].message
         assert seen[-1].reason == "error"
@@ -149,7 +104,30 @@ def test_a_desktop_conversation_hears_the_reason_of_its_engine_s_failure(tiny_ch
     StepFault(conversation.engine, 3, torch.OutOfMemoryError(OOM))
     conversation.start()
     _talk(conversation, 5)
-    seen = _events_until(conversation.events, ev.EngineStopped)
+    seen = events_until(conversation.events, ev.EngineStopped)
     errors = [e for e in seen if isinstance(e, ev.EngineError)]
     assert errors and errors[0].fatal and OOM in errors[0].message
     assert conversation.join(WAIT_S)
+
+
+def test_an_engine_waits_for_the_last_one_on_its_checkpoint_to_let_it_go(tiny_checkpoint):
+    """Two engines on one loaded checkpoint (eval's samples, a restart): the model's modules
+    keep one stream's state, so the second waits for the first to stop instead of failing
+    with moshi's 'already streaming'."""
+    first = LocalEngine(tiny_checkpoint, 1, EngineOptions(chunk_limit=8))
+    first.start()
+    first.wait_ready(WAIT_S)
+    second = LocalEngine(tiny_checkpoint, 1, EngineOptions(chunk_limit=8))
+    second.start()
+    with pytest.raises(HostFailedError, match="was not ready after 1 s"):
+        second.wait_ready(1.0)  # waiting for the model, not failed
+    assert second.failure is None
+    assert first.stop()
+    second.wait_ready(WAIT_S)  # the first let it go: the second streams it now
+    conversation = second.open()
+    assert conversation is not None
+    conversation.start()
+    _talk(conversation, 3)
+    seen = events_until(conversation.events, ev.AudioOut)
+    assert seen and not [e for e in seen if isinstance(e, ev.EngineError)]
+    assert second.stop()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -228,8 +230,8 @@ def test_chunked_span_matches_the_same_span_fed_one_position_a_frame(tiny_checkp
     """Splitting across frames is itself exact: chunks of 8 between frames equal
     one-position chunks (same frames in between, same positions)."""
     lm = tiny_checkpoint.lm
-    twin = copy.deepcopy(tiny_checkpoint)
-    twin.lm = copy.deepcopy(lm)
+    # Its own modules, so its own streaming lock (a lock is not copied).
+    twin = replace(tiny_checkpoint, lm=copy.deepcopy(lm), streaming=threading.Lock())
     inj_a, gen_a, _ = _injector(tiny_checkpoint, chunk_limit=8)
     inj_b, gen_b, _ = _injector(twin, chunk_limit=8)
     text = "hello the capital of australia is canberra"

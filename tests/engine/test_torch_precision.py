@@ -15,10 +15,10 @@ from app.conversation.assembly import load_speech_model
 from app.conversation.config import ConversationConfig
 from app.conversation.precision_choice import choose_precision
 from app.engine.fp8_linear import Fp8Linear
-from app.engine.memory_plan import GIB, DeviceMemory
 from app.engine.precision import PrecisionError
 from app.engine.quantize import int8_unavailable_reason, quantize_linears_fp8
 from app.engine.torch_precision import load_torch_checkpoint
+from app.plan.memory_plan import GIB, DeviceMemory
 from tests.engine.test_quantize import next_token_agreement
 
 CPU = torch.device("cpu")

@@ -139,3 +139,45 @@ def test_a_ret_answer_the_user_was_asked_about_is_not_dropped_as_late(calendar):
     assert answer["deadline_frame"] is None
     assert not of(oe.RetrievalLate, events)
     assert events_file.read_text() == "lunch|Friday\n"
+
+
+class BusySink(RecordingSink):
+    """The engine of a busy conversation: telling the voice to wait takes the control
+    thread so long that the user has answered and the call is done in the meantime (here:
+    until the LLM has the call's result, its next request)."""
+
+    def __init__(self, broker: ConsentBroker, standin: OllamaStandIn) -> None:
+        super().__init__()
+        self.broker, self.standin = broker, standin
+
+    def inject(self, text: str, source: str, at_frame: int = 0,
+               origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
+        if source == "wait":
+            self.broker.answer(self.broker.pending()[0].request_id, "allow")
+            wait_until(lambda: len(self.standin.requests) >= 2, 30,
+                       message="the call never went on after the user allowed it")
+        return super().inject(text, source, at_frame, origin_frame, deadline_frame)
+
+
+def test_the_permission_notice_comes_before_the_call_it_asked_about(calendar):
+    """The transcript and the JSONL show what happened in order: "add_event waits for your
+    permission", then the call and its result, however late the control thread gets to the
+    notice (it used to come after the call, which the worker reported itself)."""
+    broker, registry, _events_file = calendar
+    with OllamaStandIn(script=_script) as standin:
+        backend = OllamaBackend(OllamaSettings(host=standin.url, model="standin:latest",
+                                               timeout_s=10.0, connect_timeout_s=1.0))
+        sink = BusySink(broker, standin)
+        orch = Orchestrator(backend, registry, sink, OrchestratorOptions(max_span_chars=300))
+        orch.start()
+        events: list = []
+        try:
+            orch.on_typed_text("Put lunch on Friday in my calendar.")
+            wait_until(lambda: len(sink.spans) == 2, 30, message="the answer never landed")
+            wait_until(lambda: drain(orch, events) or of(oe.SpanQueued, events), 10,
+                       message="the answer's span was never said")
+        finally:
+            assert orch.stop()
+    kinds = [type(e) for e in events if isinstance(e, (oe.ToolWaiting, oe.ToolCalled,
+                                                         oe.SpanQueued))]
+    assert kinds == [oe.ToolWaiting, oe.ToolCalled, oe.SpanQueued]

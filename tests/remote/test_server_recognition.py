@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def test_without_the_servers_recognition_its_words_are_not_the_users() -> None:
 
 class _ServerWords:
     """Stands where the pipeline's engine is, as a RemoteEngine does: its events (what the
-    mapper makes of the server's messages) go to the queue the pipeline set."""
+    mapper makes of the server's messages) go to the sink the pipeline gave."""
 
     def __init__(self) -> None:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
@@ -119,20 +120,24 @@ class _ServerWords:
         self.mapper = EngineEventMapper(asr=True)
         self.injected: list[str] = []
         self.running = True
+        self.put = self.events.put
+
+    def send_events_to(self, sink: Callable[[object], None]) -> None:
+        self.put = sink
 
     def start(self) -> None:
         self.mapper.new_conversation(wire.Ready(context_window=300))
-        self.events.put(ev.EngineReady("tiny", "server", "", 0, None, 80.0, 300, 0))
+        self.put(ev.EngineReady("tiny", "server", "", 0, None, 80.0, 300, 0))
 
     def push_frame(self, pcm: np.ndarray, timeout: float | None = 0.0) -> bool:
         audio, stats = self.mapper.audio(pcm)
-        self.events.put(audio)
-        self.events.put(stats)
+        self.put(audio)
+        self.put(stats)
         return True
 
     def say(self, message: wire.ServerEvent) -> None:
         for event in self.mapper.map(message):
-            self.events.put(event)
+            self.put(event)
 
     def inject(self, text: str, source: str, at_frame: int = 0,
                origin_frame: int | None = None, deadline_frame: int | None = None) -> int:
@@ -143,7 +148,7 @@ class _ServerWords:
         pass
 
     def stop(self, timeout: float = 10.0) -> bool:
-        self.events.put(ev.EngineStopped(self.mapper.frames, "stopped"))
+        self.put(ev.EngineStopped(self.mapper.frames, "stopped"))
         return True
 
 

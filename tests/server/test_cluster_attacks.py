@@ -20,13 +20,13 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
-from app.conversation.config import ConversationConfig  # noqa: E402
-from app.engine.speech_engine import EngineOptions  # noqa: E402
-from app.server.config import Limits  # noqa: E402
-from app.wire.client import AudioFrame, EngineClient, ServerBusy  # noqa: E402
-from tests.server.helpers import TOKEN, collect, of, tone  # noqa: E402
+from app.conversation.config import ConversationConfig
+from app.engine.speech_engine import EngineOptions
+from app.server.config import Limits
+from app.wire.client import AudioFrame, EngineClient, ServerBusy
+from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 HEADER_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 4
 

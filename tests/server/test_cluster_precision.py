@@ -10,9 +10,9 @@ import torch
 
 pytest.importorskip("ray.serve", reason="the cluster needs Ray Serve (pip install -e '.[cluster]')")
 
-from app.conversation.config import ConversationConfig  # noqa: E402
-from app.server.cli import add_serve_parser  # noqa: E402
-from app.server.cluster import ClusterSettings, EngineReplica  # noqa: E402
+from app.conversation.config import ConversationConfig
+from app.server.cli import add_serve_parser
+from app.server.cluster import ClusterSettings, EngineReplica
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16),

@@ -31,29 +31,11 @@ from app.server.engine_host import EngineHost
 from app.server.web_app import EngineServer
 from app.wire import events as wire
 from app.wire.client import AudioFrame, Disconnected, EngineClient, ServerBusy
+from tests.engine.step_fault import StepFault
 from tests.server.helpers import TOKEN, collect, of, run_server, tone
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
 WAIT_S = 120.0
-
-
-class FaultyStep:
-    """From its `at`-th call on, the engine's step raises `error`, or hangs (error None)
-    until `release`."""
-
-    def __init__(self, engine: LocalEngine, at: int, error: BaseException | None) -> None:
-        self.at, self.error, self.calls = at, error, 0
-        self.release = threading.Event()
-        self._step = engine.runtime.step
-        engine.runtime.step = self  # type: ignore[method-assign]
-
-    def __call__(self, rows, columns):
-        self.calls += 1
-        if self.calls >= self.at:
-            if self.error is not None:
-                raise self.error
-            self.release.wait(WAIT_S)
-        return self._step(rows, columns)
 
 
 async def _talk(url: str, frames: int, first: int = 0) -> list:
@@ -107,7 +89,7 @@ def test_a_fault_mid_run_is_told_the_server_restarts_its_engine_and_serves_again
     host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16), slots=2)
     host.wait_warm()
     first_engine = host.engine
-    fault = FaultyStep(first_engine, 5, RuntimeError("CUDA error: an illegal memory access"))
+    fault = StepFault(first_engine, 5, RuntimeError("CUDA error: an illegal memory access"))
     hold_the_new_one = threading.Event()  # the replacement warms up once the test has looked
     warm_up = LocalEngine._warm_up
 
@@ -154,7 +136,7 @@ def test_a_hung_step_is_told_and_the_server_stops_for_a_fresh_process(tiny_folde
     checkpoint = load_checkpoint(get_manifest("tiny"), tiny_folder, device="cpu")
     host = EngineHost(checkpoint, EngineOptions(seed=1, chunk_limit=16, stall_s=1.0))
     host.wait_warm()
-    fault = FaultyStep(host.engine, 3, None)
+    fault = StepFault(host.engine, 3, None)
     heard: list = []
 
     async def main():

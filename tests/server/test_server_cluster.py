@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
-from app.conversation.config import ConversationConfig  # noqa: E402
-from app.engine.speech_engine import EngineOptions  # noqa: E402
-from app.wire import events as wire  # noqa: E402
-from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized  # noqa: E402
-from tests.server.helpers import TOKEN, collect, of, tone  # noqa: E402
+from app.conversation.config import ConversationConfig
+from app.engine.speech_engine import EngineOptions
+from app.wire import events as wire
+from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized
+from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 
 
 def _free_port() -> int:

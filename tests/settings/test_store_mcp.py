@@ -52,3 +52,32 @@ def test_one_bad_value_costs_only_itself(tmp_path):
     assert notice is not None
     assert "'mcp.servers[0].consent' had an invalid value \"maybe\"" in notice
     assert "'mcp.servers[1]' is not a group of settings (dropped)" in notice
+
+
+THREE = (
+    McpServerSettings(name="calendar", command="npx", args=("-y", "@acme/calendar-mcp")),
+    McpServerSettings(name="notes", command="uvx", args=("notes-mcp", "--dir", "/home/me"),
+                      env=("TOKEN=abc",)),
+    McpServerSettings(name="wiki", url="https://wiki.example.com/mcp"),
+)
+
+
+def test_a_file_cut_inside_the_servers_keeps_those_read_whole_and_says_what_was_lost(tmp_path):
+    """Issue 35, item 18: a settings file cut inside the MCP list lost every server (kept
+    only in the backup), and the notice said "'mcp.servers' was missing (defaults used)".
+    The servers read whole are kept; the notice says which, and that the rest was lost."""
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(mcp=McpSettings(servers=THREE)))
+    text = store.path.read_text(encoding="utf-8")
+    cut = text[:text.index('"notes-mcp"') + 5]
+    store.path.write_text(cut, encoding="utf-8")
+    settings, notice = store.load()
+    assert settings.mcp.servers == THREE[:1]
+    assert notice is not None
+    assert ("the list of MCP servers was cut or damaged: 'calendar' was kept, the rest could "
+            "not be read: add what is missing again in Settings → Tools") in notice, notice
+    assert "'mcp.servers' was missing" not in notice and "mcp.servers" not in notice, notice
+    backups = list(tmp_path.glob("settings.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text(encoding="utf-8") == cut
+    assert store.load() == (settings, None)  # the file now holds what was kept
+

@@ -15,11 +15,11 @@ from safetensors.torch import load_file
 
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
-from app.checkpoints.catalog import get_manifest  # noqa: E402
-from app.checkpoints.loader import load_checkpoint  # noqa: E402
-from app.engine.mlx.weights import load_mlx_lm  # noqa: E402
-from app.training import span_proxy  # noqa: E402
-from app.training.cli import main_train  # noqa: E402
+from app.checkpoints.catalog import get_manifest
+from app.checkpoints.loader import load_checkpoint
+from app.engine.mlx.weights import load_mlx_lm
+from app.training import span_proxy
+from app.training.cli import main_train
 
 # The short proof's budget (tests/training/test_span_proxy.py: 120 steps read spans on every
 # seed tried), fewer questions; two facts per span adds batched streams (B = 2).

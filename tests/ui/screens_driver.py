@@ -113,8 +113,8 @@ def main(out: Path) -> int:
     from app.conversation.transcript.entries import TranscriptEntry
     from app.conversation.transcript.export import TranscriptHeader
     from app.engine.device import survey_devices
-    from app.engine.memory_plan import GIB, DeviceMemory
-    from app.engine.memory_survey import survey_for_settings
+    from app.plan.memory_plan import GIB, DeviceMemory
+    from app.plan.memory_survey import survey_for_settings
     from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
     from app.ui import safe_file_dialog
     from app.ui.about_dialog import about_box

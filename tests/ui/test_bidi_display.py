@@ -71,8 +71,8 @@ def test_the_panels_draw_the_override_visibly(qtbot: QtBot) -> None:
     panel.upsert(notice)
     assert panel.entries()[0] is entry  # stored as it came
     panel.grab()  # paints every row: the delegate lays out what it draws
-    delegate = panel._delegate  # noqa: SLF001 - what it laid out is what it painted
-    laid_out = [cached[0] for cached in delegate._cache.values()]  # noqa: SLF001
+    delegate = panel._delegate  # what it laid out is what it painted
+    laid_out = [cached[0] for cached in delegate._cache.values()]
     assert len(laid_out) == 2
     drawn = [text for e in laid_out for text in (e.text, delegate.meta_text(e))]
     drawn += [str(panel.model.data(panel.model.index(row))) for row in range(2)]  # tooltips

@@ -77,8 +77,8 @@ def test_a_failed_download_says_it_once_and_hides_the_empty_bar(qtbot, tmp_path)
 def test_the_memory_plan_reads_whole_in_settings(qtbot, tmp_path, monkeypatch):
     """Context Spanning 7B's plan is three lines or more; its last one was drawn under the
     Voice row (the form squashed the label to the dialog's height)."""
-    from app.engine.memory_plan import GIB, DeviceMemory
-    from app.engine.memory_survey import survey_for_settings
+    from app.plan.memory_plan import GIB, DeviceMemory
+    from app.plan.memory_survey import survey_for_settings
     from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
     from app.ui.settings.dialog import SettingsDialog
 

@@ -9,27 +9,28 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import json  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
+import json
+import sys
+import threading
+import time
+from dataclasses import replace
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtTest import QTest  # noqa: E402
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtTest import QTest
 
-from app.audio.file_source import FileAudioSource  # noqa: E402
-from app.checkpoints.catalog import get_manifest  # noqa: E402
-from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.settings.store import SettingsStore  # noqa: E402
-from app.ui.app import DesktopApp  # noqa: E402
-from app.ui.conversation_controller import ConversationController  # noqa: E402
-from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
+from app.audio.file_source import FileAudioSource
+from app.checkpoints.catalog import get_manifest
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.settings.store import SettingsStore
+from app.ui.app import DesktopApp
+from app.ui.conversation_controller import ConversationController
+from app.ui.download_dialog import NO_STT_LABEL, ModelMissingDialog
+from app.ui.main_window import MainWindow
+from app.ui.settings.dialog import SettingsDialog
+from app.ui.transcript_panel import is_resendable
 
 TINY_NAME = get_manifest("tiny").display_name
 _LAUNCHED: list[ConversationController] = []
@@ -259,6 +260,75 @@ def test_live_settings_reach_the_next_request_and_a_restart_keeps_the_transcript
     assert after.index(("user", "first question?")) < after.index(("user", "third question?"))
 
 
+def test_settings_saved_despite_a_refused_test_leave_the_running_conversation_alone(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    """Issue 35, item 15: what Test connection refused and the user saved anyway stopped a
+    working conversation (its restart could not start again, and its pending span was
+    lost). Saved, it waits for the next conversation: the running one keeps its LLM and is
+    offered no restart, and the transcript says why."""
+    with OllamaStandIn(script=[ScriptedReply(content="From A.")] * 2, models=("a:1",)) as llm:
+        store = SettingsStore(tmp_path / "settings.json")
+        store.save(AppSettings(
+            speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+            llm=LlmSettings(backend="ollama", host=llm.url, model="a:1",
+                            tools_enabled=False, stt_model="none")))
+        window, controller, desktop = launch(qtbot, store, Dialogs())
+        window.start_action.trigger()
+        qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+        desktop.settings_accepted(replace(window.settings, speech=replace(
+            window.settings.speech, user_name="Ana")))  # an earlier change: a restart offer
+        assert window.restart_banner.isVisible()
+        refused = replace(window.settings, llm=replace(window.settings.llm,
+                                                       model="not-pulled:7b"))
+        desktop.settings_accepted(refused, refused=(f"the LLM not-pulled:7b at {llm.url}",))
+        assert saved(store)["llm"]["model"] == "not-pulled:7b"  # kept for the next one
+        assert not window.restart_banner.isVisible()  # nothing offers to restart with it
+        said = notices(window)[-1]
+        assert said.startswith("Settings saved, not applied now: Test connection refused the "
+                               "LLM not-pulled:7b"), said
+        controller.send_text("still there?")
+        qtbot.waitUntil(lambda: any(e.text == "From A." for e in spans(window)), timeout=30_000)
+        assert [r["model"] for r in llm.requests] == ["a:1"]  # the working LLM still asked
+        assert controller.state == "running" and controller.settings.llm.model == "a:1"
+        stop(controller, qtbot)
+
+
+def test_a_span_lost_to_a_restart_is_sent_again_from_its_context_menu(
+        qtbot, tiny_folder, data_dir, tmp_path):
+    """Issue 35, item 15: a span dropped in while the conversation restarted was lost ("not
+    injected"), with no way to send it but to find the text and drop it again. Its context
+    menu in the transcript (and in What the model knows) has "Send again"."""
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(AppSettings(speech=SpeechModelSettings(model_id="tiny", device="cpu"),
+                           llm=LlmSettings(backend="none")))
+    window, controller, _desktop = launch(qtbot, store, Dialogs())
+    notes = "Meeting notes: lunch with Ana on Friday at 12:30."
+    window.start_action.trigger()
+    assert controller.inject_text(notes, "dropped file: notes.txt")  # while it loads
+    controller.restart(window.settings)  # before the model took it
+    panel = window.transcript
+
+    def lost():
+        return [e for e in panel.entries() if e.kind == "span" and e.text == notes
+                and e.final and e.landed_frame is None]
+
+    qtbot.waitUntil(lambda: bool(lost()), timeout=90_000)
+    assert lost()[0].detail.startswith("not injected"), lost()[0].detail
+    qtbot.waitUntil(lambda: controller.state == "running", timeout=90_000)
+    row = panel.entries().index(lost()[0])
+    where = panel.view.visualRect(panel.model.index(row)).center()
+    menu = panel.context_menu(where)
+    (again,) = [a for a in menu.actions() if a.text().startswith("Send again")]
+    again.trigger()
+    qtbot.waitUntil(lambda: any(e.kind == "span" and e.text == notes and e.landed_frame
+                                is not None for e in panel.entries()), timeout=60_000)
+    landed = [e for e in panel.entries() if e.text == notes and e.landed_frame is not None]
+    assert landed[0].source == "dropped file: notes.txt"  # read again as it came
+    # A span that is still on its way has no "Send again" yet.
+    assert all(not is_resendable(e) for e in panel.entries() if not e.final)
+    stop(controller, qtbot)
+
+
 # ---- the request side of "a visible LLM state": Esc cancels a pending request ----------------
 
 
@@ -408,8 +478,8 @@ def test_int8_on_the_cpu_is_said_int8_by_the_plan_the_status_and_the_header(
     asks the device what runs on it."""
     import torch
 
-    from app.engine.memory_survey import survey_for_settings
     from app.engine.quantize import int8_unavailable_reason
+    from app.plan.memory_survey import survey_for_settings
 
     auto_is_the_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
     if int8_unavailable_reason(torch.device("cpu")) is not None:
@@ -444,6 +514,7 @@ def test_a_conversation_on_a_device_that_is_no_device_stops_with_words_not_torch
     window, controller, _ = launch(qtbot, store, Dialogs())
     window.start_action.trigger()
     qtbot.waitUntil(lambda: controller.state == "error", timeout=90_000)
-    for said in (window.banner.text(), window.status_line.state.text()):
+    assert window.status_line.state.text() == "Could not start"  # the banner says why
+    for said in (window.banner.text(), window.status_line.state.toolTip()):
         assert "is not a device: choose auto, cpu, cuda" in said, said
         assert "Expected one of" not in said, said

@@ -12,21 +12,21 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("HF_HUB_OFFLINE", None)
 
-import importlib.util  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from types import ModuleType  # noqa: E402
+import importlib.util
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
-import pytest  # noqa: E402
-from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QDialog  # noqa: E402
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QDialog
 
-from app.checkpoints.catalog import Manifest, get_manifest  # noqa: E402
-from app.checkpoints.downloader import format_bytes  # noqa: E402
-from app.ui import download_dialog, safe_file_dialog  # noqa: E402
-from app.ui.download_dialog import TINY_CAPTION, ModelMissingDialog  # noqa: E402
+from app.checkpoints.catalog import Manifest, get_manifest
+from app.checkpoints.downloader import format_bytes
+from app.ui import download_dialog, safe_file_dialog
+from app.ui.download_dialog import TINY_CAPTION, ModelMissingDialog
 
 WAIT_MS = 10_000
 
@@ -122,9 +122,12 @@ def test_download_shows_the_size_then_a_moving_bar_to_a_verified_finish(
 
 
 def test_cancel_answers_at_once_keeps_the_partial_file_and_resume_finishes(
-    qtbot, open_dialog, hub, published, tmp_path
+    qtbot, open_dialog, hub, published, tmp_path, monkeypatch
 ):
     manifest, files = published
+    # The stalled read waits for the test's release, never for huggingface_hub's 10 s read
+    # timeout (which would resume the file by itself on a machine slow to click Cancel).
+    monkeypatch.setattr(standin.constants, "HF_HUB_DOWNLOAD_TIMEOUT", 600)
     fault = standin.Fault(hold_after=3 * standin.TEST_CHUNK)
     hub.faults[("test/model", "model.safetensors")] = fault
     folder = tmp_path / "ckpt"

@@ -8,12 +8,12 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QTimer  # noqa: E402
-from PySide6.QtWidgets import QLabel  # noqa: E402
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel
 
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.settings.store import SettingsStore  # noqa: E402
-from tests.ui.test_desktop_app import Dialogs, launch, notices  # noqa: E402
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.settings.store import SettingsStore
+from tests.ui.test_desktop_app import Dialogs, launch, notices
 
 
 class WatchedDialogs(Dialogs):

@@ -5,8 +5,8 @@ for a made-up machine holding an RTX 4060 Ti 16 GB (the card as CUDA names it)."
 from __future__ import annotations
 
 from app.checkpoints.catalog import get_manifest
-from app.engine.memory_plan import GIB, DeviceMemory
-from app.engine.memory_survey import survey_for_settings
+from app.plan.memory_plan import GIB, DeviceMemory
+from app.plan.memory_survey import survey_for_settings
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 from app.ui.download_dialog import ModelMissingDialog
 

@@ -12,10 +12,10 @@ import weakref
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent, QObject
 
-from app.ui import gui_bridge  # noqa: E402
-from app.ui.gui_bridge import ToGui  # noqa: E402
+from app.ui import gui_bridge
+from app.ui.gui_bridge import ToGui
 
 WAIT_MS = 10_000
 WORKERS = 3

@@ -6,17 +6,17 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import threading  # noqa: E402
+import threading
 
-import numpy as np  # noqa: E402
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
-from PySide6.QtGui import QDropEvent  # noqa: E402
+import numpy as np
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
 
-from app.audio.file_source import FileAudioSource  # noqa: E402
-from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.ui.conversation_controller import ConversationController  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
+from app.audio.file_source import FileAudioSource
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.ui.conversation_controller import ConversationController
+from app.ui.main_window import MainWindow
 
 
 def make_window(qtbot, host: str):

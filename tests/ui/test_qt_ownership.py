@@ -33,20 +33,20 @@ from functools import partial
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
-import shiboken6  # noqa: E402
-from PySide6.QtCore import QCoreApplication, QEvent, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication, QDialog, QWidget  # noqa: E402
+import pytest
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QEvent, QTimer
+from PySide6.QtWidgets import QApplication, QDialog, QWidget
 
-from app.conversation.transcript.entries import TranscriptEntry  # noqa: E402
-from app.conversation.transcript.export import TranscriptHeader  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.settings.store import SettingsStore  # noqa: E402
-from app.ui.app import DesktopApp  # noqa: E402
-from app.ui.conversation_controller import ConversationController  # noqa: E402
-from app.ui.download_dialog import ModelMissingDialog  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
-from app.ui.memory_plan_view import NothingToPlan  # noqa: E402
+from app.conversation.transcript.entries import TranscriptEntry
+from app.conversation.transcript.export import TranscriptHeader
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.settings.store import SettingsStore
+from app.ui.app import DesktopApp
+from app.ui.conversation_controller import ConversationController
+from app.ui.download_dialog import ModelMissingDialog
+from app.ui.main_window import MainWindow
+from app.ui.memory_plan_view import NothingToPlan
 
 ROUNDS = 20
 NOT_ON_DISK = "moshiko"  # a catalogued speech model no test downloads
@@ -176,13 +176,14 @@ def test_the_missing_model_dialog_dies_when_closed(desktop) -> None:
 
 
 @pytest.mark.own_collector
-def test_the_export_dialog_and_about_die_when_closed(desktop) -> None:
+def test_the_export_dialog_about_and_help_die_when_closed(desktop) -> None:
     window = desktop.window
 
     def open_and_close() -> None:
         _answer_the_dialog()
         window.export_action.trigger()
         window.features.show_about().close()
+        window.features.show_help().close()  # Help → ContextSpan help (issue 35, item 19)
 
     assert _wrappers_left_to_the_collector(open_and_close) == []
     assert _dialogs_of(window) == []

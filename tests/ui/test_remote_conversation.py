@@ -111,5 +111,31 @@ def test_a_wrong_token_says_so_and_starts_nothing(qtbot, tiny_folder, data_dir, 
                                                      token="wrong"))
         window.start_action.trigger()
         qtbot.waitUntil(lambda: controller.state == "error", timeout=60_000)
-        assert "refused the token (401)" in window.status_line.state.text()
+        assert "refused the token (401)" in window.banner.text()
+        assert window.status_line.state.text() == "Could not start"  # the banner says why
         assert not remote_threads()
+
+
+def test_nothing_at_the_servers_address_is_said_once_in_words(qtbot, window_for):
+    """Issue 35, item 11: a speech server that is not running was reported as the network
+    library words it, twice over, in the banner and again in the status bar ("cannot
+    reach the speech server at …: cannot reach http://…: Cannot connect to host … ssl:default
+    [Connect call failed ('127.0.0.1', 8999)]"). It is said once, plainly, with what to do."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens once the block ends
+    window, controller = window_for(settings_for(f"http://127.0.0.1:{port}",
+                                                 "http://127.0.0.1:9"))
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: controller.state == "error", timeout=60_000)
+    said = window.banner.text()
+    assert said.startswith(f"The conversation could not start: Nothing answers at "
+                           f"127.0.0.1:{port}: no speech server runs there"), said
+    assert "python main.py serve" in said and "Settings → Speech model → Speech engine" in said
+    for raw in ("ssl:default", "Connect call failed", "Cannot connect to host"):
+        assert raw not in said, said
+    assert said.count(f"127.0.0.1:{port}") == 1, said
+    assert window.status_line.state.text() == "Could not start"
+    assert not remote_threads()

@@ -81,3 +81,38 @@ def test_the_more_mark_says_what_it_holds(bare_window):
     assert first == (f"{hidden} more status field{'s' if hidden > 1 else ''}, hidden for want "
                      "of room (widen the window to see them):"), first
     assert len(rest) >= hidden
+
+
+def test_the_more_marks_tooltip_on_screen_follows_the_mark(bare_window):
+    """Issue 35, item 13: the "+N" mark changes as the figures change (a field in warning
+    red takes its room first), but a tooltip already on screen is not redrawn by Qt: "+2"
+    stood beside "1 more status field". The tooltip on screen says what the mark says."""
+    from PySide6.QtWidgets import QToolTip
+
+    window = bare_window
+    window.resize(500, 480)
+    more = window.status_line.fields.more
+    calm = {"frame_ms": 20.0, "llm_state": "idle"}
+    busy = {"frame_ms": 120.0, "llm_state": "unreachable", "asr_dropped_frames": 3}
+    counts = {**calm, "dropped_frames": 2377, "underruns": 376, "overruns": 493,
+              "context_used": 1234}
+
+    def show(**figures) -> None:
+        window.controller.status.emit(SessionStatus(
+            model="Tiny demo model", device="cpu", dtype="float32", budget_ms=76.0,
+            context_window=3000, **{**counts, **figures}))
+        _settle()
+
+    window.controller.state_changed.emit("running", "Listening")
+    show(**calm)
+    before = more.text()
+    QToolTip.showText(more.mapToGlobal(more.rect().center()), more.toolTip(), more)  # hover
+    _settle()
+    assert QToolTip.isVisible() and QToolTip.text().startswith(f"{before[1:]} more")
+    show(**busy)
+    assert more.text() != before, "the figures must change the mark for this test"
+    hidden = int(more.text()[1:])
+    assert QToolTip.isVisible()
+    assert QToolTip.text().startswith(f"{hidden} more status field"), (more.text(),
+                                                                      QToolTip.text())
+    QToolTip.hideText()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -84,23 +85,96 @@ def test_from_json_rejects_what_it_did_not_write(text: str) -> None:
         from_json(text)
 
 
-def test_markdown_has_every_text_the_span_provenance_and_timestamps() -> None:
+def test_markdown_has_every_text_the_span_provenance_and_timestamps(qapp) -> None:
     entries = sample_entries()
     markdown = to_markdown(entries)
+    read = rendered(markdown)
+    texts = [block.text for block in read]
     for entry in entries:
         for line in entry.text.splitlines():
-            assert line in markdown
+            assert any(line in text for text in texts), line
     assert markdown.startswith("# Conversation transcript")
     assert "**You**" in markdown and "**Assistant**" in markdown
     # spans are blockquotes naming their source and landing frame
-    span_block = [line for line in markdown.splitlines() if line.startswith(">")]
-    assert any("LLM via web_search" in line and "landed before frame 61" in line
-               for line in span_block)
-    assert "> Wind: light, from the north." in span_block
-    assert any("notes.txt" in line and "not landed yet" in line for line in span_block)
+    quoted = [block.text for block in read if block.quote_level == 1]
+    assert any("LLM via web_search" in text and "landed before frame 61" in text
+               for text in quoted)
+    assert "Wind: light, from the north." in quoted
+    assert any("notes.txt" in text and "not landed yet" in text for text in quoted)
     assert "+0:04.8" in markdown and "+1:02:05.0" in markdown  # conversation clock
     assert "_(partial)_" in markdown
     assert "3 results, 1240 chars" in markdown
+
+
+@dataclass(frozen=True)
+class ReadBlock:
+    """A paragraph (or line) of a Markdown document as a reader sees it rendered."""
+
+    text: str
+    quote_level: int
+    heading: int
+    listed: bool
+    marked: tuple[str, ...]  # what in it is bold, emphasised, code, a link (not to itself)
+
+
+def rendered(markdown: str) -> list[ReadBlock]:
+    """`markdown` through a CommonMark reader (Qt's, md4c with GitHub's extensions)."""
+    from PySide6.QtGui import QFont, QTextDocument, QTextFormat
+
+    document = QTextDocument()
+    document.setMarkdown(markdown)
+    blocks: list[ReadBlock] = []
+    block = document.begin()
+    while block.isValid():
+        fmt = block.blockFormat()
+        marked = []
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            char = fragment.charFormat()
+            # A bare address is linked to itself (GitHub's autolinks): its text is kept.
+            linked = char.isAnchor() and char.anchorHref() != fragment.text()
+            if (char.fontWeight() > QFont.Weight.Normal or char.fontItalic() or linked
+                    or (char.fontUnderline() and not char.isAnchor())
+                    or char.fontFixedPitch() or char.fontStrikeOut()):
+                marked.append(fragment.text())
+            it += 1
+        level = fmt.property(QTextFormat.Property.BlockQuoteLevel)
+        for line in block.text().replace("\u00a0", " ").split("\u2028"):
+            blocks.append(ReadBlock(line, int(level or 0), fmt.headingLevel(),
+                                    block.textList() is not None, tuple(marked)))
+        block = block.next()
+    return blocks
+
+
+LOOKS_LIKE_MARKDOWN = ("> a line the model said, not a span\n# not a heading\n- not a list\n"
+                       "1. not a list either\n**not bold** _nor this_ `nor code` <b>no html</b> "
+                       "[no link](http://example.org) a | b\n    not code\n---\n===\n"
+                       "| a | b |\n|---|---|")
+
+
+def test_the_models_text_reads_as_itself_not_as_markdown(qapp) -> None:
+    """Issue 35, item 14: the Markdown export wrote the model's words as they came, so a
+    line of its answer starting with ">" read as one of the export's spans (and "#" as a
+    heading, "**" as bold, "<b>" as HTML). Read back by a CommonMark reader, every line of
+    the model's, the user's and a span's text is itself, in its place: no quote, heading,
+    list, emphasis, link or code of its own."""
+    said = [TranscriptEntry(1, "assistant", LOOKS_LIKE_MARKDOWN, T0, 1.0),
+            TranscriptEntry(2, "user", LOOKS_LIKE_MARKDOWN, T0 + 1, 2.0),
+            TranscriptEntry(3, "span", LOOKS_LIKE_MARKDOWN, T0 + 2, 3.0, source="typed",
+                            landed_frame=40)]
+    read = rendered(to_markdown(said))
+    lines = LOOKS_LIKE_MARKDOWN.split("\n")
+    starts = [i for i, block in enumerate(read) if block.text == lines[0]]
+    assert len(starts) == len(said), [block.text for block in read]  # each line its own
+    for entry, level, start in zip(said, (0, 0, 1), starts, strict=True):
+        shown = read[start:start + len(lines)]
+        assert [block.text for block in shown] == lines, entry.kind
+        for block in shown:
+            assert (block.quote_level, block.heading, block.listed, block.marked) == \
+                (level, 0, False, ()), (entry.kind, block)
+    spans = [block for block in read if block.text.startswith("Injected span")]
+    assert len(spans) == 1  # the one real span, and no other
 
 
 def test_conversation_time_format() -> None:

@@ -113,17 +113,16 @@ def test_a_pending_request_shows_in_the_transcript_and_its_cancel_button_asks_to
     index = panel.model.index(panel.model.rowCount() - 1)
     qtbot.waitUntil(lambda: panel.view.visualRect(index).height() > 0, timeout=2000)
     assert panel.entries()[-1].kind == "thinking"
-    button = panel.delegate.button_rect(index)
-    assert not button.isNull()
+    button = panel.pending_bar.cancel_button
+    assert button.isVisible() and "“What is the weather?”" in panel.pending_bar.label.text()
     with qtbot.waitSignal(window.cancel_turn_requested, timeout=2000):
-        qtbot.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton,
-                         pos=button.center())
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     for entry in builder.entries_for(oe.TurnCancelled(1, "cancelled by the user")):
         window.controller.entry.emit(entry)
     settle()
     ended = panel.entries()[-1]
     assert ended.kind == "notice" and "cancelled by the user" in ended.text
-    assert len(panel.entries()) == 1 and panel.delegate.button_rect(index).isNull()
+    assert len(panel.entries()) == 1 and not button.isVisible()
 
 
 # ---- what the model knows now --------------------------------------------------------------------
@@ -169,6 +168,80 @@ def test_the_side_panel_lists_spans_inside_the_window_and_greys_those_that_slid_
     settle()
     assert not panel.is_inside(second)  # a new session starts with an empty context
     assert "No injected span" in panel.summary.text()
+
+
+def test_a_span_the_model_forgot_at_a_restart_is_sent_again_from_what_the_model_knows(
+        qtbot, bare_window):
+    """Issue 35, item 15: a span a restart took from the model is listed greyed in What the
+    model knows; its context menu (or Enter on it) sends it again."""
+    window = bare_window
+    panel = window.features.context_panel
+    builder = TranscriptBuilder()
+
+    def feed(event) -> None:
+        for entry in builder.entries_for(event):
+            window.controller.entry.emit(entry)
+
+    feed(ev.FrameStats(0, 10.0, 0.0, ev.ContextUsage(300, 10, 10, 0, 0, False)))
+    feed(ev.SpanAccepted(1, "typed", "Meeting notes: Friday 12:30", 30, False, 28, 28))
+    feed(ev.SpanChunkInjected(1, "typed", 11, 30, 0, 1.0))
+    feed(ev.SpanInjected(1, "typed", 11, 11, 30, 1))
+    window.controller.state_changed.emit("stopped", "Stopped")  # e.g. a restart
+    settle()
+    (key,) = panel.keys()
+    assert not panel.is_inside(key) and "forgotten" in panel.item_for(key).text()
+    where = panel.list.visualItemRect(panel.item_for(key)).center()
+    (again,) = [a for a in panel.context_menu(where).actions()
+                if a.text().startswith("Send again")]
+    with qtbot.waitSignal(panel.resend_requested, timeout=2000) as sent:
+        again.trigger()
+    assert sent.args[0].text == "Meeting notes: Friday 12:30"
+    with qtbot.waitSignal(panel.resend_requested, timeout=2000):
+        panel.list.itemActivated.emit(panel.item_for(key))  # Enter on it
+    # With no conversation running it is said, not lost: the text is kept in the transcript.
+    assert "Start a conversation first" in window.transcript.entries()[-1].text
+
+
+def test_a_span_read_frame_by_frame_is_in_what_the_model_knows_as_the_status_bar_counts_it(
+        bare_window):
+    """Issue 35, item 13: a span read in chunks (one position a frame on a busy CPU) is in
+    the model's context from its first chunk, and the status bar counted it ("18
+    injected") while "What the model knows" said no span was in the context until the
+    whole span had landed, seconds later. Both say the same at every frame."""
+    from app.conversation.session import SessionStatus
+
+    window = bare_window
+    panel = window.features.context_panel
+    builder = TranscriptBuilder()
+
+    def feed(event) -> None:
+        for entry in builder.entries_for(event):
+            window.controller.entry.emit(entry)
+
+    text = "Meeting notes: lunch with Ana on Friday at 12:30, the Italian place on King St."
+    for entry in builder.remember_span(1, text, "typed"):
+        window.controller.entry.emit(entry)
+    feed(ev.FrameStats(0, 10.0, 0.0, ev.ContextUsage(375, 10, 10, 0, 0, False)))
+    feed(ev.SpanAccepted(1, "typed", text, 30, False, 28, 28))
+    for read in range(1, 19):  # a position a frame, as the adaptive chunk limit reads it
+        frames = 10 + read
+        feed(ev.SpanChunkInjected(1, "typed", frames, 1, read - 1, 1.0))
+        usage = ev.ContextUsage(375, frames + read, frames, read, read, False)
+        feed(ev.FrameStats(frames, 10.0, 0.0, usage))
+        window.controller.status.emit(SessionStatus(
+            model="Tiny", device="cpu", context_used=usage.used, context_window=375,
+            span_positions_in_window=read))
+        settle()
+        assert f"({read} injected)" in window.status_line.context.text()
+        assert "The model has 1 span in its context" in panel.summary.text(), read
+        assert f": {read} positions" in panel.summary.text(), panel.summary.text()
+    (key,) = panel.keys()
+    assert "18 positions read so far" in panel.item_for(key).text()
+    assert not window.transcript.entries()[-1].final  # still being read
+    feed(ev.SpanChunkInjected(1, "typed", 29, 12, 18, 1.0))
+    feed(ev.SpanInjected(1, "typed", 29, 29, 30, 19))
+    settle()
+    assert "30 positions · 8.0% of the window" in panel.item_for(key).text()
 
 
 # ---- push-to-talk, find, zoom --------------------------------------------------------------------

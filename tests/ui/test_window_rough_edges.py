@@ -207,7 +207,8 @@ def test_the_export_names_the_llm_the_conversations_start_and_what_it_ran_on(
     controller.state_changed.emit("loading", "Starting…")
     started = window.features.keeper.started
     assert started is not None and started - app_started > 3000
-    controller.status.emit(LOUD)
+    # The tools the session offers the LLM (issue 35, item 12), not the settings' list.
+    controller.status.emit(dataclasses.replace(LOUD, tools=("clock", "web_search")))
     builder = TranscriptBuilder(llm=llm_label("ollama", "qwen3:4b"))
     for entry in builder.typed("Weather in Lyon?") + builder.entries_for(
             ev.SpanAccepted(1, "llm+web_search", "Sunny.", 4, False, 2, 2)):
@@ -226,7 +227,7 @@ def test_the_export_names_the_llm_the_conversations_start_and_what_it_ran_on(
     assert header["started"] == iso_time(started)
     assert header["model"].startswith("Tiny demo model") and header["device"] == "cpu"
     assert header["llm"] == "qwen3:4b on Ollama at http://127.0.0.1:11434"
-    assert header["tools"] == ["web_search", "clock"]
+    assert header["tools"] == ["clock", "web_search"]
     assert all(isinstance(e["time"], str) and "T" in e["time"] for e in payload["entries"])
     _header, entries = read_transcript((tmp_path / "talk.json").read_text(encoding="utf-8"))
     assert [e.text for e in entries] == [e.text for e in window.transcript.entries()]

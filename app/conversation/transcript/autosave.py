@@ -184,7 +184,7 @@ class LiveAutosave:
         if self.on_written is not None:
             try:
                 self.on_written(conversation_id, version, error)
-            except Exception:  # noqa: BLE001 - a listener's failure must not stop the saves
+            except Exception:  # a listener's failure must not stop the saves
                 log.exception("the autosave's listener failed")
 
     def _run(self) -> None:
@@ -211,7 +211,7 @@ class LiveAutosave:
                 if future.set_running_or_notify_cancel():
                     try:
                         future.set_result(job())
-                    except Exception as exc:  # noqa: BLE001 - handed to the Future's owner
+                    except Exception as exc:  # handed to the Future's owner
                         if not future.done():
                             future.set_exception(exc)
                         log.warning("an autosave write failed: %s", exc)

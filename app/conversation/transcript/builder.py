@@ -154,7 +154,7 @@ class TranscriptBuilder:
         if isinstance(event, ev.SpanChunkInjected):
             self._chunks.setdefault(event.span_id, []).append((self._total, event.k))
             self._total += event.k
-            return []
+            return self._span_read_so_far(event.span_id)
         if isinstance(event, AsrPartial):
             entry_id = (self._user.entry_id if self._user and not self._user.final
                         else self._next_id())
@@ -402,6 +402,20 @@ class TranscriptBuilder:
         return [replace(entry, final=True, wall_time=now, detail=detail)]
 
     # ---- the context window --------------------------------------------------------------
+
+    def _span_read_so_far(self, span_id: int) -> list[TranscriptEntry]:
+        """A span read in chunks (over many frames, one position a frame for some models)
+        is in the model's context from its first chunk: its entry says how much, so that
+        "What the model knows" lists it while the status bar counts its positions."""
+        entry = self._spans.get(span_id)
+        if entry is None:
+            return []
+        read = sum(length for _first, length in self._chunks.get(span_id, ()))
+        context = self._context_of(span_id, read)
+        if context is None or context == entry.context:
+            return []
+        entry = self._spans[span_id] = replace(entry, context=context)
+        return [entry]
 
     def _context_of(self, span_id: int, positions: int) -> SpanContext | None:
         if not self._window:

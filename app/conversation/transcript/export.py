@@ -25,6 +25,7 @@ from app.conversation.transcript.entries import (
     TranscriptEntry,
     read_split,
 )
+from app.conversation.transcript.markdown_text import code_span, escape_markdown
 from app.display_text import visible_controls
 
 JSON_FORMAT = "contextspan-transcript"
@@ -218,18 +219,23 @@ def to_plain_text(entries: Iterable[TranscriptEntry]) -> str:
 
 
 def _blockquote(text: str) -> str:
-    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines() or [""])
+    """Content as a blockquote's lines: escaped, so a line of it that starts with ">" is
+    not a quote of its own (nor its "#" a heading)."""
+    return "\n".join(f"> {line}" if line else ">"
+                     for line in escape_markdown(text).splitlines() or [""])
 
 
 def _markdown_entry(entry: TranscriptEntry) -> str:
+    """One entry in Markdown. Every text that is content (the entry's words, its source and
+    detail) is escaped: the export's own marks are the only Markdown in it."""
     entry = shown(entry)
     stamps = format_timestamps(entry)
     partial = " _(partial)_" if not entry.final else ""
     label = kind_label(entry)
     if entry.kind == "span":
-        head = f"> **{label}** {span_meta(entry)} · {stamps}{partial}"
+        head = f"> **{label}** {escape_markdown(span_meta(entry))} · {stamps}{partial}"
         if entry.detail:
-            head += f"\n> _{entry.detail}_"
+            head += f"\n> _{escape_markdown(' '.join(entry.detail.split()))}_"
         split = read_split(entry)
         if split is None:
             return f"{head}\n>\n{_blockquote(entry.text)}"
@@ -238,14 +244,16 @@ def _markdown_entry(entry: TranscriptEntry) -> str:
         return (f"{head}\n>\n{_blockquote(read)}\n>\n> _{READ_MARK}_\n>\n"
                 f"{_blockquote(unread)}")
     if entry.kind == "tool":
-        body = f"**{label}** · {stamps}{partial}\n\n`{entry.text}`"
+        body = f"**{label}** · {stamps}{partial}\n\n{code_span(entry.text)}"
         if entry.detail:
-            body += f"\n\n{entry.detail}"
+            body += f"\n\n{escape_markdown(entry.detail)}"
         return body
     if entry.kind in ("notice", "thinking"):
-        severity = f" ({entry.detail})" if entry.kind == "notice" and entry.detail else ""
-        return f"_{label}{severity} · {stamps}: {entry.text}_"
-    return f"**{label}** · {stamps}{partial}\n\n{entry.text}"
+        severity = (f" ({escape_markdown(entry.detail)})" if entry.kind == "notice"
+                    and entry.detail else "")
+        text = escape_markdown(" ".join(entry.text.split()))  # one emphasised line
+        return f"_{label}{severity} · {stamps}: {text}_"
+    return f"**{label}** · {stamps}{partial}\n\n{escape_markdown(entry.text)}"
 
 
 def _started(entries: Sequence[TranscriptEntry], header: TranscriptHeader | None) -> float | None:
@@ -264,9 +272,9 @@ def _in_order(used: Sequence[str], last: str, separator: str = ", then ") -> str
     return separator.join(used) if used else last
 
 
-def header_lines(header: TranscriptHeader) -> list[str]:
-    """What the conversation ran on, one `- name: value` line each (Markdown): every speech
-    model, device, LLM and tool set it used, in order, and how often the model restarted."""
+def header_rows(header: TranscriptHeader) -> list[tuple[str, str]]:
+    """What the conversation ran on, (name, value) each: every speech model, device, LLM and
+    tool set it used, in order, and how often the model restarted."""
     tools = _in_order([_tool_set(t) for t in header.tool_sets], _tool_set(header.tools),
                       "; then ")
     rows = [("Speech model", _in_order(header.models, header.model)),
@@ -275,7 +283,13 @@ def header_lines(header: TranscriptHeader) -> list[str]:
     if header.restarts:
         times = "once" if header.restarts == 1 else f"{header.restarts} times"
         rows.append(("Restarts", f"the speech model started again {times} (marked below)"))
-    return [f"- {name}: {visible_controls(value)}" for name, value in rows if value]
+    return [(name, visible_controls(value)) for name, value in rows if value]
+
+
+def header_lines(header: TranscriptHeader) -> list[str]:
+    """The header's rows as `- name: value` lines, as read (the saved conversation's window);
+    Markdown escapes the values (to_markdown)."""
+    return [f"- {name}: {value}" for name, value in header_rows(header)]
 
 
 def to_markdown(entries: Sequence[TranscriptEntry], title: str | None = None,
@@ -286,13 +300,14 @@ def to_markdown(entries: Sequence[TranscriptEntry], title: str | None = None,
     notice's."""
     title = title or (header.title if header is not None and header.title else
                       "Conversation transcript")
-    lines = [f"# {visible_controls(title)}", ""]
+    lines = [f"# {escape_markdown(' '.join(visible_controls(title).split()))}", ""]
     started = _started(entries, header)
     if started is not None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
         lines += [f"_Started {stamp} (local time) · {len(entries)} entries_", ""]
-    if header is not None and header_lines(header):
-        lines += [*header_lines(header), ""]
+    rows = header_rows(header) if header is not None else []
+    if rows:
+        lines += [*(f"- {name}: {escape_markdown(value)}" for name, value in rows), ""]
     for entry in entries:
         lines += [_markdown_entry(entry), ""]
     return "\n".join(lines)

@@ -11,23 +11,26 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.conversation.options import LLM_SIDE_OPTIONS, add_conversation_options  # light
+from app.command_options import add_options, comma_separated, from_args
+from app.conversation.options import (  # light
+    EVAL_FDB,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+)
 from app.eval.fdb.layout import (
     CONVERSATION_PROMPT,
     PROFILE_CITY,
-    REFERENCE_SEED,
     TEACHER_PROMPT,
 )
-from app.frames import SAMPLE_RATE
-from app.llm_backends import LLM_BACKEND_NAMES
+from app.eval.fdb.render import RENDERING, VOICES, RenderOptions
+from app.eval.fdb.score import ScoreOptions
+from app.eval.judge_settings import JudgeSettings
 
 if TYPE_CHECKING:
     from app.conversation.config import ConversationConfig
 
 EXIT_OK, EXIT_FAILED = 0, 1
-# The ConversationConfig fields `eval fdb` chooses (their options: app/conversation/config.py).
-FDB_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "user_name", "user_city")
-FDB_LLM_OPTIONS = (*LLM_SIDE_OPTIONS, "search_folders", "level_voice")
 
 
 def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
@@ -50,58 +53,29 @@ def add_fdb_parser(subparsers) -> argparse.ArgumentParser:
     steps.add_argument("--render-only", action="store_true", help="render, do not score")
     steps.add_argument("--score-only", action="store_true",
                        help="score what --out holds, render nothing (no --data needed)")
-    parser.add_argument("--tasks", default="",
-                        help="comma-separated task folders (default: all)")
-    parser.add_argument("--limit", type=int, default=0, help="samples per task (default: all)")
+    add_options(parser, RenderOptions, section="")
 
     render = parser.add_argument_group("rendering")
-    add_conversation_options(render, FDB_SPEECH_OPTIONS,
+    add_conversation_options(render, EVAL_FDB, SPEECH, skip=("voice",),  # in `voices` below
                              defaults={"user_city": PROFILE_CITY},
                              notes={"user_city": "the reference's profile"})
-    render.add_argument("--seed", type=int, default=REFERENCE_SEED,
-                        help=f"one seed for every sample (default: the reference's, "
-                             f"{REFERENCE_SEED})")
+    add_options(render, RenderOptions, section=RENDERING)
     voices = render.add_mutually_exclusive_group()
-    add_conversation_options(voices, ("voice",), notes={"voice": "for every sample"})
-    voices.add_argument("--voice-pool", default="",
-                        help="comma-separated voices, one per sample by a hash of its path, "
-                             "as the reference does (it used f0,f1,f2)")
-    render.add_argument("--sample-rate", type=int, default=16000, choices=[16000, SAMPLE_RATE],
-                        help="rate of output.wav (default 16000, as the benchmark's examples)")
-    render.add_argument("--tail-seconds", type=float, default=0.0, metavar="SECONDS",
-                        help="silence appended to each input, so the reply may run on past "
-                             "it (the reference appended 2 s; output.wav is then longer "
-                             "than input.wav by as much). Default 0: the input's length")
-    render.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                        help="longest a sample may take to render")
+    add_conversation_options(voices, EVAL_FDB, SPEECH, only=("voice",),
+                             notes={"voice": "for every sample"})
+    add_options(voices, RenderOptions, section=VOICES)
 
     side = parser.add_argument_group(
         "the LLM side while rendering (as the reference renders with its whole stack; "
         "without --llm the speech model runs alone)")
-    add_conversation_options(side, FDB_LLM_OPTIONS, notes={
+    add_conversation_options(side, EVAL_FDB, LLM_SIDE, notes={
         "stt_model": "default with --llm: the --stt model"})
 
     score = parser.add_argument_group("scoring")
-    score.add_argument("--stt", default="kyutai-stt-1b-en_fr",
-                       help="our STT for the word timestamps (models/stt)")
-    score.add_argument("--backchannel-reference", type=Path, default=None, metavar="JSON",
-                       help="the benchmark's icc_gt_distribution.json, for backchannel JSD")
-    score.add_argument("--fdb-official-rates", action="store_true",
-                       help="backchannel: hand Silero output.wav's samples at the file's own "
-                            "rate, told 16 kHz, as the benchmark's script does (a 24 kHz "
-                            "file, as the reference rendered, is heard time-stretched: the "
-                            "paper's numbers). Default: at 16 kHz, true times")
-    score.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
-                       help="rate interruption replies for relevance with this LLM backend")
-    score.add_argument("--judge-host", default=None,
-                       help="Ollama host or an OpenAI-compatible base URL")
-    score.add_argument("--judge-model", default=None)
-    score.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+    add_options(score, ScoreOptions)
+    add_options(score, JudgeSettings, notes={"backend": "it rates interruption replies for "
+                                                        "relevance"})
     return parser
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def conversation_config(args: argparse.Namespace) -> ConversationConfig:
@@ -116,30 +90,23 @@ def conversation_config(args: argparse.Namespace) -> ConversationConfig:
     return conversation_from_args(args, stt_model=args.asr or args.stt or "none")
 
 
-def render_options(args: argparse.Namespace):
-    from app.eval.fdb.render import RenderOptions
-
+def render_options(args: argparse.Namespace) -> RenderOptions:
     if args.limit < 0:
         raise ValueError("--limit must be 0 (all) or more")
     if not 0 <= args.tail_seconds <= 60:  # NaN fails too
         raise ValueError("--tail-seconds must be from 0 to 60")
     if not args.timeout > 0:
         raise ValueError("--timeout must be more than 0 seconds")
-    return RenderOptions(
-        conversation=conversation_config(args), seed=args.seed,
-        voice_pool=_names(args.voice_pool), sample_rate=args.sample_rate,
-        tasks=_names(args.tasks), limit=args.limit, timeout_s=args.timeout,
-        tail_s=args.tail_seconds)
+    return from_args(RenderOptions, args, conversation=conversation_config(args))
 
 
 def run_fdb(args: argparse.Namespace) -> int:
     """`eval fdb`: render (unless --score-only), then score (unless --render-only). Bad
     arguments raise ValueError with a one-line message."""
-    from app.eval.fdb.judge import JudgeSettings
     from app.eval.fdb.render import render_all
-    from app.eval.fdb.score import ScoreOptions, score_all
+    from app.eval.fdb.score import score_all
 
-    tasks = _names(args.tasks)
+    tasks = comma_separated(args.tasks, {})
     status = EXIT_OK
     if not args.score_only:
         options = render_options(args)
@@ -155,12 +122,9 @@ def run_fdb(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     if args.render_only:
         return status
-    judge = None
-    if args.judge:
-        judge = JudgeSettings(args.judge, args.judge_host, args.judge_model, args.judge_timeout)
-    score_all(args.out, ScoreOptions(stt=args.stt, device=args.device, tasks=tasks,
-                                     backchannel_reference=args.backchannel_reference,
-                                     judge=judge, official_rates=args.fdb_official_rates))
+    judge = from_args(JudgeSettings, args) if args.judge else None
+    score_all(args.out, from_args(ScoreOptions, args, device=args.device, tasks=tasks,
+                                  judge=judge))
     from app.eval.fdb.score import SCORES_MD
 
     print((args.out / SCORES_MD).read_text(encoding="utf-8"))

@@ -11,18 +11,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.eval.judge_settings import JudgeSettings as JudgeSettings  # where it was, for callers
 from app.llm.backend import ChatMessage, LLMBackend, LLMError
 
 PROMPT_FILE = Path(__file__).with_name("prompts") / "interruption_relevance.txt"
 _RATING = re.compile(r"rating\s*[:=]\s*\**\s*([0-5])\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class JudgeSettings:
-    backend: str  # app/llm_backends.py
-    host: str | None = None  # Ollama host or OpenAI-compatible base URL
-    model: str | None = None
-    timeout_s: float = 60.0
 
 
 def parse_rating(reply: str) -> int | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from app.audio_file import AudioFileError, read_mono_24k, write_wav_24k
+from app.command_options import cli_option, comma_separated
 from app.conversation.config import ConversationConfig
 from app.conversation.run_request import HeadlessRun
 from app.eval.fdb.layout import (
@@ -53,23 +54,44 @@ ENGINE_FAILURES_BEFORE_STOP = 3
 # A sample's conversation unless the command line says otherwise: the tiny demo model, the
 # reference's profile city, no LLM side.
 FDB_CONVERSATION = ConversationConfig(model_id="tiny", user_city=PROFILE_CITY)
+RENDERING, VOICES = "rendering", "voices"  # the parts of `eval fdb`'s --help (RenderOptions)
 
 
 @dataclass(frozen=True)
 class RenderOptions:
+    """`eval fdb`'s rendering; its flags are declared here (app/command_options.py), in
+    the parts of its --help (`RENDERING`, `VOICES`; the others stand first)."""
+
     # The speech model (its `voice`: one for every sample, persona checkpoints) and the LLM
     # side (ASR, LLM, tools), as the reference renders with its whole stack; backend "none":
     # the speech model alone.
     conversation: ConversationConfig = FDB_CONVERSATION
-    seed: int | None = REFERENCE_SEED
-    voice_pool: tuple[str, ...] = ()  # or one per sample, by a hash of its path (the reference)
-    sample_rate: int = 16000
-    tasks: tuple[str, ...] = ()
-    limit: int = 0  # samples per task; 0: all
-    timeout_s: float = 3600.0
+    seed: int | None = field(default=REFERENCE_SEED, metadata=cli_option(
+        "--seed", section=RENDERING,
+        help=f"one seed for every sample (default: the reference's, {REFERENCE_SEED})"))
+    # or one per sample, by a hash of its path (the reference)
+    voice_pool: tuple[str, ...] = field(default=(), metadata=cli_option(
+        "--voice-pool", section=VOICES, default="", to_field=comma_separated,
+        help="comma-separated voices, one per sample by a hash of its path, as the reference "
+             "does (it used f0,f1,f2)"))
+    sample_rate: int = field(default=16000, metadata=cli_option(
+        "--sample-rate", section=RENDERING, choices=(16000, ENGINE_RATE),
+        help="rate of output.wav (default 16000, as the benchmark's examples)"))
+    tasks: tuple[str, ...] = field(default=(), metadata=cli_option(
+        "--tasks", default="", to_field=comma_separated,
+        help="comma-separated task folders (default: all)"))
+    limit: int = field(default=0, metadata=cli_option(  # samples per task; 0: all
+        "--limit", help="samples per task (default: all)"))
     # Silence appended to each input (the reference appends 2 s): the reply may run on
     # past the user's last word. output.wav then outlasts input.wav by as much.
-    tail_s: float = 0.0
+    tail_s: float = field(default=0.0, metadata=cli_option(
+        "--tail-seconds", section=RENDERING, metavar="SECONDS",
+        help="silence appended to each input, so the reply may run on past it (the "
+             "reference appended 2 s; output.wav is then longer than input.wav by as much). "
+             "Default 0: the input's length"))
+    timeout_s: float = field(default=3600.0, metadata=cli_option(
+        "--timeout", section=RENDERING, metavar="SECONDS",
+        help="longest a sample may take to render"))
     chunk_limit: int | None = None  # most span positions a frame; None: see chunk_limit_for
 
     def chunk_limit_for(self) -> int | None:

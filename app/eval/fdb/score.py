@@ -14,18 +14,20 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.audio_file import AudioFileError, audio_file_rate, read_mono_24k
+from app.command_options import cli_option
 from app.eval.fdb import metrics
-from app.eval.fdb.judge import JudgeSettings, RelevanceJudge
+from app.eval.fdb.judge import RelevanceJudge
 from app.eval.fdb.layout import OUTPUT, Kind, Sample, find_samples, kind_of
 from app.eval.fdb.metrics import Segment, Word
 from app.eval.fdb.timeline_audio import SEGMENT_RATE
+from app.eval.judge_settings import JudgeSettings
 from app.frames import SAMPLE_RATE as ENGINE_RATE
 
 ASR_RECORD = "contextspan_asr.json"
@@ -40,14 +42,25 @@ class SampleScoreError(ValueError):
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    stt: str = DEFAULT_STT
+    """`eval fdb`'s scoring; the flags of its own are declared here (app/command_options.py),
+    its device and tasks are the rendering's."""
+
+    stt: str = field(default=DEFAULT_STT, metadata=cli_option(
+        "--stt", help="our STT for the word timestamps (models/stt)"))
     device: str | None = None
     tasks: tuple[str, ...] = ()
-    backchannel_reference: Path | None = None  # the benchmark's icc_gt_distribution.json
+    # the benchmark's icc_gt_distribution.json
+    backchannel_reference: Path | None = field(default=None, metadata=cli_option(
+        "--backchannel-reference", metavar="JSON",
+        help="the benchmark's icc_gt_distribution.json, for backchannel JSD"))
     judge: JudgeSettings | None = None
     # Backchannel segments as the benchmark's script hears them: output.wav's samples at the
     # file's own rate, told 16 kHz (stretched times for a 24 kHz file). Default: true times.
-    official_rates: bool = False
+    official_rates: bool = field(default=False, metadata=cli_option(
+        "--fdb-official-rates",
+        help="backchannel: hand Silero output.wav's samples at the file's own rate, told 16 "
+             "kHz, as the benchmark's script does (a 24 kHz file, as the reference rendered, "
+             "is heard time-stretched: the paper's numbers). Default: at 16 kHz, true times"))
 
 
 @dataclass(frozen=True)
@@ -229,12 +242,7 @@ def score_all(out: Path, options: ScoreOptions, listeners: Listeners | None = No
             raise ValueError(f"--backchannel-reference {options.backchannel_reference}: "
                              "expected the benchmark's {sample id: [...]} object")
     if judge is None and options.judge is not None:
-        from app.llm.factory import make_backend
-
-        settings = options.judge
-        backend = make_backend(settings.backend, settings.host, settings.model,
-                               timeout_s=settings.timeout_s, temperature=0.0,
-                               flag="--judge-host")
+        backend = options.judge.client(temperature=0.0)
         health = backend.health()
         if not health.ok:
             raise RuntimeError(f"the judge is not available: {health.message}")

@@ -15,31 +15,28 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.conversation.options import add_conversation_options  # light: no torch
-from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
+from app.command_options import add_options, from_args
+from app.conversation.options import (  # light: no torch
+    EVAL_FDB3,
+    LLM_SIDE,
+    SPEECH,
+    add_conversation_options,
+)
+from app.eval.fdb.layout import PROFILE_CITY
 from app.eval.fdb3.layout import DEFAULT_STT
-from app.eval.fdb3.mock_apis import LATENCY_PROFILES
-from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
+from app.eval.fdb3.run_options import LLM_SIDE as LLM_SIDE_OWN
+from app.eval.fdb3.run_options import SPEECH_MODEL, Fdb3RunOptions
+from app.eval.judge_settings import JudgeSettings
+from app.llm_backends import OLLAMA
 
 EXIT_OK, EXIT_FAILED = 0, 1
-# The ConversationConfig fields `eval fdb3 run` chooses (their options: app/conversation/
-# config.py); --llm is its own (the stand-in is a choice), its tools the benchmark's.
-FDB3_SPEECH_OPTIONS = ("model_id", "custom_folder", "device", "dtype", "voice", "role",
-                       "user_name", "user_city")
-FDB3_LLM_OPTIONS = ("host", "model", "timeout_s", "stt_model", "end_of_turn", "ret_deadline_s")
 
 
 def _add_judge(parser: argparse.ArgumentParser) -> None:
     judge = parser.add_argument_group(
         "the LLM judge (without it, arguments are matched exactly and responses are not "
         "judged, as the benchmark's scripts do without --use-llm)")
-    judge.add_argument("--judge", choices=LLM_BACKEND_NAMES, default=None,
-                       help="the judge's backend (the benchmark's judge is gpt-4o)")
-    judge.add_argument("--judge-host", default=None,
-                       help="Ollama host or an OpenAI-compatible base URL (key: "
-                            "$OPENAI_API_KEY)")
-    judge.add_argument("--judge-model", default=None)
-    judge.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+    add_options(judge, JudgeSettings, notes={"backend": "the benchmark's judge is gpt-4o"})
 
 
 def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
@@ -60,39 +57,17 @@ def add_fdb3_parser(subparsers) -> argparse.ArgumentParser:
                            description="Resumable: samples with a result_<provider>.json "
                                        "are skipped (--force runs them again).")
     run.add_argument("dir", type=Path, help="the data: {example_id}_{speaker}/input.wav")
-    run.add_argument("--provider", required=True,
-                     help="names the results (result_<provider>.json), e.g. contextspan")
-    run.add_argument("--force", action="store_true", help="run samples already done again")
-    run.add_argument("--limit", type=int, default=0, help="the first N samples (default all)")
-    run.add_argument("--benchmark", type=Path, default=None, metavar="JSON",
-                     help="the benchmark's benchmark_data_v2.json (scenarios by id)")
+    add_options(run, Fdb3RunOptions, section="")
     model = run.add_argument_group("the speech model")
-    add_conversation_options(model, FDB3_SPEECH_OPTIONS,
+    add_conversation_options(model, EVAL_FDB3, SPEECH,
                              defaults={"user_city": PROFILE_CITY},
                              notes={"user_city": "the reference's profile"})
-    model.add_argument("--seed", type=int, default=REFERENCE_SEED,
-                       help=f"one seed for every sample (default {REFERENCE_SEED}, the "
-                            "reference's)")
-    model.add_argument("--force-ret-after", type=float, default=None, metavar="SECONDS",
-                       help="force the model's <ret> this long after the user stops "
-                            "(random-weight <ret> checkpoints never ask on their own)")
-    model.add_argument("--tail", type=float, default=6.0, metavar="SECONDS",
-                       help="silence after the input, for the answer (default 6, the "
-                            "reference's)")
-    model.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                       help="longest a sample may take")
+    add_options(model, Fdb3RunOptions, section=SPEECH_MODEL)
     side = run.add_argument_group("the LLM side")
-    side.add_argument("--llm", choices=[*LLM_BACKEND_NAMES, "standin"], default=OLLAMA,
-                      help="the LLM that calls the tools; standin: the stand-in Ollama "
-                           "plays the demo samples' own calls (make-demo)")
-    add_conversation_options(side, FDB3_LLM_OPTIONS, defaults={"stt_model": DEFAULT_STT},
+    add_options(side, Fdb3RunOptions, section=LLM_SIDE_OWN, only=("llm",))
+    add_conversation_options(side, EVAL_FDB3, LLM_SIDE, defaults={"stt_model": DEFAULT_STT},
                              notes={"stt_model": "tiny-stt on a CPU demo"})
-    side.add_argument("--latency", choices=LATENCY_PROFILES, default="instant",
-                      help="the mock APIs' latency (default instant; a scenario's own "
-                           "latency_profile wins)")
-    side.add_argument("--system-prompt", type=Path, default=None, metavar="FILE",
-                      help="the agent's instructions (default: ours, "
-                           "app/eval/fdb3/prompts/agent.txt)")
+    add_options(side, Fdb3RunOptions, section=LLM_SIDE_OWN, skip=("llm",))
 
     score = steps.add_parser("score", help="score the results into JSON and Markdown")
     score.add_argument("dir", type=Path)
@@ -116,20 +91,19 @@ def run_fdb3_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     if command == "run":
         from app.conversation.options import conversation_from_args
-        from app.eval.fdb3.run import Fdb3RunOptions, run_fdb3
+        from app.eval.fdb3.run import run_fdb3
 
         # --llm is fdb3's own (the stand-in too): the backend is _conversation's choice.
         conversation = conversation_from_args(args, backend=OLLAMA)
-        report = run_fdb3(args.dir, Fdb3RunOptions(
-            provider=args.provider, conversation=conversation, seed=args.seed, llm=args.llm,
-            latency=args.latency, tail_s=args.tail, limit=args.limit, force=args.force,
-            timeout_s=args.timeout, force_ret_after_s=args.force_ret_after,
-            system_prompt=args.system_prompt, benchmark=args.benchmark))
+        report = run_fdb3(args.dir, from_args(Fdb3RunOptions, args, conversation=conversation))
         print(f"[fdb3] ran {report.ran}, already done {report.already_done}, failed "
               f"{len(report.failed)} of {report.samples}", file=sys.stderr)
         if report.samples == 0:
             print(f"error: no {{example_id}}_{{speaker}}/input.wav under {args.dir}",
                   file=sys.stderr)
+            return EXIT_FAILED
+        if report.never_heard:
+            print(f"error: {report.stopped}", file=sys.stderr)
             return EXIT_FAILED
         return EXIT_FAILED if report.stopped or report.ran + report.already_done == 0 \
             else EXIT_OK
@@ -141,11 +115,8 @@ def run_fdb3_command(args: argparse.Namespace) -> int:
         if args.judge:
             from app.eval.fdb3.judge import ToolJudge
             from app.llm.backend import LLMError
-            from app.llm.factory import make_backend
 
-            backend = make_backend(args.judge, args.judge_host, args.judge_model,
-                                   timeout_s=args.judge_timeout, temperature=0.0,
-                                   flag="--judge-host")
+            backend = from_args(JudgeSettings, args).client(temperature=0.0)
             try:
                 backend.list_models()
             except LLMError as exc:

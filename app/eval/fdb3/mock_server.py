@@ -6,7 +6,9 @@ tools reach the LLM the way a user's tools do. The names and arguments are the b
 the descriptions are ours, saying what its agent's descriptions say (call the tool, never
 answer from memory, do not ask first). Tools that change something are marked so (MCP's
 destructiveHint); the run allows them, as the benchmark's simulated environment does.
-Each call may be logged, with its wall-clock start and end, to a JSON-lines file.
+Each call may be logged, with its wall-clock start and end, to a JSON-lines file. Each
+answer says the latency it scripted (its result's `_meta`, app/tools/mcp/content.py), so a
+replay counts that and not how long the machine took.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from app.eval.fdb3.mock_apis import API, CHANGES, LATENCY_PROFILES, MockState, latency_s
+from app.tools.mcp.content import DECLARED_LATENCY_KEY
 
 SERVER_NAME = "fdb3"
 DESCRIPTIONS = {
@@ -82,15 +85,18 @@ def build_server(profile: str = "instant", log: Path | None = None) -> MCPServer
     def register(name: str) -> None:
         api = API[name]
 
-        async def call(**arguments: Any) -> str:
+        async def call(**arguments: Any) -> CallToolResult:
             started = time.time()
-            await asyncio.sleep(latency_s(name, profile))
+            latency = latency_s(name, profile)
+            await asyncio.sleep(latency)
             result = api(state, **arguments)
             if log is not None:
                 with log.open("a", encoding="utf-8") as out:
                     out.write(json.dumps({"tool": name, "args": arguments, "start": started,
                                           "end": time.time()}) + "\n")
-            return json.dumps(result, ensure_ascii=False)
+            # The latency it scripted, said: a replay counts it, not the machine's time.
+            return CallToolResult(content=[TextContent(type="text", text=json.dumps(
+                result, ensure_ascii=False))], _meta={DECLARED_LATENCY_KEY: latency})
 
         call.__signature__ = _signature(api)  # type: ignore[attr-defined]
         call.__name__ = name
@@ -105,6 +111,13 @@ def build_server(profile: str = "instant", log: Path | None = None) -> MCPServer
     return server
 
 
+def input_schemas() -> dict[str, dict[str, Any]]:
+    """Each tool's input schema as the server lists it (what the LLM is offered): the
+    result files type a call's arguments by it (typed_arguments.py)."""
+    tools = asyncio.run(build_server().list_tools())
+    return {tool.name: dict(tool.input_schema) for tool in tools}
+
+
 def _signature(api: Any) -> Any:
     """The API's parameters without the state, each with its description."""
     import inspect
@@ -117,7 +130,7 @@ def _signature(api: Any) -> Any:
     for parameter in list(signature.parameters.values())[1:]:
         about = Field(description=ARGUMENT_HELP.get(parameter.name, parameter.name))
         parameters.append(parameter.replace(annotation=Annotated[parameter.annotation, about]))
-    return signature.replace(parameters=parameters, return_annotation=str)
+    return signature.replace(parameters=parameters, return_annotation=CallToolResult)
 
 
 def main(argv: list[str] | None = None) -> int:

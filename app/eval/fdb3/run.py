@@ -14,6 +14,13 @@ fails every sample the same way).
 
 `--llm standin` plays the stand-in LLM (app/llm/ollama_standin.py) over the real Ollama wire
 protocol, making the calls the demo's samples carry (make_demo.py): the whole path on a CPU.
+
+Deterministic with a scripted LLM, however busy the machine: the span chunk limit is fixed
+(`--chunk-limit`, never measured per sample), the stand-in declares its latency and our
+mock server its tools' (replay_clock.py counts those, not the machine's time), and the
+result file holds no wall-clock figure (the run's times are in `fdb3_run_<provider>.json`).
+A sample in which the recogniser never ended a user's turn (so the LLM was never asked) is
+a failed sample, not a result: a run where that happens to every sample fails.
 """
 
 from __future__ import annotations
@@ -34,62 +41,28 @@ import numpy as np
 from app.audio_file import AudioFileError, read_mono_24k
 from app.conversation.config import ConversationConfig
 from app.conversation.run_request import HeadlessRun
-from app.eval.fdb.layout import PROFILE_CITY, REFERENCE_SEED
 from app.eval.fdb3.agent_prompt import AgentPromptBackend, agent_prompt
-from app.eval.fdb3.layout import DEFAULT_STT, Fdb3Sample, check_provider, find_samples
+from app.eval.fdb3.layout import (
+    Fdb3Sample,
+    find_samples,
+)
 from app.eval.fdb3.mock_apis import LATENCY_PROFILES
-from app.eval.fdb3.mock_server import SERVER_NAME
-from app.eval.fdb3.result import make_result, user_speech_end
+from app.eval.fdb3.mock_server import SERVER_NAME, input_schemas
+from app.eval.fdb3.result import make_result, user_turns, voiced_end
+from app.eval.fdb3.run_options import STANDIN, Fdb3RunOptions
 from app.eval.progress import ProgressBar
 from app.eval.qa_events import read_transcript
 from app.frames import FRAME_RATE, SAMPLE_RATE
-from app.llm_backends import LLM_BACKEND_NAMES, OLLAMA
+from app.llm_backends import OLLAMA
 from app.settings.schema import McpServerSettings
 
-TAIL_S = 6.0  # silence after the input: the reference's
 FAILURES_BEFORE_STOP = 3
-STANDIN = "standin"
 STANDIN_MODEL = "standin:latest"
-# A sample's conversation unless the command line says otherwise: the tiny demo model, the
-# 1B recogniser, the reference's profile city.
-FDB3_CONVERSATION = ConversationConfig(model_id="tiny", stt_model=DEFAULT_STT,
-                                       user_city=PROFILE_CITY)
 RUN_SUMMARY = "fdb3_run_{provider}.json"
 
 
 class Fdb3RunError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class Fdb3RunOptions:
-    provider: str
-    # The speech model and the LLM side; its backend and host are `llm`'s when that is the
-    # stand-in, and the benchmark's tools are its only ones.
-    conversation: ConversationConfig = FDB3_CONVERSATION
-    seed: int | None = REFERENCE_SEED
-    llm: str = OLLAMA  # an LLM backend (app/llm_backends.py) or "standin" (the demo's plans)
-    latency: str = "instant"  # the mock APIs' profile, unless a scenario names its own
-    tail_s: float = TAIL_S
-    limit: int = 0
-    force: bool = False
-    timeout_s: float = 3600.0
-    force_ret_after_s: float | None = None  # random-weight <ret> checkpoints never ask
-    system_prompt: Path | None = None
-    benchmark: Path | None = None
-
-    def check(self) -> None:
-        check_provider(self.provider)
-        if self.llm not in (*LLM_BACKEND_NAMES, STANDIN):
-            raise ValueError(f"--llm {self.llm!r}: {', '.join(LLM_BACKEND_NAMES)} or {STANDIN}")
-        if self.latency not in LATENCY_PROFILES:
-            raise ValueError(f"--latency must be one of {', '.join(LATENCY_PROFILES)}")
-        if not 0 <= self.tail_s <= 60:
-            raise ValueError("--tail must be from 0 to 60 seconds")
-        if self.limit < 0:
-            raise ValueError("--limit must be 0 (all) or more")
-        if not self.timeout_s > 0:
-            raise ValueError("--timeout must be more than 0 seconds")
 
 
 @dataclass
@@ -99,6 +72,18 @@ class Fdb3RunReport:
     already_done: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     stopped: str | None = None
+    no_user_turn: list[str] = field(default_factory=list)  # failed: no user turn detected
+    elapsed_s: dict[str, float] = field(default_factory=dict)  # wall time per sample run
+
+    @property
+    def never_heard(self) -> bool:
+        """No sample the run ran had a user turn (and none was done before): the
+        recogniser or its options are wrong."""
+        return bool(self.no_user_turn) and self.ran == 0 and self.already_done == 0
+
+
+class NoUserTurn(Fdb3RunError):
+    """The recogniser never ended a user's turn in the sample: the LLM was never asked."""
 
 
 def mock_server_settings(profile: str, log: Path | None = None) -> McpServerSettings:
@@ -149,6 +134,18 @@ def _conversation(options: Fdb3RunOptions, host: str | None) -> ConversationConf
     return replace(conversation, backend=options.llm, tools=())
 
 
+def latency_profile(sample: Fdb3Sample, default: str) -> str:
+    """The mock APIs' latency for `sample`: its scenario's `latency_profile`, else `default`;
+    an unknown one is refused (it would silently run as another)."""
+    profile = sample.scenario.get("latency_profile")
+    if profile in (None, ""):
+        return default
+    if profile not in LATENCY_PROFILES:
+        raise Fdb3RunError(f"{sample.folder.name}: its latency_profile {str(profile)[:40]!r} "
+                           f"is not one of {', '.join(LATENCY_PROFILES)}")
+    return str(profile)
+
+
 def _write_json(path: Path, payload: dict) -> None:
     """Whole or not at all: a run killed mid-write leaves no half file behind."""
     partial = path.with_name(f".{path.name}.partial")
@@ -171,12 +168,22 @@ def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
     report = Fdb3RunReport(samples=len(samples), failed=list(left_out))
     for name, why in left_out:
         print(f"[fdb3] left out {name}: {why}", file=stream)
+    unknown = []
+    for sample in samples:  # before anything runs: not hours in, one sample at a time
+        try:
+            latency_profile(sample, options.latency)
+        except Fdb3RunError as exc:
+            unknown.append(str(exc))
+    if unknown:
+        raise Fdb3RunError("; ".join(unknown[:5]) + (f"; and {len(unknown) - 5} more"
+                                                     if len(unknown) > 5 else ""))
     todo = [s for s in samples if options.force or not s.result_path(options.provider).is_file()]
     report.already_done = len(samples) - len(todo)
     if report.already_done:
         print(f"[fdb3] {report.already_done} sample(s) already done, resuming", file=stream)
     if not todo:
         return _summarise(root, options, report)
+    schemas = input_schemas()  # a call's arguments are typed by them (typed_arguments.py)
     with _standin_server(options) as standin:
         conversation = _conversation(options, standin.url if standin else None)
         checkpoint = load_speech_model(conversation)
@@ -185,12 +192,15 @@ def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
         for _ in range(report.already_done):
             bar.advance("resumed", timed=False)
         for sample in todo:
+            started = time.perf_counter()
             try:
                 if standin is not None:
                     standin.script = standin_plan(sample)
-                _run_sample(sample, options, conversation, checkpoint, stt, prompt)
+                _run_sample(sample, options, conversation, checkpoint, stt, prompt, schemas)
             except (AudioFileError, HeadlessRunError, Fdb3RunError, OSError) as exc:
                 report.failed.append((sample.folder.name, str(exc)))
+                if isinstance(exc, NoUserTurn):
+                    report.no_user_turn.append(sample.folder.name)
                 bar.message(f"[fdb3] SKIPPED {sample.folder.name}: {exc}")
                 bar.advance("failed")
                 if report.ran == 0 and len(report.failed) - len(left_out) >= FAILURES_BEFORE_STOP:
@@ -199,8 +209,16 @@ def run_fdb3(root: Path, options: Fdb3RunOptions, stream: TextIO | None = None
                     print(f"[fdb3] stopping: {report.stopped}", file=stream)
                     break
                 continue
+            finally:
+                report.elapsed_s[sample.folder.name] = round(time.perf_counter() - started, 3)
             report.ran += 1
             bar.advance(sample.example_id)
+    if report.never_heard:
+        report.stopped = (f"no user turn was detected in any of the {len(report.no_user_turn)} "
+                          "sample(s) run: the speech recogniser never ended a user's turn, so "
+                          "the LLM was never asked (check --asr; --vad ends turns by voice "
+                          "activity)")
+        print(f"[fdb3] {report.stopped}", file=stream)
     return _summarise(root, options, report)
 
 
@@ -212,42 +230,49 @@ def _summarise(root: Path, options: Fdb3RunOptions, report: Fdb3RunReport) -> Fd
 
 
 def _run_sample(sample: Fdb3Sample, options: Fdb3RunOptions, conversation: ConversationConfig,
-                checkpoint: Any, stt: Any, prompt: str) -> None:
+                checkpoint: Any, stt: Any, prompt: str,
+                schemas: dict[str, dict[str, Any]]) -> None:
     from app.conversation.assembly import build_backend, engine_options
     from app.conversation.headless import run_conversation
 
     heard = read_mono_24k(sample.input)
     pcm = np.concatenate([heard, np.zeros(int(options.tail_s * SAMPLE_RATE), np.float32)])
-    profile = str(sample.scenario.get("latency_profile") or options.latency)
-    if profile not in LATENCY_PROFILES:
-        profile = options.latency
+    profile = latency_profile(sample, options.latency)
     forced: frozenset[int] = frozenset()
-    user_end = user_speech_end(heard)
-    if options.force_ret_after_s is not None and user_end is not None:
-        forced = frozenset({int((user_end + options.force_ret_after_s) * FRAME_RATE)})
-    engine = engine_options(conversation, seed=options.seed, forced_ret_frames=forced)
+    # Where a random-weight <ret> checkpoint is made to ask: it must be chosen before the
+    # run, so from the input's loudness (the result's user end is the recogniser's).
+    voiced = voiced_end(heard)
+    if options.force_ret_after_s is not None and voiced is not None:
+        forced = frozenset({int((voiced + options.force_ret_after_s) * FRAME_RATE)})
+    engine = engine_options(conversation, seed=options.seed, forced_ret_frames=forced,
+                            chunk_limit=options.chunk_limit)
     provider = options.provider
     with tempfile.TemporaryDirectory(prefix=".fdb3-", dir=sample.folder) as scratch:
         tmp = Path(scratch)
         calls_log = tmp / "mock_calls.jsonl"
         config = replace(conversation, mcp_servers=(mock_server_settings(profile, calls_log),))
         backend = AgentPromptBackend(build_backend(config), prompt)
-        started = time.perf_counter()
         run = HeadlessRun(sample.input, tmp / "output.wav", tmp / "run.jsonl",
                           timeout_s=options.timeout_s)
         summary = run_conversation(checkpoint, pcm, config, run, engine, stt=stt,
                                    backend=backend)
         records = read_transcript(tmp / "run.jsonl")
+        os.replace(tmp / "run.jsonl", sample.run_log_path(provider))
+        os.replace(tmp / "output.wav", sample.output_path(provider))
+        turns = user_turns(records)
+        if not turns:
+            raise NoUserTurn(
+                f"no user turn was detected in its input: the speech recogniser "
+                f"({config.stt_model}) never ended one, so the LLM was never asked (see "
+                f"{sample.run_log_path(provider).name})")
         result = make_result(sample.example_id, sample.speaker, sample.scenario, provider,
                              records, heard, {
                                  "model": config.model_id, "seed": options.seed,
                                  "llm": options.llm, "llm_model": config.model,
                                  "asr": config.stt_model, "latency_profile": profile,
+                                 "chunk_limit": options.chunk_limit,
                                  "tail_s": options.tail_s, "frames": summary.frames,
-                                 "spans": summary.spans,
-                                 "elapsed_s": round(time.perf_counter() - started, 3),
+                                 "spans": summary.spans, "user_turns": len(turns),
                                  "run_log": sample.run_log_path(provider).name,
-                                 "output": sample.output_path(provider).name})
-        os.replace(tmp / "run.jsonl", sample.run_log_path(provider))
-        os.replace(tmp / "output.wav", sample.output_path(provider))
+                                 "output": sample.output_path(provider).name}, schemas)
         _write_json(sample.result_path(provider), result)  # last: it marks the sample done

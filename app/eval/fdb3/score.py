@@ -278,20 +278,44 @@ def aggregate(rows: Sequence[dict], judged: bool) -> dict[str, Any]:
     }
 
 
+NO_EXPECTED_CALLS = "no expected_tool_calls: give --benchmark benchmark_data_v2.json"
+
+
+def _nothing_scored(root: Path, provider: str, missing: Sequence[str],
+                    no_expected: Sequence[str], unreadable: int, benchmark_given: bool) -> str:
+    """Why nothing could be scored, the real reason first: results that exist but whose
+    scenarios lack the expected calls are not "no result"."""
+    reasons = []
+    if no_expected:
+        where = ("neither in their metadata.json nor in the --benchmark file" if benchmark_given
+                 else "in their metadata.json (the released folders' lack them): give "
+                      "--benchmark benchmark_data_v2.json")
+        reasons.append(f"{len(no_expected)} result_{provider}.json found, but their "
+                       f"scenarios have no expected_tool_calls {where}")
+    if unreadable:
+        reasons.append(f"{unreadable} result_{provider}.json could not be read")
+    if missing:
+        reasons.append(f"{len(missing)} sample(s) not run (no result_{provider}.json)")
+    if not reasons:
+        reasons.append(f"no sample has a result_{provider}.json")
+    return f"nothing to score under {root}: " + "; ".join(reasons)
+
+
 def score_results(root: Path, provider: str, judge: ToolJudge | None = None,
                   benchmark: Path | None = None) -> dict[str, Any]:
     """Every sample's result under `root` scored; the samples not run or not scorable are
     listed with why."""
     samples, left_out = find_samples(root, benchmark)
     rows, missing, unscorable = [], [], []
+    no_expected: list[str] = []
     for sample in samples:
         path = sample.result_path(provider)
         if not path.is_file():
             missing.append(sample.folder.name)
             continue
         if not sample.scenario.get("expected_tool_calls"):
-            unscorable.append((sample.folder.name, "no expected_tool_calls: give --benchmark "
-                                                   "benchmark_data_v2.json"))
+            no_expected.append(sample.folder.name)
+            unscorable.append((sample.folder.name, NO_EXPECTED_CALLS))
             continue
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
@@ -302,8 +326,9 @@ def score_results(root: Path, provider: str, judge: ToolJudge | None = None,
         row["sample"] = sample.folder.name
         rows.append(row)
     if not rows:
-        raise ValueError(f"no result_{provider}.json to score under {root}"
-                         + (f" ({len(missing)} sample(s) not run)" if missing else ""))
+        raise ValueError(_nothing_scored(root, provider, missing, no_expected,
+                                         len(unscorable) - len(no_expected),
+                                         benchmark is not None))
     return {"provider": provider, "judge": judge.name if judge else None,
             "overall": aggregate(rows, judge is not None), "scenarios": rows,
             "not_run": missing, "not_scored": unscorable + list(left_out)}

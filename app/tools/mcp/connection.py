@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from app.settings.schema import McpServerSettings
 from app.tools.mcp import leash
 from app.tools.mcp.content import read_result
+from app.tools.mcp.input_schema import input_schema_problem
 from app.tools.mcp.masking import mask
 from app.tools.mcp.server_log import ServerLog
 from app.tools.mcp.servers_file import env_pairs, header_pairs, secret_values
@@ -78,12 +79,26 @@ class McpToolInfo:
 
 
 @dataclass(frozen=True)
+class LeftOutTool:
+    """A tool its server listed that is not offered to the LLM, and why (input_schema.py)."""
+
+    name: str  # the server's own name for it
+    reason: str
+
+    def notice(self, server: str) -> str:
+        """The words that tell the user, naming the server and the tool."""
+        return (f"MCP server \"{server[:60]}\": its tool {self.name[:60]!r} is left out "
+                f"({self.reason}); the server's other tools work")
+
+
+@dataclass(frozen=True)
 class ServerStatus:
     name: str
     state: StateName
     message: str  # one line for Settings → Tools and the transcript's notices
     tools: tuple[McpToolInfo, ...] = ()
     malformed: int = 0  # lines it sent that were not JSON-RPC
+    left_out: tuple[LeftOutTool, ...] = ()  # listed, but unusable by an LLM
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,7 @@ class CallOutcome:
     error: str | None = None
     not_text: tuple[str, ...] = ()  # what came back that is not text (content.py)
     elapsed_ms: float = 0.0
+    declared_s: float | None = None  # the time the server scripted for it (content.py)
 
 
 class _SessionEnded(Exception):
@@ -254,8 +270,8 @@ class McpServerConnection:
         deadline = started + timeout + 5.0  # the call's own timeout answers before this
         while True:
             try:
-                text, error, not_text = future.result(timeout=0.05)
-                return self._outcome(started, text, error, not_text)
+                text, error, not_text, declared = future.result(timeout=0.05)
+                return self._outcome(started, text, error, not_text, declared)
             except concurrent.futures.TimeoutError:
                 if cancel is not None and cancel.is_set():
                     future.cancel()
@@ -276,17 +292,31 @@ class McpServerConnection:
                 log.exception("an MCP status listener failed")
 
     def _set(self, state: StateName, message: str,
-             tools: tuple[McpToolInfo, ...] | None = None) -> None:
+             tools: tuple[McpToolInfo, ...] | None = None,
+             left_out: tuple[LeftOutTool, ...] | None = None) -> None:
         with self._lock:
             self._status = ServerStatus(
                 self.name, state, mask(message, self._secrets)[:MESSAGE_CHARS],
-                self._status.tools if tools is None else tools, len(self._malformed))
+                self._status.tools if tools is None else tools, len(self._malformed),
+                self._status.left_out if left_out is None else left_out)
         self._changed()
+
+    def _set_tools(self, tools: tuple[McpToolInfo, ...],
+                   left_out: tuple[LeftOutTool, ...]) -> None:
+        """Ready with `tools`; each tool left out is said in the log (the terminal of a
+        headless run) and in the status the Settings tab and the conversation show."""
+        for tool in left_out:
+            log.warning("%s", mask(tool.notice(self.name), self._secrets))
+        message = f"ready: {len(tools)} tool(s)"
+        if left_out:
+            message += "; left out: " + ", ".join(f"{t.name[:60]!r} ({t.reason})"
+                                                  for t in left_out)
+        self._set("ready", message, tools, left_out)
 
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - the thread reports, never dies silently
+        except BaseException as exc:  # the thread reports, never dies silently
             log.exception("MCP server %s: its session thread failed", self.name)
             self._set("failed", f"internal error: {type(exc).__name__}")
         finally:
@@ -319,18 +349,18 @@ class McpServerConnection:
                     if server_log is not None:
                         server_log.spawned()
                         self._watch_stderr_end(server_log, loop, wake)
-                    tools = await self._list_tools(client)
+                    tools, left_out = await self._list_tools(client)
                     scope.deadline = math.inf
                     ready = True
                     with self._lock:
                         self._client = client
-                    self._set("ready", f"ready: {len(tools)} tool(s)", tools)
+                    self._set_tools(tools, left_out)
                     log.info("MCP server %s: ready with %d tool(s)", self.name, len(tools))
                     await self._until_stopped_or_gone(wake)
             if scope.cancelled_caught and not self._stopping and not ready:
                 raise _SessionEnded(f"it did not answer within {self.start_timeout_s:g} s of "
                                     f"starting{self._malformed_note()}")
-        except BaseException as exc:  # noqa: BLE001 - every way out is described
+        except BaseException as exc:  # every way out is described
             if not self._stopping:
                 why = self._describe(exc, server_log)
                 log.warning("MCP server %s: %s", self.name, why)
@@ -365,14 +395,22 @@ class McpServerConnection:
                        **common) as client:
             yield client
 
-    async def _list_tools(self, client: Client) -> tuple[McpToolInfo, ...]:
+    async def _list_tools(self, client: Client
+                          ) -> tuple[tuple[McpToolInfo, ...], tuple[LeftOutTool, ...]]:
+        """The server's tools that can be offered, and those left out (their schema would
+        make every LLM request fail: input_schema.py)."""
         found: list[McpToolInfo] = []
+        left_out: list[LeftOutTool] = []
         cursor: str | None = None
         for _ in range(100):  # pages; a server that pages for ever is cut off
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             for tool in page.tools:
                 hints = tool.annotations
                 schema = dict(tool.input_schema or {}) or {"type": "object", "properties": {}}
+                problem = input_schema_problem(schema)
+                if problem is not None:
+                    left_out.append(LeftOutTool(tool.name, problem))
+                    continue
                 found.append(McpToolInfo(
                     tool.name, tool.description or tool.title or "", schema,
                     hints.read_only_hint if hints else None,
@@ -380,7 +418,7 @@ class McpServerConnection:
             cursor = page.next_cursor
             if not cursor:
                 break
-        return tuple(found)
+        return tuple(found), tuple(left_out)
 
     async def _on_message(self, message: object) -> None:
         """What the SDK surfaces besides answers: transport faults (a line that is not
@@ -396,12 +434,12 @@ class McpServerConnection:
                 client = self._client
             if client is not None:
                 try:
-                    tools = await self._list_tools(client)
-                except Exception as exc:  # noqa: BLE001 - the old list stays
+                    tools, left_out = await self._list_tools(client)
+                except Exception as exc:  # the old list stays
                     log.info("MCP server %s: listing its changed tools failed: %s",
                              self.name, mask(str(exc), self._secrets))
                     return
-                self._set("ready", f"ready: {len(tools)} tool(s)", tools)
+                self._set_tools(tools, left_out)
 
     def _watch_stderr_end(self, server_log: ServerLog, loop: asyncio.AbstractEventLoop,
                           wake: asyncio.Event) -> None:
@@ -441,32 +479,34 @@ class McpServerConnection:
         return f"{gone}; restart it in Settings → Tools"
 
     async def _call(self, client: Client, tool: str, arguments: dict[str, Any],
-                    timeout_s: float) -> tuple[str, str | None, tuple[str, ...]]:
+                    timeout_s: float
+                    ) -> tuple[str, str | None, tuple[str, ...], float | None]:
         try:
             with anyio.fail_after(timeout_s):
                 result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
         except TimeoutError:
-            return "", self._timed_out(tool, timeout_s), ()
+            return "", self._timed_out(tool, timeout_s), (), None
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED or "timed out" in exc.message:
                 if "timed out" in exc.message:
-                    return "", self._timed_out(tool, timeout_s), ()
+                    return "", self._timed_out(tool, timeout_s), (), None
                 with self._lock:
                     if self._gone is None:
                         self._gone = "it stopped during a call"
                     wake = self._wake
                 if wake is not None:
                     wake.set()
-                return "", f"{self.name} {await self._ended_words('stopped during the call')}", ()
+                return ("", f"{self.name} {await self._ended_words('stopped during the call')}",
+                        (), None)
             return "", mask(f"{self.name} refused the call: {exc.message}",
-                            self._secrets)[:MESSAGE_CHARS], ()
+                            self._secrets)[:MESSAGE_CHARS], (), None
         except ValidationError:
-            return "", f"{self.name} sent an answer that is not a valid MCP result", ()
+            return "", f"{self.name} sent an answer that is not a valid MCP result", (), None
         read = read_result(result)
         error = None if read.error is None else mask(f"{self.name} says {read.error}",
                                                      self._secrets)
         # A server that hands back its own key (its env) does not get it into a transcript.
-        return mask(read.text, self._secrets), error, read.not_text
+        return mask(read.text, self._secrets), error, read.not_text, read.declared_s
 
     def _timed_out(self, tool: str, timeout_s: float) -> str:
         return (f"{self.name} did not answer {tool} within {timeout_s:g} s"
@@ -502,7 +542,8 @@ class McpServerConnection:
         return f"{text} ({why})" if why else text
 
     def _outcome(self, started: float, text: str = "", error: str | None = None,
-                 not_text: tuple[str, ...] = ()) -> CallOutcome:
+                 not_text: tuple[str, ...] = (), declared_s: float | None = None
+                 ) -> CallOutcome:
         return CallOutcome(text, error, not_text,
-                           round((time.monotonic() - started) * 1000.0, 3))
+                           round((time.monotonic() - started) * 1000.0, 3), declared_s)
 

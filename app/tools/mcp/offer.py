@@ -8,6 +8,9 @@ releases them when its orchestrator closes the registry (the end of the conversa
   goes on with the tools it has;
 - without (a headless run): every server must be up, or the run stops before it begins,
   saying which server and why (a run that asked for a tool should not quietly lack it).
+A tool whose input schema no LLM request could carry is left out by its connection, which
+logs it (a headless run's terminal shows it); with `notice` it is also a warning naming
+its server and the tool. The server's other tools, and everyone else's, are offered.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def add_mcp_servers(registry: ToolRegistry, servers: Sequence[McpServerSettings]
                                           for s in failed))
         return
     for status in lease.wait_settled(DESKTOP_WAIT_S):
+        for tool in status.left_out:
+            notice(f"{tool.notice(status.name)}.", "warning")
         if status.state == "failed":
             notice(f"MCP server \"{status.name}\" did not start: {status.message}. Its tools "
                    "are off; restart it in Settings → Tools.", "warning")

@@ -45,7 +45,7 @@ class McpTool(Tool):
             return self._result("", error=refused)
         outcome = self._connection.call(self.info.name, arguments, self._settings.timeout_s,
                                         cancel)
-        return self._result(outcome.text, outcome.error, outcome.elapsed_ms)
+        return self._result(outcome.text, outcome.error, outcome.elapsed_ms, outcome.declared_s)
 
     def _permission(self, arguments: Mapping[str, Any], cancel: threading.Event | None,
                     on_wait: Callable[[str], None] | None) -> str | None:
@@ -65,7 +65,8 @@ class McpTool(Tool):
         return None if answer.allowed else answer.reason
 
     def _result(self, text: str, error: str | None = None,
-                elapsed_ms: float | None = None) -> ToolResult:
+                elapsed_ms: float | None = None, declared_s: float | None = None
+                ) -> ToolResult:
         return ToolResult(self.name, text, source=f"{MCP_SOURCE}{self.server}", error=error,
                           server=self.server, server_tool=self.info.name,
-                          elapsed_ms=elapsed_ms)
+                          elapsed_ms=elapsed_ms, declared_s=declared_s)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.settings.schema import SYSTEM_DEFAULT_ALIASES, AudioSettings
 from app.text_bounds import bounded
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.form import form_on, hint
 
@@ -166,6 +167,7 @@ class AudioTab(QWidget):
         self.level_check.setChecked(audio.level_voice)
         form.addRow("Voice level:", self.level_check)
         form.addRow("", self.audio_status)
+        name_form_rows(form)
 
     def settings(self) -> AudioSettings:
         """The audio settings as the tab shows them now."""

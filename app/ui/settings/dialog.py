@@ -12,11 +12,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QMessageBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.checkpoints.catalog import Manifest
-from app.remote.probe import probe_server
+from app.conversation.server_reach import check_speech_server
 from app.settings.schema import AppSettings
+from app.text_bounds import bounded
 from app.ui.memory_plan_view import Survey, survey_settings
 from app.ui.screen_fit import ScrollingTabs, fit_when_shown
 from app.ui.settings.audio_tab import AudioTab, ListDevices, MicLevelProbe, PlayTestTone
@@ -68,7 +76,7 @@ class SettingsDialog(QDialog):
         play_test_tone: PlayTestTone | None = None,
         backend_factory: BackendFactory = connection_test_backend,
         list_voices: ListVoices = list_persona_voices,
-        server_probe: ProbeServer = probe_server,
+        server_probe: ProbeServer = check_speech_server,
         conversation_running: bool = False,
         memory_survey: Survey = survey_settings,
         device_survey: DeviceSurvey | None = None,
@@ -81,6 +89,9 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("ContextSpan settings")
         self.setMinimumWidth(600)
         self._initial = settings
+        # What OK saved although Test connection had refused it ("the speech server at …"):
+        # the app keeps it for the next conversation and leaves the running one alone.
+        self.saved_refused: tuple[str, ...] = ()
         self.speech_tab = SpeechTab(settings.speech, settings.engine, catalog=catalog,
                                     list_voices=list_voices, server_probe=server_probe,
                                     memory_survey=memory_survey, device_survey=device_survey)
@@ -162,7 +173,11 @@ class SettingsDialog(QDialog):
         """OK saves only what can work: a field that cannot (a server address that is no
         URL, a timeout out of range) is shown, on its tab, with why under it, and the dialog
         stays open. A user who pressed OK expects the settings to work, not a notice at the
-        next turn; one who wants to leave has Cancel."""
+        next turn; one who wants to leave has Cancel.
+
+        A server or model that Test connection has just refused is not saved silently
+        either: the dialog asks, and what is saved anyway is kept for the next conversation
+        (`saved_refused`): the running one is neither changed nor restarted with it."""
         for tab, problems in ((self.speech_tab, self.speech_tab.problems()),
                               (self.llm_tab, self.llm_tab.problems()),
                               (self.tools_tab, self.tools_tab.problems())):
@@ -171,7 +186,45 @@ class SettingsDialog(QDialog):
                 self.tabs.setCurrentWidget(tab)
                 field.setFocus()
                 return
+        refused = self.refusals()
+        if refused and not self._save_anyway(refused):
+            page, refused_field, _what, _why = refused[0]
+            self.tabs.setCurrentWidget(page)
+            refused_field.setFocus()
+            return
+        self.saved_refused = tuple(what for _tab, _field, what, _why in refused)
         super().accept()
+
+    def refusals(self) -> list[tuple[QWidget, QWidget, str, str]]:
+        """What Test connection refused and the form still holds: (tab, field, what, why)."""
+        found: list[tuple[QWidget, QWidget, str, str]] = []
+        engine = self.engine_box
+        why = engine.refused()
+        if why is not None:
+            found.append((self.speech_tab, engine.url_edit,
+                          f"the speech server at {bounded(engine.url_edit.text().strip())}",
+                          why))
+        why = self.llm_tab.refused()
+        if why is not None:
+            llm = self.llm_tab.settings()
+            model = f"{bounded(llm.model)} at " if llm.model else ""
+            found.append((self.llm_tab, self.llm_tab.llm_model_combo,
+                          f"the LLM {model}{bounded(llm.host)}", why))
+        return found
+
+    def _save_anyway(self, refused: list[tuple[QWidget, QWidget, str, str]]) -> bool:
+        """Ask before saving what Test connection refused; True: save it anyway."""
+        said = "\n".join(f"• {what}: {why}" for _tab, _field, what, why in refused)
+        box = QMessageBox(QMessageBox.Icon.Warning, "Save what the test refused?",
+                          f"Test connection refused:\n{said}", parent=self)
+        box.setInformativeText(
+            "Saved anyway, it is kept for the next conversation you start; a conversation "
+            "running now goes on as it is, neither changed nor restarted with it.")
+        back = box.addButton("Back to the settings", QMessageBox.ButtonRole.RejectRole)
+        box.addButton("Save anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(back)
+        box.exec()
+        return box.clickedButton() is not back
 
     def done(self, result: int) -> None:
         """Every way out (Ok, Cancel, Esc, the close box) stops a running microphone test

@@ -3,10 +3,11 @@ with a "Test connection" that shows the round trip, and whether the server's spe
 recognition hears the user (`serve --asr`) instead of a recogniser on this computer.
 In the thin client's install (no torch) "This computer" says that it needs the full install.
 
-The test runs on the Qt thread pool (app/remote/probe.py: a few HTTP requests, bounded by
-timeouts) and its answer comes back by a queued signal; an answer about a URL or token the
-user has changed since is dropped. A server address the client could not use is said under it
-as it is typed, and the dialog's OK does not save it (as the LLM tab's host).
+The test runs on the Qt thread pool (app/conversation/server_reach.py: a plain connection
+that says in words when nothing is there, then app/remote/probe.py's few HTTP requests,
+bounded by timeouts) and its answer comes back by a queued signal; an answer about a URL or
+token the user has changed since is dropped. A server address the client could not use is
+said under it as it is typed, and the dialog's OK does not save it (as the LLM tab's host).
 """
 
 from __future__ import annotations
@@ -28,16 +29,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.server_reach import check_speech_server
 from app.install_kind import engine_installed, needs_full_install
-from app.remote.probe import ServerProbe, probe_server
+from app.remote.probe import ServerProbe
 from app.settings.schema import EngineMode, EngineSettings
 from app.text_bounds import NOTICE_LIMIT, bounded
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, show_outcome
 
 # (url, token or None, timeout in seconds) -> the server's answer; never raises for the
-# network (app.remote.probe.probe_server).
+# network (app.conversation.server_reach.check_speech_server).
 ProbeServer = Callable[[str, str | None, float], ServerProbe]
 URL_EXAMPLE = "for example http://gpu-box:8998"
 
@@ -57,10 +60,11 @@ class SpeechEngineBox(QGroupBox):
     mode_changed = Signal(str)  # "local" or "server"
     probe_timeout_s: float = 5.0
 
-    def __init__(self, engine: EngineSettings, probe: ProbeServer = probe_server,
+    def __init__(self, engine: EngineSettings, probe: ProbeServer = check_speech_server,
                  parent: QWidget | None = None) -> None:
         super().__init__("Speech engine", parent)
         self._probe = probe
+        self._refusal: str | None = None  # what the last test of the current target said
         self._jobs = BackgroundJobs({"probe": self._tested}, parent=self)
         form = QFormLayout(self)
 
@@ -115,6 +119,7 @@ class SpeechEngineBox(QGroupBox):
             "cannot run the recogniser in real time, or an install without one.")
         form.addRow("", self.asr_check)
 
+        name_form_rows(form)
         self.url_edit.textChanged.connect(self._target_changed)
         self.token_edit.textChanged.connect(self._target_changed)
         self.server_radio.toggled.connect(self._mode_toggled)
@@ -181,4 +186,10 @@ class SpeechEngineBox(QGroupBox):
             self._show(f"The test failed: {bounded(str(result))}", False)
 
     def _show(self, text: str, ok: bool | None) -> None:
+        self._refusal = text if ok is False else None  # any change of target clears it
         show_outcome(self.status, text, ok)
+
+    def refused(self) -> str | None:
+        """Why Test connection refused the server and token shown now (None: it did not, no
+        test of them ran, or the speech model runs on this computer)."""
+        return self._refusal if self.mode == "server" else None

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.checkpoints.catalog import CatalogError
+from app.checkpoints.catalog import CatalogError, developer_models_wanted
 from app.llm.backend import BackendHealth, LLMBackend, LLMError
 from app.llm.factory import make_backend
 from app.llm_backends import (
@@ -47,6 +47,7 @@ from app.settings.store import field_range
 from app.text_bounds import bounded
 from app.tools.default_tools import ALL_TOOLS
 from app.ui import safe_file_dialog
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.settings.address_check import address_problem
 from app.ui.settings.form import FAILED_COLOR, form_on, show_outcome
@@ -135,12 +136,16 @@ def check_connection(factory: BackendFactory, llm: LlmSettings, timeout_s: float
             close()
 
 
-def _stt_models() -> dict[str, str]:
+def _stt_models(chosen: str) -> dict[str, str]:
+    """The recognisers offered: a developer's one (random weights) only when asked for
+    (app.checkpoints.catalog.developer_models_wanted) or when `chosen` already."""
     # Imported here: the STT catalog pulls in torch and moshi, which the dialog itself does
     # not need (the app has them loaded by the time the dialog opens).
     from app.asr.stt_catalog import load_stt_catalog
 
-    return {m.id: m.display_name for m in load_stt_catalog().values()}
+    developer = developer_models_wanted()
+    return {m.id: m.display_name for m in load_stt_catalog().values()
+            if developer or not m.for_developers or m.id == chosen}
 
 
 class LlmTab(QWidget):
@@ -165,6 +170,7 @@ class LlmTab(QWidget):
         self._backend_factory = backend_factory
         self._connection_pending = False
         self._focus_parked = False
+        self._refusal: str | None = None  # what the last test of the current target said
         self._jobs = BackgroundJobs({"connection": self._connection_tested}, parent=self)
         self._watchdog = QTimer(self)  # the connection test's own deadline
         self._watchdog.setSingleShot(True)
@@ -172,7 +178,7 @@ class LlmTab(QWidget):
         self._watchdog_number = 0
         if stt_models is None:
             try:
-                stt_models = _stt_models()
+                stt_models = _stt_models(llm.stt_model)
             except CatalogError:
                 stt_models = {}
         form = form_on(self)
@@ -258,6 +264,8 @@ class LlmTab(QWidget):
             self.stt_combo.addItem(f"{llm.stt_model} (not in the catalog)", llm.stt_model)
         self.stt_combo.setCurrentIndex(self.stt_combo.findData(llm.stt_model))
         form.addRow("Speech recognition:", self.stt_combo)
+        self.folders_list.setAccessibleName("Folders that “Search my folders” may read")
+        name_form_rows(form)
         self._backend_changed()
 
     def problems(self) -> list[tuple[QWidget, str]]:
@@ -423,4 +431,10 @@ class LlmTab(QWidget):
         self._show_connection(bounded(result.message, _MESSAGE_SHOWN), result.ok)
 
     def _show_connection(self, text: str, ok: bool | None) -> None:
+        self._refusal = text if ok is False else None  # any change of target clears it
         show_outcome(self.connection_status, text, ok)
+
+    def refused(self) -> str | None:
+        """Why Test connection refused the server and model the tab shows now (None: it
+        did not, or no test of them ran)."""
+        return self._refusal if self.backend_combo.currentData() != NO_LLM else None

@@ -31,13 +31,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.checkpoints.catalog import CatalogError, Manifest, load_catalog
+from app.checkpoints.catalog import (
+    CatalogError,
+    Manifest,
+    developer_models_wanted,
+    load_catalog,
+)
+from app.conversation.server_reach import check_speech_server
 from app.engine.device import DeviceChoice, device_problem, find_choice, unsurveyed_devices
 from app.engine.precision import AUTO, PRECISION_CHOICES, PRECISION_NAMES
-from app.remote.probe import probe_server
 from app.settings.schema import AppSettings, EngineSettings, SpeechModelSettings
 from app.text_bounds import bounded
 from app.ui import safe_file_dialog
+from app.ui.accessible_names import name_form_rows
 from app.ui.background_jobs import BackgroundJobs
 from app.ui.memory_plan_view import MemoryPlanView, Survey, survey_settings
 from app.ui.settings.engine_box import ProbeServer, SpeechEngineBox
@@ -79,7 +85,7 @@ class SpeechTab(QWidget):
         *,
         catalog: Mapping[str, Manifest] | None = None,
         list_voices: ListVoices = list_persona_voices,
-        server_probe: ProbeServer = probe_server,
+        server_probe: ProbeServer = check_speech_server,
         memory_survey: Survey = survey_settings,
         device_survey: DeviceSurvey | None = None,
         parent: QWidget | None = None,
@@ -108,8 +114,12 @@ class SpeechTab(QWidget):
         form = form_on(self)
 
         self.model_combo = QComboBox()
+        developer = developer_models_wanted()
         for model_id, manifest in self._catalog.items():
-            self.model_combo.addItem(manifest.display_name, model_id)
+            # A developer's model (random weights for timing, a test layout) is offered
+            # when asked for, or when the settings already name it.
+            if developer or not manifest.for_developers or model_id == speech.model_id:
+                self.model_combo.addItem(manifest.display_name, model_id)
         if self.model_combo.findData(speech.model_id) < 0:
             self.model_combo.addItem(f"{bounded(speech.model_id)} (not in the catalog)",
                                      speech.model_id)
@@ -198,6 +208,7 @@ class SpeechTab(QWidget):
 
         # Where the speech model runs: on top of the tab; the model's own fields are this
         # computer's only.
+        name_form_rows(form)
         self.engine_box = SpeechEngineBox(engine, probe=server_probe)
         self.engine_box.mode_changed.connect(self._engine_mode_changed)
         self.engine_box.mode_changed.connect(self._plan_soon)

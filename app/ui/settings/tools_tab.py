@@ -99,6 +99,7 @@ class ToolsTab(QWidget):
             "of Claude Desktop or another app. The assistant offers their tools beside the "
             "built-in ones; a tool that changes things asks you first, unless you say so."))
         self.server_list = QListWidget()
+        self.server_list.setAccessibleName("Tool servers (MCP)")
         self.server_list.setMinimumHeight(90)
         layout.addWidget(self.server_list)
         buttons = QHBoxLayout()
@@ -120,14 +121,18 @@ class ToolsTab(QWidget):
         self.server_status.setWordWrap(True)
         layout.addWidget(self.server_status)
         consent_row = QHBoxLayout()
-        consent_row.addWidget(QLabel("Its tools that change things:"))
+        consent_label = QLabel("Its tools that change &things:")
+        consent_row.addWidget(consent_label)
         self.consent_combo = QComboBox()
+        consent_label.setBuddy(self.consent_combo)
+        self.consent_combo.setAccessibleName("Its tools that change things")
         for key, label in CONSENTS:
             self.consent_combo.addItem(label, key)
         consent_row.addWidget(self.consent_combo, 1)
         layout.addLayout(consent_row)
         layout.addWidget(QLabel("Its tools (untick one to keep it from the assistant):"))
         self.tool_list = QListWidget()
+        self.tool_list.setAccessibleName("The server's tools")
         self.tool_list.setMinimumHeight(120)
         layout.addWidget(self.tool_list, 1)
 
@@ -171,7 +176,7 @@ class ToolsTab(QWidget):
             self._hub = shared_hub()
         return self._hub
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+    def showEvent(self, event: QShowEvent) -> None:  # Qt's name
         super().showEvent(event)
         self._lease_servers()
         self._timer.start()

@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
-from app.audio_file import read_mono_24k, write_wav_24k  # noqa: E402
-from app.frames import SAMPLE_RATE  # noqa: E402
+from app.audio_file import read_mono_24k, write_wav_24k
+from app.frames import SAMPLE_RATE
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 WAV_STEP = 1.0 / 32768.0  # one step of a 16-bit sample

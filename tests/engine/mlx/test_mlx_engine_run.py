@@ -23,11 +23,11 @@ import pytest
 
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
-from app.conversation.config import ConversationConfig  # noqa: E402
-from app.conversation.headless import Injection, run_headless  # noqa: E402
-from app.conversation.run_request import HeadlessRun  # noqa: E402
-from app.llm.ollama_standin import OllamaStandIn, ScriptedReply  # noqa: E402
-from tests.speech import spoken  # noqa: E402
+from app.conversation.config import ConversationConfig
+from app.conversation.headless import Injection, run_headless
+from app.conversation.run_request import HeadlessRun
+from app.llm.ollama_standin import OllamaStandIn, ScriptedReply
+from tests.speech import spoken
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RET_AT_S = 4.2  # after the question ended and the VAD closed the turn

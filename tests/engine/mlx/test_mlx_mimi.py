@@ -19,20 +19,20 @@ import torch
 
 pytest.importorskip("mlx.core", reason="mlx does not import here (pip install mlx[cpu])")
 
-from moshi.models import MimiModel, loaders  # noqa: E402
-from moshi.quantization.core_vq import EuclideanCodebook  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from moshi.models import MimiModel, loaders
+from moshi.quantization.core_vq import EuclideanCodebook
+from safetensors.torch import save_file
 
-from app.checkpoints.tiny_builder import (  # noqa: E402
+from app.checkpoints.tiny_builder import (
     contiguous_state,
     initialise_codebooks,
     tiny_mimi_config,
 )
-from app.engine.mlx import frame_codec  # noqa: E402
-from app.engine.mlx.frame_codec import make_frame_codec, mimi_backend  # noqa: E402
-from app.engine.mlx.mlx_mimi import MimiConfigError, MlxMimi  # noqa: E402
-from app.frames import FRAME_SAMPLES, SAMPLE_RATE  # noqa: E402
-from app.moshi_internals import (  # noqa: E402
+from app.engine.mlx import frame_codec
+from app.engine.mlx.frame_codec import make_frame_codec, mimi_backend
+from app.engine.mlx.mlx_mimi import MimiConfigError, MlxMimi
+from app.frames import FRAME_SAMPLES, SAMPLE_RATE
+from app.moshi_internals import (
     capturing_codebook_inputs,
     mark_codebook_initialised,
     moshi_mimi_config,

@@ -94,3 +94,25 @@ def test_latency_profiles():
     assert latency_s("search_flights", "slow") == pytest.approx(2.4)
     with pytest.raises(ValueError, match="unknown latency profile"):
         latency_s("track_order", "glacial")
+
+
+def test_each_answer_says_the_latency_it_scripted(server):
+    """What a replay counts for the call instead of the machine's time (docs/replay.md),
+    through the app's MCP client and the tool the LLM calls."""
+    from app.settings.schema import McpServerSettings
+    from app.tools.mcp.consent import ConsentBroker
+    from app.tools.mcp.tool import McpTool
+
+    assert server.call("track_order", {"order_id": "B1"}).declared_s == 0.0
+    normal = McpServerConnection(mock_server_settings("normal"))
+    normal.start()
+    try:
+        assert normal.wait_until_settled(60.0).state == "ready", normal.status().message
+        info = next(t for t in normal.status().tools if t.name == "search_flights")
+        tool = McpTool("search_flights", info, normal, McpServerSettings(
+            name="fdb3", command="x", consent="always"), ConsentBroker())
+        result = tool.run({"destination": "Rome", "date": "October 5"})
+    finally:
+        normal.close()
+    assert result.ok and result.declared_s == 0.8 == latency_s("search_flights", "normal")
+    assert result.replayed_s == 0.8  # not the elapsed time, whatever the machine took

@@ -202,3 +202,27 @@ def test_results_in_the_released_layout_are_scored_and_reported(tmp_path):
     assert "| pass rate (strict) | 1.000 | 0.470 |" in text
     assert "| tool selection (F1) | 1.000 | 0.855 |" in text
     assert json.loads(paths["json"].read_text())["provider"] == "ours"
+
+
+def test_results_whose_scenarios_lack_the_expected_calls_are_said_so(tmp_path):
+    """The released folders' metadata.json have no expected calls: scoring without
+    --benchmark names that, not "no result_X.json" (the results are there)."""
+    for name in ("travel_07_65e8cf8f4c7424fa062e54a3", "travel_08_65e8cf8f4c7424fa062e54a3"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "input.wav").write_bytes(b"")
+        (folder / "metadata.json").write_text(json.dumps({"id": name[:9], "domain": "x"}))
+        (folder / "result_ours.json").write_text(json.dumps(result(SEARCH)))
+    with pytest.raises(ValueError) as refused:
+        score_results(tmp_path, "ours")
+    assert str(refused.value) == (
+        f"nothing to score under {tmp_path}: 2 result_ours.json found, but their scenarios "
+        "have no expected_tool_calls in their metadata.json (the released folders' lack "
+        "them): give --benchmark benchmark_data_v2.json")
+    benchmark = tmp_path / "benchmark_data_v2.json"
+    benchmark.write_text(json.dumps({"scenarios": [{"id": "other"}]}))
+    with pytest.raises(ValueError, match="neither in their metadata.json nor in the "
+                                         "--benchmark file"):
+        score_results(tmp_path, "ours", benchmark=benchmark)
+    benchmark.write_text(json.dumps([{**SCENARIO, "id": "travel_07"}]))
+    assert score_results(tmp_path, "ours", benchmark=benchmark)["overall"]["scenarios"] == 1

@@ -46,15 +46,39 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def read_pid(path: Path, timeout: float = 30.0) -> int:
+def read_pid(path: Path, timeout: float = 120.0) -> int:
     wait_until(lambda: path.is_file() and path.read_text().strip(), timeout,
                message=f"the server never wrote {path}")
     return int(path.read_text())
 
 
-def assert_gone(pid: int, timeout: float = 15.0) -> None:
+def assert_gone(pid: int, timeout: float = 60.0) -> None:
     wait_until(lambda: not process_alive(pid), timeout,
                message=f"the server's process {pid} is still running")
+
+
+def running_with(argument: str) -> list[int]:
+    """The live processes (not zombies) whose command line holds `argument`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argument.encode() in words and process_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def assert_none_running_with(argument: str, timeout: float = 60.0) -> None:
+    """No process whose command line holds `argument` (a test's own path) is left: neither
+    the server nor the guard it runs under, however far either got before it was ended (on a
+    busy machine, a server given up after a few seconds may not have reached its first
+    line)."""
+    wait_until(lambda: not running_with(argument), timeout,
+               message=f"still running with {argument}: {running_with(argument)}")
 
 
 def free_port() -> int:

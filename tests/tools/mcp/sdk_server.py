@@ -5,7 +5,8 @@ Its tools cover what a server can do to a client: read-only and changing tools, 
 10 MB, an image, text that tries to forge span markers, an error, a crash and a hang.
 Options make it write its pid (`--pid-file`: the tests check the process is gone), print an
 environment variable on stderr at start (`--print-env`: it must be masked in our log), exit
-at once (`--exit-at-start`) or never answer (`--no-answer`).
+at once (`--exit-at-start`), never answer (`--no-answer`) or list a tool whose input schema
+is malformed (`--bad-schema`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, ToolAnnotations
+from mcp.types import Tool as MCPTool
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
 CHANGES = ToolAnnotations(readOnlyHint=False, destructiveHint=True)
@@ -31,8 +33,20 @@ TINY_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgA
             "PchI7wAAAABJRU5ErkJggg==")
 
 
-def build(name: str, events_file: Path | None) -> MCPServer:
-    server = MCPServer(name)
+# What `--bad-schema` adds: a tool whose input schema is not JSON Schema ("required" must be
+# a list of names), as a careless or hostile server lists one.
+BAD_TOOL = MCPTool(name="broken_lookup", description="Look a word up (its schema is broken).",
+                   input_schema={"type": "object", "properties": {"word": {"type": "string"}},
+                                 "required": "word"})
+
+
+class _WithBadTool(MCPServer):
+    async def list_tools(self) -> list[MCPTool]:
+        return [*await super().list_tools(), BAD_TOOL]
+
+
+def build(name: str, events_file: Path | None, bad_schema: bool = False) -> MCPServer:
+    server = _WithBadTool(name) if bad_schema else MCPServer(name)
 
     @server.tool(annotations=READ_ONLY)
     def lookup_word(word: str) -> str:
@@ -101,6 +115,8 @@ def main() -> int:
     parser.add_argument("--print-env", default=None, metavar="NAME")
     parser.add_argument("--exit-at-start", type=int, default=None, metavar="CODE")
     parser.add_argument("--no-answer", action="store_true")
+    parser.add_argument("--bad-schema", action="store_true",
+                        help="list one more tool, whose input schema is malformed")
     parser.add_argument("--linger", action="store_true",
                         help="hang on after its stdin ends (a server that ignores it)")
     args = parser.parse_args()
@@ -115,7 +131,7 @@ def main() -> int:
     if args.no_answer:
         time.sleep(3600)
         return 0
-    server = build(args.name, args.events_file)
+    server = build(args.name, args.events_file, args.bad_schema)
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     else:

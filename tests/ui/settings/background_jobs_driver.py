@@ -12,10 +12,10 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QCoreApplication, QEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent
+from PySide6.QtWidgets import QApplication, QWidget
 
-from app.ui.background_jobs import BackgroundJobs, jobs_out  # noqa: E402
+from app.ui.background_jobs import BackgroundJobs, jobs_out
 
 ROUNDS = 40
 

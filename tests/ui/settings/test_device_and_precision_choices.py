@@ -14,19 +14,19 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PySide6.QtGui import QStandardItemModel  # noqa: E402
-from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
+import pytest
+import torch
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QDialogButtonBox
 
-from app.engine.device import choose_device, survey_devices  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings  # noqa: E402
-from app.ui.background_jobs import wait_for_jobs  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
-from app.ui.settings.speech_tab import LOOKING  # noqa: E402
+from app.engine.device import choose_device, survey_devices
+from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
+from app.ui.background_jobs import wait_for_jobs
+from app.ui.settings.dialog import SettingsDialog
+from app.ui.settings.speech_tab import LOOKING
 
 WAIT_MS = 120_000  # the first survey loads torch's layers at each precision (seconds)
 TORCH_RAW = "Expected one of"  # how torch's own message for a bad device name begins
@@ -70,7 +70,7 @@ def _open(qtbot, speech: SpeechModelSettings) -> SettingsDialog:
         AppSettings(speech=speech, llm=LlmSettings(backend="none")), stt_models={},
         list_voices=lambda *_: [], device_survey=survey_devices,
         memory_survey=lambda settings, _timeout: __import__(
-            "app.engine.memory_survey", fromlist=["survey_for_settings"]
+            "app.plan.memory_survey", fromlist=["survey_for_settings"]
         ).survey_for_settings(settings, timeout_s=0.5))
     qtbot.addWidget(dialog)
     dialog.show()

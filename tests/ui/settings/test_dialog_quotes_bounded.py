@@ -8,16 +8,16 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-from PySide6.QtWidgets import QComboBox, QLabel  # noqa: E402
+import pytest
+from PySide6.QtWidgets import QComboBox, QLabel
 
-from app.checkpoints.catalog import load_catalog  # noqa: E402
-from app.settings.schema import AppSettings, AudioSettings, SpeechModelSettings  # noqa: E402
-from app.ui.background_jobs import wait_for_jobs  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
+from app.checkpoints.catalog import load_catalog
+from app.settings.schema import AppSettings, AudioSettings, SpeechModelSettings
+from app.ui.background_jobs import wait_for_jobs
+from app.ui.settings.dialog import SettingsDialog
 
 LONG = "n" * 200_000
 SHOWN_AT_MOST = 1000

@@ -8,15 +8,15 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
+import pytest
+from PySide6.QtWidgets import QDialogButtonBox
 
-from app.settings.schema import AppSettings, EngineSettings  # noqa: E402
-from app.ui.background_jobs import wait_for_jobs  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
+from app.settings.schema import AppSettings, EngineSettings
+from app.ui.background_jobs import wait_for_jobs
+from app.ui.settings.dialog import SettingsDialog
 
 WAIT_MS = 30_000  # the speech tab's memory plan asks Ollama (a timeout of seconds)
 

@@ -9,17 +9,17 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
-from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
+import pytest
+from PySide6.QtWidgets import QDialogButtonBox
 
-from app.llm.backend import LLMBackend  # noqa: E402
-from app.settings.schema import AppSettings, LlmSettings  # noqa: E402
-from app.settings.store import field_range  # noqa: E402
-from app.ui.background_jobs import wait_for_jobs  # noqa: E402
-from app.ui.settings.dialog import SettingsDialog  # noqa: E402
+from app.llm.backend import LLMBackend
+from app.settings.schema import AppSettings, LlmSettings
+from app.settings.store import field_range
+from app.ui.background_jobs import wait_for_jobs
+from app.ui.settings.dialog import SettingsDialog
 
 WAIT_MS = 5000
 STT_MODELS = {"kyutai-stt-1b-en_fr": "Kyutai STT 1B"}

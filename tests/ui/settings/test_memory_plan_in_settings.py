@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from app.checkpoints.catalog import get_manifest, load_catalog
-from app.engine.footprint import short_name
-from app.engine.memory_plan import GIB, DeviceMemory
-from app.engine.memory_survey import survey_for_settings
 from app.llm.ollama_standin import OllamaStandIn, StandInModel
+from app.plan.footprint import short_name
+from app.plan.memory_plan import GIB, DeviceMemory
+from app.plan.memory_survey import survey_for_settings
 from app.settings.schema import AppSettings, LlmSettings, SpeechModelSettings
 from app.ui.background_jobs import wait_for_jobs
 from app.ui.download_dialog import ModelMissingDialog
@@ -152,3 +152,37 @@ def test_the_first_run_dialog_shows_the_plan_for_the_model_asked_for(qtbot, olla
     qtbot.waitUntil(lambda: "Fits:" in view.text(), timeout=WAIT_MS)
     assert f"{short_name(manifest.display_name)} in 8-bit" in view.text()
     assert "of 16 GB" in view.text()
+
+
+def test_a_precision_the_device_does_not_run_is_not_a_green_fits(qtbot, ollama):
+    """Issue 35, item 13: with MLX and int8 the speech tab said in red that int8 does not run
+    on MLX and, beside it, in green "Fits: … in 8-bit": both cannot be true. The plan says
+    it would fit in memory, without the green, and its note says why it cannot run."""
+    from app.engine.device import DeviceChoice
+    from app.ui.settings.form import OK_COLOR
+
+    mlx_runs = ("fp32", "q8", "q4")
+    machine = DeviceMemory("cpu", "MLX on this CPU (x86_64)", 24 * GIB, 20 * GIB,
+                           precisions=mlx_runs)
+    settings = AppSettings(
+        speech=SpeechModelSettings(model_id="tiny", device="mlx", precision="int8"),
+        llm=LlmSettings(backend="ollama", host=ollama.url, model="qwen3:4b", stt_model="none"))
+    dialog = SettingsDialog(
+        settings, catalog=CATALOG, stt_models={}, list_voices=lambda *_: [],
+        device_survey=lambda: (DeviceChoice("mlx", "the MLX engine on this CPU (x86_64)",
+                                            precisions=mlx_runs),),
+        memory_survey=lambda s, timeout_s: survey_for_settings(s, machine,
+                                                               timeout_s=timeout_s))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    text = wait_for_plan(qtbot, dialog, "int8 does not run on")
+    hint = dialog.speech_tab.precision_hint
+    qtbot.waitUntil(hint.isVisible, timeout=WAIT_MS)
+    assert "int8 does not run" in hint.text(), hint.text()
+    assert "Fits:" not in text, text
+    assert "Would fit in memory:" in text, text
+    assert OK_COLOR not in dialog.speech_tab.memory_plan.label.styleSheet()
+    # A precision that runs there: the plan is a plain "Fits", green again.
+    dialog.precision_combo.setCurrentIndex(dialog.precision_combo.findData("q8"))
+    text = wait_for_plan(qtbot, dialog, "Fits:")
+    assert OK_COLOR in dialog.speech_tab.memory_plan.label.styleSheet()

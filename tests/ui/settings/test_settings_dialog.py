@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.checkpoints.catalog import Manifest, load_catalog
+from app.checkpoints.catalog import DEVELOPER_MODELS_VARIABLE, Manifest, load_catalog
 from app.llm.backend import LLMBackend
 from app.llm.ollama_standin import OllamaStandIn
 from app.settings.schema import AppSettings, AudioSettings, LlmSettings, SpeechModelSettings
@@ -148,7 +148,8 @@ def test_edits_come_back_in_the_settings(qtbot, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("model_id", sorted(CATALOG))
-def test_role_prompt_only_for_persona_checkpoints(qtbot, model_id: str) -> None:
+def test_role_prompt_only_for_persona_checkpoints(qtbot, monkeypatch, model_id: str) -> None:
+    monkeypatch.setenv(DEVELOPER_MODELS_VARIABLE, "1")  # the developers' models too
     dialog = make_dialog(qtbot)
     select_data(dialog.model_combo, model_id)
     persona = model_id in ("personaplex", "tiny-persona", "context-spanning-7b", "tiny-cs")
@@ -387,3 +388,49 @@ def test_default_backend_factory_builds_each_backend() -> None:
     assert ollama.name == "Ollama" and openai.name == "OpenAI-compatible server"
     with pytest.raises(ValueError):
         connection_test_backend(LlmSettings(backend="none"), 2.0)
+
+
+# -- developers' models ---------------------------------------------------------------------------
+
+
+def _offered(combo) -> dict[str, str]:
+    return {combo.itemData(i): combo.itemText(i) for i in range(combo.count())}
+
+
+DEVELOPER_SPEECH = {"moshi-7b-random", "tiny-cs"}
+
+
+def test_developers_models_are_offered_only_when_asked_for(qtbot, monkeypatch) -> None:
+    """Issue 35, item 18: Settings offered users "Moshi 7B architecture with random weights
+    (GPU timing only)", "… (random weights, for tests)" and a random-weight recogniser. They
+    are offered when CONTEXTSPAN_DEVELOPER_MODELS=1 asks for them (or the settings already
+    name one); the tiny demo model stays offered to everyone."""
+    from app.asr.stt_catalog import load_stt_catalog
+
+    assert {m for m, manifest in CATALOG.items() if manifest.for_developers} == \
+        DEVELOPER_SPEECH
+    monkeypatch.delenv(DEVELOPER_MODELS_VARIABLE, raising=False)
+    dialog = make_dialog(qtbot, catalog=None, stt_models=None)  # the app's own catalogs
+    speech, stt = _offered(dialog.model_combo), _offered(dialog.stt_combo)
+    assert not DEVELOPER_SPEECH & set(speech), speech
+    for name in speech.values():
+        assert "GPU timing only" not in name and "for tests" not in name, name
+    assert "tiny" in speech and "context-spanning-7b" in speech
+    assert "tiny-stt" not in stt and "kyutai-stt-1b-en_fr" in stt, stt
+
+    monkeypatch.setenv(DEVELOPER_MODELS_VARIABLE, "1")
+    dialog = make_dialog(qtbot, catalog=None, stt_models=None)
+    assert set(_offered(dialog.model_combo)) >= DEVELOPER_SPEECH
+    assert "tiny-stt" in _offered(dialog.stt_combo)
+    assert set(load_stt_catalog()) <= set(_offered(dialog.stt_combo))
+
+
+def test_a_developers_model_the_settings_name_stays_shown(qtbot, monkeypatch) -> None:
+    monkeypatch.delenv(DEVELOPER_MODELS_VARIABLE, raising=False)
+    settings = AppSettings(speech=SpeechModelSettings(model_id="moshi-7b-random"),
+                           llm=LlmSettings(stt_model="tiny-stt"))
+    dialog = make_dialog(qtbot, settings, catalog=None, stt_models=None)
+    assert dialog.model_combo.currentData() == "moshi-7b-random"
+    assert dialog.stt_combo.currentData() == "tiny-stt"
+    assert "tiny-cs" not in _offered(dialog.model_combo)
+    assert dialog.settings().speech.model_id == "moshi-7b-random"

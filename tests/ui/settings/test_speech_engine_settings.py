@@ -79,11 +79,36 @@ def test_a_wrong_or_missing_token_is_named(qtbot, server):
 
 
 def test_an_unreachable_server_is_named(qtbot):
-    url = f"http://127.0.0.1:{free_port()}"
+    """Issue 35, item 11: said as the network library words it ("Cannot reach …: Cannot
+    connect to host … ssl:default [Connect call failed ('127.0.0.1', …)]"), now in words
+    with what to do."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
     settings = AppSettings(engine=EngineSettings(mode="server", server_url=url))
     dialog = make_dialog(qtbot, settings)
-    assert run_test(qtbot, dialog).startswith(f"Cannot reach {url}")
+    said = run_test(qtbot, dialog)
+    assert said.startswith(f"Nothing answers at 127.0.0.1:{port}: no speech server runs "
+                           "there"), said
+    assert "python main.py serve" in said and "ssl:default" not in said, said
     box = dialog.engine_box
+    box.url_edit.setText("http://no-such-host.invalid:8998")
+    said = run_test(qtbot, dialog)
+    assert said.startswith("The computer name “no-such-host.invalid” is not known"), said
     box.url_edit.setText("ftp://nowhere")  # said as it is typed; nothing to test
     assert "must start with http://" in box.url_problem.text()
     assert not box.test_button.isEnabled()
+
+
+def test_a_server_that_takes_the_connection_and_says_nothing_is_said_so(qtbot):
+    """Issue 35, item 11: an address that takes connections and never answers (a server
+    still loading, another program) was reported as "Cannot reach http://…: ." (empty)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        dialog = make_dialog(qtbot, AppSettings(engine=EngineSettings(mode="server",
+                                                                      server_url=url)))
+        dialog.engine_box.probe_timeout_s = 1.0
+        said = run_test(qtbot, dialog)
+    assert said.startswith(f"{url} takes connections but sent no answer within 1 s"), said
+    assert ": ." not in said and "try again in a minute" in said, said

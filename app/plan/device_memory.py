@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.engine.memory_plan import DeviceMemory
+from app.plan.memory_plan import DeviceMemory
 
 
 def _physical_memory() -> int:

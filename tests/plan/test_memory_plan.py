@@ -7,16 +7,16 @@ import socket
 
 import pytest
 
-from app.engine.memory_plan import (
+from app.llm.ollama_footprint import is_local_host
+from app.llm.ollama_standin import OllamaStandIn, StandInModel
+from app.plan.memory_plan import (
     GIB,
     DeviceMemory,
     LlmLoad,
     ModelShape,
     plan_memory,
 )
-from app.engine.memory_survey import survey_memory
-from app.llm.ollama_footprint import is_local_host
-from app.llm.ollama_standin import OllamaStandIn, StandInModel
+from app.plan.memory_survey import survey_memory
 
 QWEN3_4B_INFO = {  # the GGUF metadata Ollama's /api/show gives for qwen3:4b
     "general.architecture": "qwen3",
@@ -183,7 +183,7 @@ def test_when_nothing_fits_at_all_the_plan_says_so():
 def test_with_the_server_recognising_the_thin_clients_plan_counts_no_recogniser(ollama):
     """Speech model on a server: the laptop's plan holds the recogniser only while this
     machine recognises the user's words, never once the server does."""
-    from app.engine.memory_survey import survey_for_settings
+    from app.plan.memory_survey import survey_for_settings
     from app.settings.schema import AppSettings, EngineSettings, LlmSettings
 
     def labels(asr_on_server: bool) -> list[str]:

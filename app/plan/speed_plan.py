@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.memory_plan import (
+from app.plan.memory_plan import (
     GIB,
     PRECISIONS,
     STT_PRECISION,

@@ -1,4 +1,4 @@
-"""Which card keeps the 7B in real time (app/engine/speed_plan.py): the prediction gives back
+"""Which card keeps the 7B in real time (app/plan/speed_plan.py): the prediction gives back
 the one GPU measurement it stands on, reads cost what the card's bandwidth says, the plan
 recommends the precision that keeps up rather than the first that fits, cards are found by
 the names CUDA gives them, and the 8 GB question is answered."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from app.checkpoints.catalog import get_manifest
-from app.engine.footprint import checkpoint_shape, stt_shape
-from app.engine.memory_plan import GIB, PRECISIONS, DeviceMemory
-from app.engine.memory_survey import real_time_recommendation
-from app.engine.speed_plan import (
+from app.plan.footprint import checkpoint_shape, stt_shape
+from app.plan.memory_plan import GIB, PRECISIONS, DeviceMemory
+from app.plan.memory_survey import real_time_recommendation
+from app.plan.speed_plan import (
     CARDS,
     H200_FRAME_MS,
     H200_STEP_MS,

@@ -9,8 +9,8 @@ import torch
 from moshi.modules.transformer import StreamingMultiheadAttention
 
 from app.checkpoints.catalog import get_manifest
-from app.engine.footprint import checkpoint_shape, max_chunk_of
 from app.engine.kv_ring import widen_attention_rings
+from app.plan.footprint import checkpoint_shape, max_chunk_of
 
 
 def ring_values(module: torch.nn.Module) -> int:

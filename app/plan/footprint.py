@@ -25,8 +25,8 @@ from app.asr.stt_catalog import SttManifest
 from app.checkpoints.architectures import lm_architecture, mimi_architecture
 from app.checkpoints.catalog import Manifest
 from app.checkpoints.tiny_builder import RANDOM_WEIGHTS_MARKER, tiny_lm_config, tiny_mimi_config
-from app.engine.memory_plan import ModelShape
 from app.moshi_internals import moshi_7b_config
+from app.plan.memory_plan import ModelShape
 
 # Allowances, not measurements: a block forward's activations (the 7B's 256-column block:
 # logits, attention scores and the feed-forward's hidden, about 0.1 GB), the step's CUDA graph

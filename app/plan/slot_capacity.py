@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.memory_plan import PRECISIONS, ModelShape, Precision, format_gb
+from app.plan.memory_plan import PRECISIONS, ModelShape, Precision, format_gb
 
 REST_PER_CONVERSATION_BYTES = int(0.11 * 2**30)
 

@@ -1,7 +1,7 @@
 """What fits in memory before anything loads: the speech model at each precision, the speech
 recogniser and the user's Ollama model, against what the device has free.
 
-Pure arithmetic on facts gathered elsewhere (app/engine/memory_survey.py gathers them: the
+Pure arithmetic on facts gathered elsewhere (app/plan/memory_survey.py gathers them: the
 checkpoint's shape from its architecture, Ollama's own report of its model, the device's free
 memory), so that tests plan for made-up machines. No torch, no Qt.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.precision import INT4_GROUP_SIZE
+from app.engine.precision import DEVICE_PRECISIONS, INT4_GROUP_SIZE
 
 GIB = 1024**3
 
@@ -49,15 +49,6 @@ PRECISIONS: dict[str, Precision] = {
         Precision("q8", "8-bit", 8.5, 16, 16),  # MLX: 16-bit scale and bias per 64 weights
         Precision("q4", "4-bit", 4.5, 16, 16),
     )
-}
-
-# What each kind of device offers, best first (the default is the first that fits). CUDA runs
-# the torch engine (bf16, 8-bit weights); a Mac runs MLX (bf16, 8 and 4 bits); the CPU loads
-# in float32 (app/checkpoints/loader.runtime_dtype: bf16 matmuls there are slow).
-DEVICE_PRECISIONS: dict[DeviceKind, tuple[str, ...]] = {
-    "cuda": ("bf16", "int8"),
-    "mac": ("bf16", "q8", "q4"),
-    "cpu": ("fp32",),
 }
 
 # The recogniser is never quantized: its manifest's bf16, float32 on a CPU.
@@ -119,7 +110,7 @@ class DeviceMemory:
 @dataclass(frozen=True)
 class ModelShape:
     """A checkpoint's sizes, counted from its architecture without loading its weights
-    (app/engine/footprint.py)."""
+    (app/plan/footprint.py)."""
 
     name: str  # as the sentence says it: "Context Spanning 7B"
     linear_params: int  # weights of linear layers: what 8 and 4 bits quantize
@@ -194,7 +185,7 @@ class Suggestion:
 @dataclass(frozen=True)
 class Recommendation:
     """The precision that keeps real time on this device, not only fits, and why (made by
-    app/engine/speed_plan.py from predictions; None: nothing it runs keeps up and fits)."""
+    app/plan/speed_plan.py from predictions; None: nothing it runs keeps up and fits)."""
 
     precision: str | None
     why: str

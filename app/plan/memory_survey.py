@@ -1,9 +1,10 @@
 """Gather what the memory plan needs and plan: the checkpoint's shape, the recogniser's, the
-user's Ollama model as Ollama reports it, and the device's memory.
+user's LLM as its backend's footprint hook reports it (its row in app/llm_backends.py:
+Ollama's asks Ollama), and the device's memory.
 
 `survey_for_settings(settings)` is what the first-run dialog and Settings call (off the GUI
 thread: it asks Ollama over HTTP and may start CUDA); `python main.py plan` calls
-`survey_memory` with its flags. The arithmetic is app/engine/memory_plan.py.
+`survey_memory` with its flags. The arithmetic is app/plan/memory_plan.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.memory_plan import (
+from app.llm_backends import OLLAMA, llm_backend_kind
+from app.plan.memory_plan import (
     DeviceMemory,
     LlmLoad,
     MemoryReport,
@@ -19,30 +21,10 @@ from app.engine.memory_plan import (
     Recommendation,
     plan_memory,
 )
-from app.llm.ollama_footprint import OllamaSizeUnknown, ollama_model_memory
-from app.llm_backends import OLLAMA, OPENAI
 from app.settings.schema import AppSettings
 
 DEFAULT_STT = "kyutai-stt-1b-en_fr"
 NO_STT = "none"
-
-
-def _llm_load(device: DeviceMemory, host: str | None, model: str | None,
-              timeout_s: float) -> tuple[LlmLoad | None, str | None]:
-    """The Ollama model as it weighs on `device`, or None and why it is not counted."""
-    from app.llm.ollama_backend import OllamaSettings
-
-    defaults = OllamaSettings()
-    host, model = host or defaults.host, model or defaults.model
-    try:
-        memory = ollama_model_memory(host, model, timeout_s=timeout_s)
-    except OllamaSizeUnknown as exc:
-        return None, f"{model} is not counted: {exc}."
-    if not memory.local:
-        return None, f"{model} runs in Ollama at {host}, another machine: not counted here."
-    # On a GPU only what Ollama put there counts; unified memory and RAM hold all of it.
-    size = memory.vram_bytes if device.kind == "cuda" else memory.bytes
-    return LlmLoad(model, size, measured=memory.loaded, held_now=memory.loaded), None
 
 
 def survey_memory(
@@ -62,8 +44,8 @@ def survey_memory(
     (None or "none": no recogniser) and the LLM. `device_memory` overrides the probe."""
     from app.asr.stt_catalog import get_stt_manifest
     from app.checkpoints.catalog import get_manifest
-    from app.engine.device_memory import probe_device_memory
-    from app.engine.footprint import checkpoint_shape, stt_shape
+    from app.plan.device_memory import probe_device_memory
+    from app.plan.footprint import checkpoint_shape, stt_shape
 
     memory = device_memory or probe_device_memory(device)
     speech = checkpoint_shape(get_manifest(model_id), folder) if model_id else None
@@ -72,12 +54,14 @@ def survey_memory(
         stt = stt_shape(get_stt_manifest(stt_model))
     notes: list[str] = []
     llm = None
-    if llm_backend == OLLAMA:
-        llm, note = _llm_load(memory, llm_host, llm_model, timeout_s)
-        notes += [note] if note else []
-    elif llm_backend == OPENAI:
-        notes.append("Not counted: the OpenAI-compatible server's model (such servers do not "
-                     "report its size; if it runs here, leave room for it).")
+    backend = llm_backend_kind(llm_backend)
+    if backend is not None:  # what its model weighs here, in its row's hook's words
+        footprint = backend.footprint_function()(llm_host, llm_model, memory.kind, timeout_s)
+        if footprint.not_counted is not None:
+            notes.append(footprint.not_counted)
+        else:
+            llm = LlmLoad(footprint.model, footprint.bytes, measured=footprint.measured,
+                          held_now=footprint.held_now, server=backend.prose)
     # What runs there is the device's own answer (device.survey_devices), the one Settings
     # offers and loading finds: int8 on a CPU that runs it is planned, not refused.
     if speech is not None and precision is not None and precision not in memory.offered():
@@ -94,9 +78,9 @@ def real_time_recommendation(memory: DeviceMemory, speech: ModelShape | None,
                              stt: ModelShape | None = None, llm: LlmLoad | None = None
                              ) -> Recommendation | None:
     """The precision that keeps the 7B in real time on this card, among those whose whole
-    plan fits (app/engine/speed_plan.py: predicted); None for a card it does not know, or a
+    plan fits (app/plan/speed_plan.py: predicted); None for a card it does not know, or a
     model that is not the 7B."""
-    from app.engine.speed_plan import find_card, recommend
+    from app.plan.speed_plan import find_card, recommend
 
     card = find_card(memory.name)
     if card is None or speech is None or speech.linear_params < SEVEN_B_LINEAR_PARAMS:
