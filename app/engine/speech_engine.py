@@ -53,7 +53,7 @@ class EngineOptions:
     # The torch engine's step compiled by torch.compile (inductor) at warm-up, inside its
     # CUDA graph: fewer, bigger kernels (app/engine/step_compile.py). Off by default: a
     # first start compiles for a minute or more, and the compiled step has not yet been
-    # run on a GPU (`--compile`; docs/performance.md).
+    # run on a GPU (`--compile`; ARCHITECTURE.md).
     compile_step: bool = False
     # Hears what the warm-up does that takes a while (compiling the step): the desktop
     # shows it as the session's loading state; the engine's log has it either way.
