@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, TypeVar, cast
 
 import moshi
@@ -181,6 +181,17 @@ def keep_kv_dtype(attention: StreamingMultiheadAttention, dtype: torch.dtype) ->
         raise ValueError("only self-attention layers keep a KV ring")
     attention.__class__ = _QuantizedProjectionAttention
     cast(_QuantizedProjectionAttention, attention).kv_dtype = dtype
+
+
+def new_kv_ring(layer: StreamingMultiheadAttention, batch_size: int) -> RingKVCache:
+    """The KV ring moshi gives the self-attention `layer` when it starts streaming at
+    `batch_size` (its capacity, heads, dtype and device: moshi's own choice, quantized
+    projections included), made on its own, the layer left as it is."""
+    if layer.cross_attention:
+        raise ValueError("only self-attention layers keep a KV ring")
+    ring = layer._init_streaming_state(batch_size).kv_cache
+    assert ring is not None
+    return ring
 
 
 def copy_ring(ring: RingKVCache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -376,6 +387,15 @@ def cuda_graphs_enabled() -> bool:
 def graph_captured(graphed: moshi_compile.CUDAGraphed) -> bool:
     """Whether the CUDAGraphed function has captured its graph (on its second call)."""
     return graphed._graph is not None
+
+
+def as_in_moshis_layers(device: torch.device) -> AbstractContextManager[None]:
+    """What a moshi transformer layer's forward sets around itself: off a GPU, moshi's own
+    torch.compile of its norms, rotary and gating is off (a no-op under NO_TORCH_COMPILE,
+    the app's default, but not where moshi was imported before `app`, as in some tests).
+    Code running a layer's modules outside its forward (app/engine/temporal_step.py,
+    depformer_step.py) sets it too, to compute as the layer does."""
+    return moshi_compile.no_compile() if device.type != "cuda" else nullcontext()
 
 
 def torch_compile_enabled() -> bool:

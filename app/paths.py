@@ -29,6 +29,12 @@ def checkpoints_dir() -> Path:
     return data_dir() / "checkpoints"
 
 
+def compiled_kernels_dir() -> Path:
+    """torch.compile's caches (inductor's compiled graphs and kernels) for the engine's step:
+    a second start reads them instead of compiling again (app/engine/step_compile.py)."""
+    return data_dir() / "compiled"
+
+
 def converted_weights_dir() -> Path:
     """Weights converted for another framework (the MLX LM), keyed by their source's hash."""
     return data_dir() / "converted"

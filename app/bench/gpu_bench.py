@@ -507,12 +507,15 @@ def run_gpu_bench(
     slot_frames: int = 40,
     stop_at_first_miss: bool = False,
     asr: str | None = None,
+    compile_step: bool = False,
 ) -> dict[str, Any]:
     """`slots`: slot counts of an engine to run with every row talking (slots_bench.py),
     after the blocks; a model not read with span blocks (tiny) runs the slots alone.
     `stop_at_first_miss`: no count after the first that fails or misses the frame. `asr`:
     an STT whose recogniser runs at each slot count too (not on disk: its published
-    architecture with random weights)."""
+    architecture with random weights). `compile_step`: the blocks' engine with its step
+    compiled by torch.compile (`--compile`; compiled in the warm-up, which the figure
+    "compile" then describes)."""
     began = time.perf_counter()
     torch_device = _resolve_device(device, allow_cpu)
     blocks = tuple(dict.fromkeys(int(n) for n in blocks))  # in order, once each
@@ -530,7 +533,8 @@ def run_gpu_bench(
     # The seed makes the random weights repeatable; the caller's RNG state is left alone.
     with torch.random.fork_rng(devices=[torch_device] if cuda else []):
         torch.manual_seed(seed)
-        result = _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began)
+        result = _run(model, torch_device, torch_dtype, dtype, blocks, repeats, seed, began,
+                      compile_step)
         if slots:
             result["slots"] = _slots(model, torch_device, torch_dtype, dtype, slots,
                                      slot_frames, seed, stop_at_first_miss, asr)
@@ -603,8 +607,9 @@ def _slots_alone(model: str, device: torch.device, dtype: str, counts: tuple[int
 
 
 def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype, dtype: str,
-         blocks: tuple[int, ...], repeats: int, seed: int, began: float) -> dict[str, Any]:
-    rig, model_name = _build_rig(model, torch_device, torch_dtype, dtype, seed)
+         blocks: tuple[int, ...], repeats: int, seed: int, began: float,
+         compile_step: bool = False) -> dict[str, Any]:
+    rig, model_name = _build_rig(model, torch_device, torch_dtype, dtype, seed, compile_step)
     built_s = time.perf_counter() - began
     with streaming_for_blocks(rig, blocks):
         measured = _measure(rig, blocks, repeats)
@@ -634,7 +639,7 @@ def _run(model: str | None, torch_device: torch.device, torch_dtype: torch.dtype
 
 
 def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype, dtype: str,
-               seed: int) -> tuple[_Rig, str]:
+               seed: int, compile_step: bool = False) -> tuple[_Rig, str]:
     from app.bench.slots_bench import random_checkpoint, stand_in_tokenizer
 
     if model is None:
@@ -644,7 +649,9 @@ def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype
     else:
         checkpoint, (open_id, close_id) = _catalog_model(model, device, dtype)
         lm, name = checkpoint.lm, model
-    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=True))
+    engine = LocalEngine(checkpoint, 1, EngineOptions(
+        greedy=True, compile_step=compile_step,
+        warmup_notice=lambda said: emit_figure("compiling", {"said": said})))
     engine.prepare_placeholders()
     assert engine.placeholders is not None and isinstance(engine.runtime, TorchRuntime)
     random = torch.Generator().manual_seed(seed)
@@ -660,6 +667,9 @@ def _build_rig(model: str | None, device: torch.device, torch_dtype: torch.dtype
 def _measure(rig: _Rig, blocks: tuple[int, ...], repeats: int) -> dict[str, Any]:
     """Every number of the report, on a streaming rig whose rings fit the largest block."""
     _warm_up(rig, blocks)
+    compiled = _compile_figure(rig)
+    if compiled is not None:
+        emit_figure("compile", compiled)
     step_ms, frame_ms = _time_steps(rig, max(20, 4 * repeats))
     emit_figure("step", {"step_ms": round(step_ms, 3), "frame_ms": round(frame_ms, 3)})
     rows = []
@@ -672,11 +682,23 @@ def _measure(rig: _Rig, blocks: tuple[int, ...], repeats: int) -> dict[str, Any]
     graph_replay = _graph_replay(rig, max(blocks))
     return {
         "cuda_graphs": _graphs_used(rig),
+        "compile": compiled,
         "step_ms": round(step_ms, 3),
         "frame_ms": round(frame_ms, 3),
         "blocks": rows,
         "graph_replay": graph_replay,
     }
+
+
+def _compile_figure(rig: _Rig) -> dict[str, Any] | None:
+    """What compiling the step took (None: not asked)."""
+    group = rig.runtime.step_compile()
+    if group is None:
+        return None
+    return {"pieces": [p.label for p in group.pieces if p.compiled],
+            "failures": {p.label: p.failure for p in group.pieces if p.failure is not None},
+            "compile_s": None if group.compile_s is None else round(group.compile_s, 1),
+            "from_cache": group.from_cache}
 
 
 def _number(value: float | None, spec: str) -> str:

@@ -71,6 +71,9 @@ class StepBench:
         "--steps", help="steps counted (default 2)"))
     greedy: bool = field(default=False, metadata=cli_option(
         "--greedy", help="greedy tokens (default: sampled, as the app samples)"))
+    compile_step: bool = field(default=False, metadata=cli_option(
+        "--compile", help="also count ours with the step compiled by torch.compile (a first "
+                          "run compiles for minutes)"))
     json: bool = _json()
 
 
@@ -164,6 +167,9 @@ class GpuBench:
         "--asr", metavar="STT",
         help="with --slots: a recogniser of N rows on this STT beside each count (not on disk: "
              "its published architecture, random weights)"))
+    compile_step: bool = field(default=False, metadata=cli_option(
+        "--compile", help="the blocks' engine with its step compiled by torch.compile (in the "
+                          "warm-up; the figure 'compile' says what it took)"))
     json: bool = _json()
 
 

@@ -11,6 +11,11 @@ the host, timed apart; stock's: its token cache on the device) and Mimi. Then th
 moshi's own `LMGen` on the same LM and Mimi (it drops the user's codebooks when dep_q is 16,
 a trap the engine avoids: its operators are what matters here).
 
+With `--compile`, a third engine per model and precision: ours with the step compiled by
+torch.compile (EngineOptions.compile_step), its compiled calls counted by torch.profiler
+(app/bench/step_count.py): the kernels they launch, in their parts (the codebooks' sampling
+fused into the depformer's), and what the compile took.
+
 Models: a catalog id (tiny-cs), or `7b`: PersonaPlex's 7B architecture with random weights.
 On a CUDA GPU `7b` is built at full size in bf16 and the GPU's kernels are counted too
 (torch.profiler, CUDA graphs as the app runs them). On a CPU it is built at a small width
@@ -23,6 +28,7 @@ One JSON line per model, precision and engine as soon as it is counted, then the
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import statistics
@@ -46,6 +52,8 @@ from app.engine.columns import ForcedStep, make_book
 from app.engine.device import synchronize
 from app.engine.local_engine import LocalEngine
 from app.engine.speech_engine import EngineOptions
+from app.engine.step_compile import CompiledPiece
+from app.engine.torch_runtime import TorchRuntime, layout_of
 from app.frames import FRAME_SAMPLES
 from app.plan.memory_plan import PRECISIONS
 
@@ -53,6 +61,7 @@ SEVEN_B = "7b"
 # The 7B at a small width on a CPU: 32 layers, 32 heads, the depformer's 6 layers and 16
 # heads, 16 codebooks, vocabularies and context as they are; widths cut 16 and 8 times.
 SMALL_WIDTH = {"dim": 256, "depformer_dim": 128, "depformer_dim_feedforward": 528}
+COMPILED = "compiled"  # the engine row of ours with the step compiled (--compile)
 SETTLE_STEPS = 4  # past the delays (the first frame out comes at the third step)
 MAX_READ = 600  # the rings widened for the release's longest span block, as the engine does
 INCLUDES = {
@@ -74,6 +83,12 @@ INCLUDES = {
                "a count, not a speed)",
     "gpu_kernels": "CUDA only: kernels the GPU ran per step, torch.profiler, CUDA graphs on "
                    "as the app runs them",
+    "compiled": "--compile: ours with the step compiled by torch.compile (the temporal "
+                "forward's setup, one layer, its end; the depformer's codebook step); each "
+                "part counts the kernels its compiled calls launch (fused inductor kernels "
+                "and the library ones they call: mm, attention, top-k, random draws), the "
+                "depformer's the codebooks' sampling included; compile_s: the first step's "
+                "time, the compiles included (from_cache: nothing had to be compiled)",
 }
 
 
@@ -161,10 +176,22 @@ def _counted(counter: StepCounter, steps: int, work: Callable[[], object],
     return total, statistics.median(times)
 
 
-def _ours(built: _Built, steps: int, greedy: bool, seed: int
-          ) -> tuple[dict[str, PartCount], dict[str, PartCount], float]:
+@dataclass
+class Counted:
+    """One engine's count: per step, per full frame, the step's time; and with the step
+    compiled, what compiling took."""
+
+    step: dict[str, PartCount]
+    frame: dict[str, PartCount]
+    step_ms: float
+    compiled: dict[str, Any] | None = None
+
+
+def _ours(built: _Built, steps: int, greedy: bool, seed: int, compile_step: bool = False
+          ) -> Counted:
     checkpoint = built.checkpoint
-    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=greedy, seed=seed))
+    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=greedy, seed=seed,
+                                                      compile_step=compile_step))
     engine.prepare_placeholders()
     random = np.random.default_rng(seed)
     users = random.integers(0, int(checkpoint.lm.card), (64, 1, 8))
@@ -176,19 +203,21 @@ def _ours(built: _Built, steps: int, greedy: bool, seed: int
         engine.step_rows([0], users[frame_index[0] % 64], [None])
         frame_index[0] += 1
 
-    with _streaming(engine), torch.no_grad(), _eager(checkpoint.lm):
+    with _streaming(engine), torch.no_grad(), _eager(checkpoint.lm), ExitStack() as observed:
         engine.runtime.reset_row(0)
         engine.prefill_forced(0, _prefix(engine))
-        for _ in range(SETTLE_STEPS):
+        for _ in range(SETTLE_STEPS):  # the compiled pieces compile on the first
             step()
+        for piece in _compiled_pieces(engine):
+            observed.enter_context(piece.observed(counter.observing(piece.part)))
         step_parts, step_ms = _counted(counter, steps, step, checkpoint.lm.device)
         frame_parts, _ = _counted(counter, steps,
                                   lambda: engine.model_frame([0], pcm), checkpoint.lm.device)
-    return step_parts, frame_parts, step_ms
+    compiled = _compile_facts(engine) if compile_step else None
+    return Counted(step_parts, frame_parts, step_ms, compiled)
 
 
-def _stock(built: _Built, steps: int, greedy: bool, seed: int
-           ) -> tuple[dict[str, PartCount], dict[str, PartCount], float]:
+def _stock(built: _Built, steps: int, greedy: bool, seed: int) -> Counted:
     """moshi's own LMGen and Mimi on the same weights."""
     checkpoint = built.checkpoint
     lm, mimi = checkpoint.lm, checkpoint.mimi
@@ -221,7 +250,15 @@ def _stock(built: _Built, steps: int, greedy: bool, seed: int
             step()
         step_parts, step_ms = _counted(counter, steps, step, device)
         frame_parts, _ = _counted(counter, steps, frame, device)
-    return step_parts, frame_parts, step_ms
+    return Counted(step_parts, frame_parts, step_ms)
+
+
+def _compiled_pieces(engine: LocalEngine) -> list[CompiledPiece]:
+    """The runtime's pieces torch.compile compiled (the torch runtime's only)."""
+    runtime = engine.runtime
+    if not isinstance(runtime, TorchRuntime):
+        return []
+    return [piece for piece in runtime.compiled_pieces() if piece.compiled]
 
 
 @contextmanager
@@ -236,8 +273,6 @@ def _eager(lm: LMModel) -> Iterator[None]:
 
 def _columns_host_us(built: _Built, frames: int = 200) -> float:
     """The numpy bookkeeping of one frame, alone: a ForcingColumns book's prepare + commit."""
-    from app.engine.torch_runtime import layout_of
-
     layout = layout_of(built.checkpoint.lm)
     book = make_book(built.checkpoint.manifest.generator, layout, 1)
     user = np.arange(8, dtype=np.int64)
@@ -313,14 +348,16 @@ def _totals(parts: dict[str, dict[str, Any]]) -> dict[str, int]:
             for key in ("operators", "weights_bytes", "kv_bytes")}
 
 
-def _gpu_kernels(built: _Built, steps: int, greedy: bool, seed: int) -> int | None:
+def _gpu_kernels(built: _Built, steps: int, greedy: bool, seed: int,
+                 compile_step: bool = False) -> int | None:
     """Kernels the GPU runs per step of ours, graphed as the app runs it (CUDA only)."""
     from torch.profiler import ProfilerActivity, profile
 
     checkpoint = built.checkpoint
     if checkpoint.lm.device.type != "cuda":
         return None
-    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=greedy, seed=seed))
+    engine = LocalEngine(checkpoint, 1, EngineOptions(greedy=greedy, seed=seed,
+                                                      compile_step=compile_step))
     engine.prepare_placeholders()
     users = np.random.default_rng(seed).integers(0, int(checkpoint.lm.card), (64, 1, 8))
     with _streaming(engine), torch.no_grad():
@@ -339,12 +376,18 @@ def _gpu_kernels(built: _Built, steps: int, greedy: bool, seed: int) -> int | No
 
 def count_model(model: str, precision: str, device: torch.device, steps: int = 2,
                 greedy: bool = False, seed: int = 0,
-                emit: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Ours and stock's rows for one model at one precision (each emitted when counted)."""
+                emit: Callable[[dict[str, Any]], None] | None = None,
+                compile_step: bool = False) -> list[dict[str, Any]]:
+    """Ours and stock's rows for one model at one precision, and with `compile_step` ours
+    compiled (each emitted when counted)."""
     built = _build(model, device, precision, seed)
     rows = []
-    for engine, count in (("ours", _ours), ("stock", _stock)):
-        step_parts, frame_parts, step_ms = count(built, steps, greedy, seed)
+    engines: list[tuple[str, Callable[..., Any]]] = [("ours", _ours), ("stock", _stock)]
+    if compile_step:
+        engines.append((COMPILED, functools.partial(_ours, compile_step=True)))
+    for engine, count in engines:
+        counted = count(built, steps, greedy, seed)
+        step_parts, frame_parts, step_ms = counted.step, counted.frame, counted.step_ms
         row: dict[str, Any] = {
             "model": built.name, "precision": precision, "engine": engine,
             "device": str(device), "greedy": greedy, "steps": steps,
@@ -357,9 +400,12 @@ def count_model(model: str, precision: str, device: torch.device, steps: int = 2
                                      precision)
             row["full_width"] = {"parts": full, **{key: sum(p[key] for p in full.values())
                                                     for key in ("weights_bytes", "kv_bytes")}}
-        if engine == "ours":
+        if engine != "stock":
             row["columns_host_us"] = _columns_host_us(built)
-            row["gpu_kernels"] = _gpu_kernels(built, steps, greedy, seed)
+            row["gpu_kernels"] = _gpu_kernels(built, steps, greedy, seed,
+                                              compile_step=engine == COMPILED)
+        if counted.compiled is not None:
+            row["compile"] = counted.compiled
         rows.append(row)
         if emit is not None:
             emit(row)
@@ -370,10 +416,24 @@ def count_model(model: str, precision: str, device: torch.device, steps: int = 2
     return rows
 
 
+def _compile_facts(engine: LocalEngine) -> dict[str, Any]:
+    """What compiling the step took (or that nothing compiled, and why)."""
+    runtime = engine.runtime
+    group = runtime.step_compile() if isinstance(runtime, TorchRuntime) else None
+    pieces = [] if group is None else group.pieces
+    compiled = [p.label for p in pieces if p.compiled]
+    failures = {p.label: p.failure for p in pieces if p.failure is not None}
+    return {"compiled": bool(compiled), "pieces": compiled, "failures": failures,
+            "compile_s": None if group is None or group.compile_s is None
+            else round(group.compile_s, 1),
+            "from_cache": None if group is None else group.from_cache}
+
+
 def run_step_bench(models: tuple[str, ...] = ("tiny-cs", SEVEN_B),
                    precisions: tuple[str, ...] = ("fp32",), device: str | None = "cpu",
                    steps: int = 2, greedy: bool = False, seed: int = 0,
-                   emit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                   emit: Callable[[dict[str, Any]], None] | None = None,
+                   compile_step: bool = False) -> dict[str, Any]:
     from app.engine.device import choose_device
     from app.engine.precision import TORCH_PRECISIONS
 
@@ -388,7 +448,8 @@ def run_step_bench(models: tuple[str, ...] = ("tiny-cs", SEVEN_B),
     rows = []
     for model in models:
         for precision in precisions:
-            rows += count_model(model, precision, torch_device, steps, greedy, seed, emit)
+            rows += count_model(model, precision, torch_device, steps, greedy, seed, emit,
+                                compile_step)
     return {"bench": "step", "device": str(torch_device), "torch": torch.__version__,
             "rows": rows, "includes": INCLUDES,
             "wall_s": round(time.perf_counter() - began, 1)}
@@ -431,6 +492,12 @@ def describe(result: dict[str, Any]) -> str:
             extra.append(f"columns on the host {row['columns_host_us']} us a frame")
         if row.get("gpu_kernels") is not None:
             extra.append(f"GPU kernels a step {row['gpu_kernels']}")
+        compiled = row.get("compile")
+        if compiled is not None:
+            extra.append(f"compiled {len(compiled['pieces'])} pieces in "
+                         f"{compiled['compile_s']} s"
+                         + (" (from the cache)" if compiled["from_cache"] else "")
+                         if compiled["compiled"] else f"not compiled: {compiled['failures']}")
         extra.append(f"step {row['step_ms']} ms here while counted")
         lines.append(f"  {'':<44} {'; '.join(extra)}")
     if any("full_width" in row for row in result["rows"]):

@@ -5,7 +5,8 @@ A `TorchDispatchMode` sees every aten operator below autograd, as the device run
 (`linear` is already `t` + `mm` there), on any device. Each operator is given to the part of
 the step whose code called it, read off the Python stack:
 - "sampling": under moshi's `sample_token` (the text and each codebook);
-- "depformer": under `LMModel.forward_depformer` (one codebook step);
+- "depformer": under a `forward_depformer` (one codebook step: moshi's LMModel's, or the
+  engine's fixed-slot one, app/engine/depformer_step.py);
 - "temporal": under `LMModel.forward_text` (embeddings, the transformer, the text head);
 - "mimi": under moshi's Mimi (`moshi/models/compression.py`);
 - "columns": anything else in the step: ours, the columns' hand-over to the device and the
@@ -14,6 +15,14 @@ the step whose code called it, read off the Python stack:
 Views, aliases and allocations launch nothing and are not counted as operators; every other
 operator is about one kernel on a GPU (a CUDA graph replays them without the host's launch
 cost, but each still runs, one after another).
+
+A piece compiled by torch.compile (app/engine/step_compile.py) dispatches no aten operator
+this mode could see for what it fused (and under the mode torch.compile would run it
+uncompiled): its calls are counted apart (`StepCounter.observing`), the mode set aside, by
+torch.profiler: each kernel it launches (a fused inductor kernel, or a library one it calls:
+mm, attention, top-k, random draws), and the weights and KV its arguments hold. On a CPU,
+inductor names its C++ kernels to the profiler only when compiled with
+`cpp.enable_kernel_profile`, which app/engine/step_compile.py asks for.
 
 Bytes, per part:
 - weights: the bytes of the model's parameters each operator takes (an embedding table:
@@ -24,20 +33,28 @@ Bytes, per part:
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 PARTS = ("temporal", "depformer", "sampling", "columns", "mimi")
 _NO_KERNEL = {"empty", "empty_strided", "empty_like", "new_empty", "_unsafe_view", "detach",
               "lift_fresh", "alias", "set_", "resize_", "sym_size", "sym_stride",
               "sym_numel", "sym_storage_offset", "_local_scalar_dense", "is_nonzero"}
+_VIEWS = {"view", "reshape", "_reshape_alias", "as_strided", "select", "slice", "unsqueeze",
+          "squeeze", "expand", "permute", "transpose", "t", "resolve_conj", "resolve_neg",
+          "unbind", "split", "narrow"}
+_COMPILED_GRAPH = "## Call CompiledFxGraph"  # the profiler's record of a compiled graph's call
+_FUSED = re.compile(r"(cpp_fused|triton_|fused_)")
+FUSED_KERNEL = "fused (inductor)"
 _ATTENTION = "scaled_dot_product"
 _EMBEDDING = "embedding"
 _FRAMES = 80  # how far up the stack a part is looked for
@@ -92,6 +109,51 @@ class StepCounter(TorchDispatchMode):
     def reset(self) -> None:
         self.parts = {part: PartCount() for part in PARTS}
 
+    def observing(self, part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A wrapper for a compiled piece (CompiledPiece.observed): each call runs with this
+        counter set aside, its kernels read by torch.profiler and counted into `part`, with
+        the weights its modules hold and the KV rings it is given ([2, B, H, capacity, D])."""
+
+        def wrap(compiled: Callable[..., Any]) -> Callable[..., Any]:
+            def counted(*args: Any) -> Any:
+                on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda
+                              for t in tree_flatten(args)[0])
+                activities = [ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
+                with _disable_current_modes(), profile(activities=activities) as prof:
+                    out = compiled(*args)
+                    if on_cuda:
+                        torch.cuda.synchronize()
+                count = self.parts[part]
+                count.operators.update(_compiled_kernels(prof, on_cuda))
+                self._count_arguments(count, args)
+                return out
+
+            return counted
+
+        return wrap
+
+    def _count_arguments(self, count: PartCount, args: tuple) -> None:
+        """The bytes a compiled call reads: its modules' parameters (an embedding table:
+        the rows looked up, one per batch row) and the KV rings among its tensors."""
+        leaves = tree_flatten(args)[0]
+        rings = [t for t in leaves if isinstance(t, torch.Tensor) and t.dim() == 5
+                 and self._parameters.get(t.untyped_storage().data_ptr()) is None]
+        batch = int(rings[0].shape[1]) if rings else 1
+        count.kv_bytes += sum(t.numel() * t.element_size() for t in rings)
+        for module in (leaf for leaf in leaves if isinstance(leaf, torch.nn.Module)):
+            embedding = isinstance(module, torch.nn.Embedding)
+            for parameter in module.parameters():
+                owner = self._parameters.get(parameter.untyped_storage().data_ptr())
+                if owner is None:
+                    continue
+                if embedding:
+                    count.rows_read[owner] += batch
+                    count.weights_bytes += batch * parameter.shape[-1] \
+                        * parameter.element_size()
+                else:
+                    count.weights_read[owner] += 1
+                    count.weights_bytes += parameter.numel() * parameter.element_size()
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -135,3 +197,24 @@ def summed(counts: Iterable[dict[str, PartCount]]) -> dict[str, PartCount]:
             into.weights_read.update(value.weights_read)
             into.rows_read.update(value.rows_read)
     return total
+
+
+def _compiled_kernels(prof: profile, on_cuda: bool) -> Counter[str]:
+    """Kernels a compiled call ran: on CUDA every GPU kernel; on a CPU what each compiled
+    graph's call ran directly (its fused kernels and the library operators it called,
+    allocations and views left out)."""
+    names: Counter[str] = Counter()
+    for event in prof.events():
+        if on_cuda:
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+        else:
+            parent = event.cpu_parent
+            if parent is None or not parent.name.startswith(_COMPILED_GRAPH):
+                continue
+        name = event.name.removeprefix("aten::")
+        if _FUSED.search(name):
+            names[FUSED_KERNEL] += 1
+        elif name not in _NO_KERNEL and name not in _VIEWS:
+            names[name] += 1
+    return names

@@ -219,9 +219,10 @@ def _cmd_bench_precisions(request: GpuBench, blocks: tuple[int, ...]) -> int:
     )
 
     assert request.precision is not None
-    if request.dtype != "bfloat16" or request.slots:
+    if request.dtype != "bfloat16" or request.slots or request.compile_step:
         raise ValueError("bench gpu --precision chooses each precision's dtype itself and "
-                         "runs no slots: leave out --dtype and --slots")
+                         "runs no slots and no compiled step: leave out --dtype, --slots and "
+                         "--compile")
     def progress(row: dict) -> None:  # a time limit that cuts the run keeps what was measured
         print(f"precision {json.dumps(row)}", file=sys.stderr, flush=True)
 
@@ -276,7 +277,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         precisions = tuple(p.strip() for p in (request.precision or default).split(",")
                            if p.strip())
         result = run_step_bench(request.models or ("tiny-cs", "7b"), precisions,
-                                request.device, request.steps, request.greedy, emit=emit_line)
+                                request.device, request.steps, request.greedy, emit=emit_line,
+                                compile_step=request.compile_step)
         print(json.dumps(result) if request.json else describe_step(result))
         return 0
     if isinstance(request, AsrBench):
@@ -347,7 +349,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_gpu_bench(request.model, request.device, request.dtype, blocks,
                                request.repeats, allow_cpu=request.allow_cpu, slots=slot_counts,
                                slot_frames=request.slot_frames,
-                               stop_at_first_miss=request.slots_until_miss, asr=request.asr)
+                               stop_at_first_miss=request.slots_until_miss, asr=request.asr,
+                               compile_step=request.compile_step)
         print(json.dumps(result) if request.json else describe(result))
         return 0
     assert isinstance(request, InjectionBench)

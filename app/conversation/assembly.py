@@ -119,9 +119,10 @@ def _load_for_mlx(chosen: Callable[[], PrecisionChoice], key: str, manifest: Man
 
 def engine_options(config: ConversationConfig, **extra: Any) -> EngineOptions:
     """The engine's options from `config`; `extra`: what only a run chooses (seed,
-    chunk_limit, forced_ret_frames)."""
+    chunk_limit, forced_ret_frames, warmup_notice)."""
     return EngineOptions(voice=config.voice, role=config.role, user_name=config.user_name,
-                         user_city=config.user_city, **extra)
+                         user_city=config.user_city, compile_step=config.compile_step,
+                         **extra)
 
 
 def build_engine(checkpoint: LoadedCheckpoint, options: EngineOptions) -> RowConversation:

@@ -86,6 +86,13 @@ class ConversationConfig:
         "--precision", help=PRECISION_HELP, choices=tuple(PRECISION_CHOICES),
         commands=(RUN, SERVE), part=SPEECH)
         | saved_as("speech.precision"))
+    # The torch engine's step compiled by torch.compile at warm-up (EngineOptions.compile_step,
+    # app/engine/step_compile.py): off unless asked, a first start compiling for minutes.
+    compile_step: bool = field(default=False, metadata=cli_option(
+        "--compile", help="compile the speech model's step with torch.compile at start-up: "
+                          "fewer, bigger kernels (a first start compiles for a minute or more; "
+                          "later ones read the data dir's cache)",
+        commands=(RUN,), part=SPEECH))
     # persona checkpoints: voice prompt name (or file)
     voice: str | None = field(default=None, metadata=cli_option(
         "--voice", help="voice prompt: a name from the checkpoint's voices, or a file (Mimi "

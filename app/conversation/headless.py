@@ -14,6 +14,7 @@ have reached in real time, so the transcript is the same on a slow laptop and a 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -89,6 +90,12 @@ def check_output_paths(input_path: Path, outputs: list[Path]) -> None:
                                    f"made and filled: {exc.strerror or exc})") from exc
 
 
+def _on_stderr(message: str) -> None:
+    """What the engine's warm-up says while it takes a while (compiling the step, `--compile`):
+    a run's terminal shows it, nothing else does meanwhile."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _check_llm_timeout(conversation: ConversationConfig) -> None:
     limits = field_range(LlmSettings, "timeout_s")
     assert limits is not None  # the setting declares its range
@@ -135,7 +142,7 @@ def run_headless(config: ConversationConfig, run: HeadlessRun) -> RunSummary:
     checkpoint = load_speech_model(config)
     options = engine_options(config, seed=seed, chunk_limit=chunk_limit,
                              forced_ret_frames=frozenset(int(s * FRAME_RATE) for s in ret_at),
-                             mimi=run.mimi)
+                             mimi=run.mimi, warmup_notice=_on_stderr)
     return run_conversation(checkpoint, pcm, config, run, options)
 
 

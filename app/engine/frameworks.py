@@ -52,6 +52,7 @@ def framework_for(checkpoint: LoadedCheckpoint, options: EngineOptions, rows: in
     from app.engine.torch_runtime import TorchRuntime
     from app.mimi_codec import torch_codec
 
-    return Framework(TorchRuntime(checkpoint.lm, choice),
+    return Framework(TorchRuntime(checkpoint.lm, choice, compile_step=options.compile_step,
+                                  notify=options.warmup_notice),
                      torch_codec(checkpoint.mimi, rows, batched_mimi),
                      loaded_precision(checkpoint))

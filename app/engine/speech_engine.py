@@ -50,6 +50,14 @@ class EngineOptions:
     # A test hook on the frame budget measured at warm-up (frame_budget.BudgetTiming): the
     # timings to use instead of the measured ones; the forwards still run.
     budget_timing: BudgetTiming | None = None
+    # The torch engine's step compiled by torch.compile (inductor) at warm-up, inside its
+    # CUDA graph: fewer, bigger kernels (app/engine/step_compile.py). Off by default: a
+    # first start compiles for a minute or more, and the compiled step has not yet been
+    # run on a GPU (`--compile`; ARCHITECTURE.md).
+    compile_step: bool = False
+    # Hears what the warm-up does that takes a while (compiling the step): the desktop
+    # shows it as the session's loading state; the engine's log has it either way.
+    warmup_notice: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

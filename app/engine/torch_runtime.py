@@ -3,19 +3,23 @@
 A frame is ONE temporal forward over [B, 17, 1] with exec_mask on the rows that step (the
 others' KV rings and offsets do not advance), CUDA-graphed at B; then the depformer over all
 B rows (it keeps no state across frames; the rows that did not step are computed and
-dropped), graphed once. A read of n positions (a span's positions or block, a conversation
-start) runs for its row alone: at B = 1 on the LM's own state, at B > 1 on ONE batch-1 copy
-of the state shared by every row (moshi_internals.RowScratch: the row loaded in, what the
-read wrote stored back): n positions at batch 1, never B rows of n. On a GPU a read is ONE
-forward padded to a graphed size (position_forwards.py), and those graphs, captured on the
-shared copy, serve every row: the engine captures 2 + (padded sizes) graphs whatever its
-number of rows (`graph_count`). With one row, this is the single-conversation engine's path
-exactly: no exec mask, no copy, the step and the padded reads graphed.
+dropped), graphed once: its dep_q codebook steps in fixed slots (depformer_step.py, moshi's
+logits in fewer operators). With `compile_step` both are compiled by torch.compile inside
+their graphs (step_compile.py; the temporal forward as temporal_step.py's pieces). A read of
+n positions (a span's positions or block, a conversation start) runs for its row alone:
+at B = 1 on the LM's own state, at B > 1 on ONE batch-1 copy of the state shared by every row
+(moshi_internals.RowScratch: the row loaded in, what the read wrote stored back): n
+positions at batch 1, never B rows of n. On a GPU a read is ONE forward padded to a graphed
+size (position_forwards.py), and those graphs, captured on the shared copy, serve every row:
+the engine captures 2 + (padded sizes) graphs whatever its number of rows (`graph_count`).
+With one row, this is the single-conversation engine's path exactly: no exec mask, no copy,
+the step and the padded reads graphed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 import numpy as np
@@ -26,11 +30,19 @@ from moshi.utils.compile import CUDAGraphed
 from moshi.utils.sampling import sample_token
 
 from app.engine.columns import LmLayout, StepColumns
+from app.engine.depformer_step import DepformerSteps, codebook_step, unsupported
 from app.engine.device import synchronize
 from app.engine.kv_ring import widen_attention_rings
 from app.engine.lm_runtime import GraphCount, Sampling
 from app.engine.position_forwards import PositionForwards, widest_forward
+from app.engine.step_compile import CompiledPiece, Notify, StepCompile
+from app.engine.temporal_step import TemporalStep, layer_step
+from app.engine.temporal_step import finish as temporal_finish
+from app.engine.temporal_step import setup as temporal_setup
+from app.engine.temporal_step import unsupported as temporal_unsupported
 from app.moshi_internals import RowScratch, graph_captured, initial_tokens
+
+log = logging.getLogger(__name__)
 
 
 def layout_of(lm: LMModel) -> LmLayout:
@@ -39,12 +51,22 @@ def layout_of(lm: LMModel) -> LmLayout:
                     int(initial[0]), int(initial[1]))
 
 
+DepformerCall = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+TemporalCall = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # forward_text, or ours
+
+
 class TorchRuntime:
-    def __init__(self, lm: LMModel, sampling: Sampling, padded: bool | None = None) -> None:
+    def __init__(self, lm: LMModel, sampling: Sampling, padded: bool | None = None,
+                 compile_step: bool = False, notify: Notify | None = None) -> None:
         """`padded`: None, reads padded to graphed sizes where CUDA graphs work; True,
-        padded always (graphed only on CUDA: tests of the padding on a CPU)."""
+        padded always (graphed only on CUDA: tests of the padding on a CPU).
+        `compile_step`: the step (its temporal forward and its depformer) compiled by
+        torch.compile on its first call (the warm-up); `notify` hears what the compile is
+        doing (it takes a while)."""
         assert not lm.training, "generation needs the model in eval mode"
         self._padded = padded
+        self._compile_step = compile_step
+        self._notify = notify
         self.lm = lm
         self.sampling = sampling
         self.layout = layout_of(lm)
@@ -59,6 +81,8 @@ class TorchRuntime:
         self._no_graph = lm.device.type != "cuda"
         self._main: CUDAGraphed | None = None
         self._depth: CUDAGraphed | None = None  # the depformer, at B rows
+        self._depformer: DepformerCall | None = None  # what _depth runs
+        self._compile: StepCompile | None = None  # what torch.compile compiles (compile_step)
         self._reads: PositionForwards | None = None  # every row's (each size graphed once)
         self._scratch: RowScratch | None = None  # B > 1: the state a row's read runs on
 
@@ -72,14 +96,54 @@ class TorchRuntime:
             self._rows = rows
             # Room for the widest read: on a GPU a read is padded to a graphed size.
             widen_attention_rings(lm, widest_forward(lm, max_read, padded=self._padded))
-            self._main = CUDAGraphed(lm.forward_text, disable=self._no_graph)
-            self._depth = CUDAGraphed(self._depformer_step, disable=self._no_graph)
+            self._compile = StepCompile(self.device, self._notify) \
+                if self._compile_step else None
+            self._main = CUDAGraphed(self._temporal_for(), disable=self._no_graph)
+            self._depformer = self._depformer_for(rows)
+            self._depth = CUDAGraphed(self._depformer, disable=self._no_graph)
             self._reads = PositionForwards(lm, padded=self._padded)
             self._scratch = RowScratch(lm.transformer) if rows > 1 else None
             try:
                 yield
             finally:
                 self._main, self._depth, self._reads, self._scratch = None, None, None, None
+                self._depformer = None
+
+    def _temporal_for(self) -> TemporalCall:
+        """The step's temporal forward: moshi's forward_text; compiled if asked (its setup,
+        one layer for all, its finish: temporal_step.py), where the architecture allows."""
+        lm, group = self.lm, self._compile
+        if group is None:
+            return lm.forward_text
+        reason = temporal_unsupported(lm)
+        if reason is not None:
+            log.warning("the temporal step runs uncompiled: %s", reason)
+            return lm.forward_text
+        return TemporalStep(lm, group.piece(temporal_setup, "temporal step's setup", "temporal"),
+                            group.piece(layer_step, "temporal layer", "temporal"),
+                            group.piece(temporal_finish, "temporal step's end", "temporal"))
+
+    def _depformer_for(self, rows: int) -> DepformerCall:
+        """The depformer's steps for a frame at `rows` rows: in fixed slots where its
+        architecture allows (all of moshi's and ours do), each codebook step compiled if
+        asked; else moshi's streaming path."""
+        reason = unsupported(self.lm)
+        if reason is not None:
+            if self._compile is not None:
+                log.warning("the depformer step runs uncompiled: %s", reason)
+            return self._depformer_step
+        if self._compile is None:
+            return DepformerSteps(self.lm, self.sampling, rows)
+        return DepformerSteps(self.lm, self.sampling, rows,
+                              self._compile.piece(codebook_step, "depformer step", "depformer"))
+
+    def compiled_pieces(self) -> list[CompiledPiece]:
+        """The step's pieces torch.compile was asked for (none without `compile_step`)."""
+        return [] if self._compile is None else list(self._compile.pieces)
+
+    def step_compile(self) -> StepCompile | None:
+        """What compiling the step took (None without `compile_step`)."""
+        return self._compile
 
     @torch.no_grad()
     def reset_row(self, row: int) -> None:
@@ -111,7 +175,8 @@ class TorchRuntime:
 
     def _depformer_step(self, text_token: torch.Tensor, transformer_out: torch.Tensor,
                         targets: torch.Tensor, provided: torch.Tensor) -> torch.Tensor:
-        """All dep_q depformer steps; each is fed the provided code where there is one.
+        """All dep_q depformer steps through moshi's streaming depformer (where
+        depformer_step.py cannot run it); each is fed the provided code where there is one.
         text_token [A], transformer_out [A, 1, dim], targets/provided [A, dep_q]."""
         lm, s = self.lm, self.sampling
         previous = text_token
@@ -149,6 +214,8 @@ class TorchRuntime:
         audio_rows = slice(1, 1 + self._dep_q)
         audio = self._depth(next_text, transformer_out, targets[:, audio_rows],
                             provided[:, audio_rows])[index]  # [A, dep_q]
+        if self._compile is not None:  # a whole step ran: every graph it needs is compiled
+            self._compile.settle()
         out = torch.cat([text[:, None], audio], dim=1).cpu().numpy()  # [A, 1 + dep_q]
         return out[:, 0], out[:, 1:]
 

@@ -16,6 +16,11 @@
 #      step launches: bench step counts the same operators on a CPU)
 #        -> profile.json, profile_block.txt, profile_step.txt
 #   and this script's own log, run.log: 7 files (the device tool brings back 8).
+# COMPILE=1 adds, after the blocks, the same bench with the step compiled by torch.compile
+# (--compile: its compile and its progress, the step, block(600) + step, exactness):
+#        -> blocks_compiled.jsonl (the 8th file)
+# within the same limits in all (445 s): the compiled step's 80 s come from the slots' and
+# the precisions' (30 and 50 s less).
 # The run tool's call: command "bash installer/device/gpu_run.sh", carry [".whl"]
 # (installer/device/fetch_wheels.sh makes it here), timeout_s 540.
 # DRY=1: the same steps on this machine's CPU with the tiny checkpoints and small sizes, no
@@ -30,9 +35,16 @@ OUT="${OUT:-/tmp/gpu_run}"  # the device tool sets OUT: what it holds comes back
 SITE="${SITE:-/tmp/site}"
 PYTHON="${PYTHON:-python3}"
 DRY="${DRY:-0}"
+COMPILE="${COMPILE:-0}"
 BLOCKS_TIMEOUT="${BLOCKS_TIMEOUT:-75}"
-SLOTS_TIMEOUT="${SLOTS_TIMEOUT:-160}"
-PRECISION_TIMEOUT="${PRECISION_TIMEOUT:-150}"
+COMPILED_TIMEOUT="${COMPILED_TIMEOUT:-80}"
+if [ "$COMPILE" = "1" ]; then  # the compiled blocks' 80 s, taken from these two
+    SLOTS_TIMEOUT="${SLOTS_TIMEOUT:-130}"
+    PRECISION_TIMEOUT="${PRECISION_TIMEOUT:-100}"
+else
+    SLOTS_TIMEOUT="${SLOTS_TIMEOUT:-160}"
+    PRECISION_TIMEOUT="${PRECISION_TIMEOUT:-150}"
+fi
 PROFILE_TIMEOUT="${PROFILE_TIMEOUT:-60}"
 PRECISIONS="${PRECISIONS:-bf16,fp8,int4}"
 mkdir -p "$OUT"
@@ -58,6 +70,7 @@ main() {
 if [ "$DRY" = "1" ]; then
     MODEL=(--model tiny-cs --allow-cpu)
     BLOCK_ARGS=(--block 4 --block 8 --repeats 1)
+    COMPILED_ARGS=(--block 8 --repeats 1)
     SLOT_ARGS=(--block 4 --repeats 1 --slots '1,2,3' --slot-frames 13 --asr tiny-stt)
     PRECISION_ARGS=(--block 4 --repeats 1)
     PRECISIONS="${DRY_PRECISIONS:-fp32,int4}"
@@ -66,6 +79,7 @@ else
     MODEL=()
     BLOCK_ARGS=(--block 16 --block 64 --block 256 --block 400 --block 600 --block 1024
                 --repeats 5)
+    COMPILED_ARGS=(--block 600 --repeats 3)
     SLOT_ARGS=(--block 16 --repeats 1 --slots '1,16,32,48,64,80' --slot-frames 40
                --asr kyutai-stt-1b-en_fr)
     PRECISION_ARGS=(--block 16 --block 256 --repeats 3)
@@ -77,6 +91,13 @@ say_versions "$PYTHON" || exit 1
 step blocks "$BLOCKS_TIMEOUT" "$PYTHON" main.py bench gpu --json ${MODEL[@]+"${MODEL[@]}"} \
     "${BLOCK_ARGS[@]}"
 blocks_rc=$?
+compiled_rc=0
+if [ "$COMPILE" = "1" ]; then
+    step blocks_compiled "$COMPILED_TIMEOUT" "$PYTHON" main.py bench gpu --json --compile \
+        ${MODEL[@]+"${MODEL[@]}"} "${COMPILED_ARGS[@]}"
+    compiled_rc=$?
+    grep '^{"figure": "compil' "$OUT/blocks_compiled.jsonl" | tail -n 8
+fi
 step slots "$SLOTS_TIMEOUT" "$PYTHON" main.py bench gpu --json ${MODEL[@]+"${MODEL[@]}"} \
     "${SLOT_ARGS[@]}" --slots-until-miss
 slots_rc=$?
@@ -93,10 +114,10 @@ rm -f "$OUT/trace_block.json"  # the Chrome trace: too large to bring back besid
 echo "== profile: exit $profile_rc after $((SECONDS - started)) s"
 [ -f "$OUT/profile.json" ] && cat "$OUT/profile.json" && echo
 
-echo "== done in $SECONDS s: blocks $blocks_rc, slots $slots_rc, precision $precision_rc," \
-    "profile $profile_rc"
-[ "$blocks_rc" -eq 0 ] && [ "$slots_rc" -eq 0 ] && [ "$precision_rc" -eq 0 ] \
-    && [ "$profile_rc" -eq 0 ]
+echo "== done in $SECONDS s: blocks $blocks_rc, compiled $compiled_rc, slots $slots_rc," \
+    "precision $precision_rc, profile $profile_rc"
+[ "$blocks_rc" -eq 0 ] && [ "$compiled_rc" -eq 0 ] && [ "$slots_rc" -eq 0 ] \
+    && [ "$precision_rc" -eq 0 ] && [ "$profile_rc" -eq 0 ]
 }
 
 main 2>&1 | tee "$OUT/run.log"

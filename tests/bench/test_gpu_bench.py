@@ -136,3 +136,14 @@ def test_the_cli_prints_a_table_without_json(tiny_cs_folder, data_dir):
     assert "tiny-cs on cpu (float32)" in result.stdout and "graphed step after" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines()]
     assert any(row and row[0] == "6" for row in rows)
+
+
+def test_the_precisions_refuse_a_compiled_step_rather_than_ignore_it(tiny_cs_folder, data_dir):
+    """`--precision` builds each precision's engine itself, uncompiled: `--compile` beside it
+    is refused, not quietly measured uncompiled."""
+    result = main_py("bench", "gpu", "--model", "tiny-cs", "--allow-cpu", "--precision", "fp32",
+                     "--compile", "--block", "4", "--repeats", "1", data_dir=data_dir)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: bench gpu --precision chooses each precision's "
+                                    "dtype itself and runs no slots and no compiled step: "
+                                    "leave out --dtype, --slots and --compile"), result.stderr

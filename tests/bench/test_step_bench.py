@@ -1,8 +1,10 @@
 """`python main.py bench step`: one engine step counted by part on tiny-cs, on this CPU, beside
 stock moshi's LMGen on the same weights: our step launches no more operators than stock's
-plus the forcing generator's teacher forcing, reads every weight of the temporal transformer
-once, and reads the KV rings the engine widened for span blocks; the command prints its
-table and a JSON line per row."""
+plus the forcing generator's teacher forcing, its depformer (in fixed slots) under half of
+stock's, reads every weight of the temporal transformer once, and reads the KV rings the
+engine widened for span blocks; the command prints its table and a JSON line per row; with
+`--compile`, a compiled row whose temporal transformer and depformer launch fewer kernels,
+reading the same weights and KV."""
 
 from __future__ import annotations
 
@@ -29,9 +31,14 @@ def rows(tiny_cs_folder) -> dict[str, dict]:
 
 def test_our_step_launches_no_more_than_stocks_plus_the_teacher_forcing(rows):
     ours, stock = rows["ours"], rows["stock"]
-    for part in ("temporal", "depformer", "sampling"):  # the same moshi modules, run alike
+    for part in ("temporal", "sampling"):  # the same moshi modules, run alike
         assert ours["step"][part]["operators"] == stock["step"][part]["operators"], part
         assert ours["step"][part]["operators"] > 0, part
+    # The depformer's steps in fixed slots: no ring bookkeeping, no mask rebuilt, no state
+    # made anew each frame (app/engine/depformer_step.py); the same weights read.
+    depformer = ours["step"]["depformer"]
+    assert 0 < depformer["operators"] < stock["step"]["depformer"]["operators"] / 1.5
+    assert depformer["weights_bytes"] == stock["step"]["depformer"]["weights_bytes"]
     # The forcing generator feeds each of the 16 codebook steps (and the text) the
     # provided code where there is one: one `where` each, 17 in all. Stock keeps its token
     # cache on the device; ours is numpy on the host, so the rest is the hand-over.
@@ -68,7 +75,7 @@ def test_bytes_at_full_width_of_the_same_model_are_the_counted_bytes(tiny_cs_fol
     from app.bench.step_bench import _build, _ours
 
     built = _build("tiny-cs", torch.device("cpu"), "fp32", seed=0)
-    _step, frame, _ms = _ours(built, 1, greedy=True, seed=0)
+    frame = _ours(built, 1, greedy=True, seed=0).frame
     lm = built.checkpoint.lm
     full = _full_width_bytes(frame, lm, lm, "fp32")  # "full width" = its own width
     for part in PARTS:
@@ -91,3 +98,26 @@ def test_the_command_prints_its_table_and_each_row_as_counted(tiny_cs_folder, da
     assert int4["by_name"].get("_weight_int4pack_mm_for_cpu", 0) > 0  # the fused product
     assert "tiny-cs / int4 / ours" in done.stdout and "temporal" in done.stdout
     print(done.stdout)
+
+
+@pytest.mark.slow
+def test_compiled_the_step_launches_fewer_kernels_reading_the_same_weights(
+        tiny_cs_folder):
+    counted = count_model("tiny-cs", "fp32", torch.device("cpu"), steps=1, greedy=True,
+                          compile_step=True)
+    ours, compiled = counted[0], counted[2]
+    assert compiled["engine"] == "compiled" and compiled["compile"]["compiled"]
+    fused = compiled["step"]["depformer"]
+    assert fused["by_name"].get("fused (inductor)", 0) > 0  # its kernels, read by the profiler
+    # The codebooks' sampling is inside the compiled piece: only the text's stays apart.
+    eager_depformer = (ours["step"]["depformer"]["operators"]
+                       + ours["step"]["sampling"]["operators"] * 16 // 17)
+    assert 0 < fused["operators"] < eager_depformer / 1.5
+    assert fused["weights_bytes"] == ours["step"]["depformer"]["weights_bytes"]
+    assert fused["kv_bytes"] == ours["step"]["depformer"]["kv_bytes"]
+    # The temporal forward compiled too: its setup, one layer for all, its end.
+    temporal, eager_temporal = compiled["step"]["temporal"], ours["step"]["temporal"]
+    assert temporal["by_name"].get("fused (inductor)", 0) > 0
+    assert 0 < temporal["operators"] < eager_temporal["operators"] / 1.5
+    assert temporal["weights_bytes"] == eager_temporal["weights_bytes"]
+    assert temporal["kv_bytes"] == eager_temporal["kv_bytes"]

@@ -114,13 +114,13 @@ def test_run_reads_every_flag_into_the_conversation_the_user_asked_for():
         "--user-name", "Ada", "--user-city", "Turin", "--asr", "tiny-stt", "--vad",
         "--llm", "openai", "--llm-host", "http://127.0.0.1:8080/v1", "--llm-model", "m",
         "--llm-timeout", "12", "--tools", "calculator, clock", "--folder-search", "/d1",
-        "--folder-search", "/d2", "--realtime", "--level-voice"])
+        "--folder-search", "/d2", "--realtime", "--level-voice", "--compile"])
     assert conversation_from_args(args) == ConversationConfig(
         model_id="tiny-cs", custom_folder="/ck", device="cpu", dtype="float32",
         precision="fp32", voice="v1", role="a tutor", user_name="Ada", user_city="Turin",
         backend="openai", host="http://127.0.0.1:8080/v1", model="m", timeout_s=12.0,
         tools=("calculator", "clock"), search_folders=("/d1", "/d2"), stt_model="tiny-stt",
-        end_of_turn="vad", level_voice=True, realtime=True)
+        end_of_turn="vad", level_voice=True, realtime=True, compile_step=True)
 
 
 def test_without_flags_each_command_runs_the_tiny_model_alone_with_its_own_defaults():

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "installer" / "device" / "gpu_run.sh"
 
@@ -83,3 +85,24 @@ def test_a_step_cut_short_is_said_and_the_steps_after_it_run(tmp_path, tiny_cs_f
     assert "== slots: exit 124" in log
     assert "== precision: exit 0" in log and (out / "profile.json").is_file()
     assert [f["n"] for f in _figures(out / "blocks.jsonl", "block")] == [4, 8]
+
+
+@pytest.mark.slow
+def test_compile_1_measures_the_compiled_step_beside_the_blocks(tmp_path, tiny_cs_folder,
+                                                                 data_dir):
+    """COMPILE=1: after the blocks, the same bench with the step compiled (its progress, what
+    it took, the step, a block), the 8th file; the later steps cut short here to keep the
+    test short (their own figures are the dry run's above)."""
+    result, out = _run(tmp_path, data_dir, COMPILE="1", COMPILED_TIMEOUT="900",
+                       SLOTS_TIMEOUT="1", PRECISION_TIMEOUT="1", PROFILE_TIMEOUT="1")
+    log = (out / "run.log").read_text()
+    assert "== blocks: exit 0" in log and "== blocks_compiled: exit 0" in log, log[-3000:]
+    compiled = out / "blocks_compiled.jsonl"
+    said = [f["said"] for f in _figures(compiled, "compiling")]
+    assert said[0].startswith("Compiling the speech model's step") and len(said) == 6
+    facts = _figures(compiled, "compile")[0]
+    assert len(facts["pieces"]) == 4 and facts["failures"] == {}
+    assert _figures(compiled, "step")[0]["step_ms"] > 0
+    assert [f["n"] for f in _figures(compiled, "block")] == [8]
+    assert _result(compiled)["compile"]["pieces"] == facts["pieces"]
+    assert len(list(out.iterdir())) <= 8

@@ -27,9 +27,11 @@ mx = pytest.importorskip("mlx.core", reason="mlx does not import here (pip insta
 from app.checkpoints.catalog import get_manifest  # noqa: E402
 from app.checkpoints.loader import load_checkpoint  # noqa: E402
 from app.engine import events as ev  # noqa: E402
+from app.engine.depformer_step import DepformerSteps  # noqa: E402
 from app.engine.local_engine import open_conversation  # noqa: E402
 from app.engine.mlx.checkpoint import load_mlx_checkpoint  # noqa: E402
 from app.engine.speech_engine import EngineOptions  # noqa: E402
+from app.engine.torch_runtime import TorchRuntime  # noqa: E402
 from app.frames import FRAME_SAMPLES  # noqa: E402
 
 LOGIT_TOLERANCE = 1e-3
@@ -101,6 +103,18 @@ def _converse(checkpoint, scenario: Scenario, record_lm) -> Recording:
         return outs
 
     local.runtime.reset_row = reset_then_record  # type: ignore[method-assign]
+    if isinstance(local.runtime, TorchRuntime):
+        # The torch engine runs its depformer's codebook steps in fixed slots
+        # (depformer_step.py), not through lm.forward_depformer: their logits are read there.
+        depformer_for = local.runtime._depformer_for
+
+        def recorded_depformer_for(rows: int):
+            steps = depformer_for(rows)
+            if isinstance(steps, DepformerSteps):
+                steps.logits = _DepformerLogits(rec, on)
+            return steps
+
+        local.runtime._depformer_for = recorded_depformer_for  # type: ignore[method-assign]
     local.step_rows = recorded_step  # type: ignore[method-assign]
     for frame, text in scenario.spans.items():
         engine.inject(text, "test", at_frame=frame)
@@ -117,6 +131,19 @@ def _converse(checkpoint, scenario: Scenario, record_lm) -> Recording:
             rec.events.append((type(event).__name__, event.frame_index if hasattr(
                 event, "frame_index") else event.first_frame))
     return rec
+
+
+class _DepformerLogits(list):
+    """The torch engine's list for its depformer's logits (DepformerSteps.logits): each
+    codebook step's [B, 1, 1, card], kept while the conversation is recorded."""
+
+    def __init__(self, rec: Recording, on: dict) -> None:
+        super().__init__()
+        self._rec, self._on = rec, on
+
+    def append(self, logits) -> None:
+        if self._on["recording"]:
+            self._rec.depformer_logits.append(logits[0, 0, 0].float().numpy())
 
 
 def _torch_recorder(lm):
