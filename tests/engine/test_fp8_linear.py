@@ -1,4 +1,5 @@
-"""fp8 products through `torch._scaled_mm` (app/engine/fp8_linear.py), on this CPU: the product
+"""fp8 products through `torch._scaled_mm` (app/engine/fp8_linear.py), on this CPU: each weight
+is its code within half of e4m3's step, none clipped; the product
 is exactly the quantized numbers' product with their scales, each batch row is quantized on
 its own, this torch's CPU refuses per-row scales so the CPU runs the per-tensor way (the
 GPU's arithmetic in two more kernels), and tiny-cs at fp8 follows float32 within the bound
@@ -28,6 +29,18 @@ def _linear(out_features: int, in_features: int) -> torch.nn.Linear:
         layer.weight.copy_(torch.randn(out_features, in_features, generator=generator)
                            / in_features**0.5)
     return layer
+
+
+def test_each_weight_is_its_e4m3_code_within_half_a_step():
+    """The weight's codes stand for it: each within half of e4m3's step (3 mantissa bits:
+    1/16 of its magnitude; below e4m3's smallest normal, half a subnormal step of the row's
+    scale), and the row's largest weight is its largest code (448), none clipped."""
+    weight = _linear(48, 256).weight.detach() * 7.0
+    codes, scale = quantize_fp8_rows(weight)
+    back = codes.double() * scale.double()[:, None]
+    bound = torch.maximum(weight.double().abs() / 16, scale.double()[:, None] * 2.0**-10)
+    assert ((back - weight.double()).abs() <= bound * 1.0001).all()
+    assert torch.equal(codes.float().abs().amax(dim=1), torch.full((48,), FP8_MAX))
 
 
 def _quantized_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
