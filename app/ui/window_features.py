@@ -187,7 +187,7 @@ class WindowFeatures(QObject):
         self.list_dock_action = self.list_dock.toggleViewAction()
         self.list_dock_action.setText("&Conversation list")
         self.list_dock_action.setShortcut(QKeySequence("Ctrl+Shift+L"))
-        self.notify_action: QAction = _action(w, "Desktop &notifications", None,
+        self.notify_action: QAction = _action(w, "Desktop &notifications", "Ctrl+Shift+N",
                                               checkable=True)
         self.notify_action.setToolTip("While the window is not in front: say when the "
                                       "assistant answered, or an error stopped the "
