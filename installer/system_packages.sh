@@ -13,6 +13,7 @@ TEST_PACKAGES=(
     libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins  # a virtual sound card
     espeak-ng                                                      # spoken test questions
     shellcheck                                                     # the installers' lint
+    g++                            # torch.compile's CPU code (the --compile step's tests)
     chromium chromium-driver       # a real browser on the reference protocol's page (headless)
 )
 
