@@ -122,6 +122,11 @@ def test_a_model_built_here_is_not_downloaded(hub, tmp_path):
     assert not hub.seen
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child before it runs: SIGINT at its default, so Python makes it Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp_path):
     big = random.Random(8).randbytes(CHUNK + 1_500_000)
     files = {"model.safetensors": big,
@@ -135,8 +140,12 @@ def test_ctrl_c_keeps_the_partial_file_says_so_and_the_next_run_resumes(hub, tmp
     # 10 s read timeout, a machine slower than that to deliver it saw the read time out, the
     # client resume the file with a request of its own, and the download finish (exit 0).
     env = child_env(hub, tmp_path, HF_HUB_DOWNLOAD_TIMEOUT="600")
+    # Ctrl-C reaches the child as it reaches a terminal's foreground job: a runner started in
+    # the background (`cmd &` in a script: SIGINT ignored, and inherited) would leave the
+    # child deaf to it (seen: the run waited out its 120 s with the signal sent).
     proc = subprocess.Popen([sys.executable, "main.py", "download", "moshiko"], cwd=REPO_ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_as_in_a_terminal)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read_stderr() -> None:
