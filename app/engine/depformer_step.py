@@ -32,11 +32,12 @@ from typing import NamedTuple
 
 import torch
 from moshi.models import LMModel
-from moshi.modules.gating import ActivationGating, gating_forward_generic
+from moshi.modules.gating import gating_forward_generic
 from moshi.modules.transformer import StreamingTransformerLayer
 from moshi.utils.sampling import sample_token
 from torch.nn import functional as F
 
+from app.engine.layer_modules import LayerModules, layer_modules
 from app.engine.lm_runtime import Sampling
 from app.moshi_internals import as_in_moshis_layers, new_kv_ring
 
@@ -61,19 +62,6 @@ def unsupported(lm: LMModel) -> str | None:
         if layer.gating is None:
             return "a depformer layer without gating"
     return None
-
-
-class LayerModules(NamedTuple):
-    """What one depformer layer runs at one codebook step (its weights for that step)."""
-
-    norm1: torch.nn.Module
-    in_proj: torch.nn.Module
-    out_proj: torch.nn.Module
-    scale1: torch.nn.Module
-    norm2: torch.nn.Module
-    gating_in: torch.nn.Module
-    gating_out: torch.nn.Module
-    scale2: torch.nn.Module
 
 
 class StepModules(NamedTuple):
@@ -207,13 +195,7 @@ def _step_modules(lm: LMModel, layers: list[StreamingTransformerLayer], step: in
         if layer.weights_per_step:
             assert isinstance(gating, torch.nn.ModuleList)
             gating = gating[_weight_index(layer.weights_per_step_schedule, step)]
-        assert isinstance(gating, ActivationGating)
-        assert isinstance(gating.linear_in, torch.nn.Module)
-        assert isinstance(gating.linear_out, torch.nn.Module)
-        chosen.append(LayerModules(layer.norm1, attention.in_projs[projections],
-                                   attention.out_projs[projections], layer.layer_scale_1,
-                                   layer.norm2, gating.linear_in, gating.linear_out,
-                                   layer.layer_scale_2))
+        chosen.append(layer_modules(layer, projections, gating))
     embedding = lm.depformer_text_emb if step == 0 else lm.depformer_emb[step - 1]
     return StepModules(lm.depformer_in[in_index], embedding, tuple(chosen),
                        lm.depformer_norms[step], lm.linears[step])

@@ -35,6 +35,7 @@ from moshi.modules.gating import ActivationGating, gating_forward_generic
 from moshi.modules.transformer import StreamingMultiheadAttention, StreamingTransformerLayer
 from torch.nn import functional as F
 
+from app.engine.layer_modules import LayerModules, layer_modules
 from app.moshi_internals import as_in_moshis_layers, kv_ring, streaming_state
 
 
@@ -58,19 +59,6 @@ def unsupported(lm: LMModel) -> str | None:
         if not isinstance(layer.gating, ActivationGating):
             return "a layer without gating"
     return None
-
-
-class LayerModules(NamedTuple):
-    """What one temporal layer runs."""
-
-    norm1: torch.nn.Module
-    in_proj: torch.nn.Module
-    out_proj: torch.nn.Module
-    scale1: torch.nn.Module
-    norm2: torch.nn.Module
-    gating_in: torch.nn.Module
-    gating_out: torch.nn.Module
-    scale2: torch.nn.Module
 
 
 class StepSetup(NamedTuple):
@@ -225,7 +213,7 @@ class TemporalStep:
         self._head_dim = int(first.embed_dim // first.num_heads)
         rope = lm.transformer.rope
         self._max_period = None if rope is None else float(rope.max_period)
-        self._modules = [_layer_modules(layer) for layer in layers]
+        self._modules = [layer_modules(layer) for layer in layers]
         gating = layers[0].gating
         assert isinstance(gating, ActivationGating)
         self._activation = gating.activation
@@ -252,14 +240,3 @@ class TemporalStep:
         return out, text_logits
 
     __call__ = forward_text
-
-
-def _layer_modules(layer: StreamingTransformerLayer) -> LayerModules:
-    attention = layer.self_attn
-    gating = layer.gating
-    assert isinstance(gating, ActivationGating)
-    assert isinstance(gating.linear_in, torch.nn.Module)
-    assert isinstance(gating.linear_out, torch.nn.Module)
-    return LayerModules(layer.norm1, attention.in_projs[0], attention.out_projs[0],
-                        layer.layer_scale_1, layer.norm2, gating.linear_in, gating.linear_out,
-                        layer.layer_scale_2)
