@@ -15,7 +15,8 @@ cd "$ROOT"
 "$VENV/bin/python" -m mypy
 # Two workers (pytest-xdist): the tests run torch on one thread each (tests/conftest.py), so
 # one worker leaves the second core of a 2-core machine idle. A file runs whole on one worker
-# (tests/conftest.py groups them). CONTEXTSPAN_TEST_WORKERS=0 runs in this process alone.
+# (--dist loadfile: its module fixtures made once). CONTEXTSPAN_TEST_WORKERS=0 runs in this
+# process alone.
 # The 30 slowest tests close the output, so a slow test is seen where it is added.
-exec "$VENV/bin/python" -m pytest -n "${CONTEXTSPAN_TEST_WORKERS:-2}" --dist loadgroup \
+exec "$VENV/bin/python" -m pytest -n "${CONTEXTSPAN_TEST_WORKERS:-2}" --dist loadfile \
     --durations=30 "$@"

@@ -96,12 +96,3 @@ def garbage_collected_on_the_gui_thread(request: pytest.FixtureRequest):
     yield
     collector.stop()
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With parallel workers (installer/run-tests.sh: pytest-xdist, `--dist loadgroup`), a
-    test file runs whole on one worker, so its module fixtures (a server, a built model) are
-    made once; the files that start a local Ray cluster share one group, so two clusters
-    never start at once on one machine."""
-    for item in items:
-        group = "ray" if item.get_closest_marker("ray_cluster") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))

@@ -26,7 +26,7 @@ from app.wire.client import AudioFrame, EngineClient, ServerBusy
 from tests.ports import free_port
 from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
+pytestmark = pytest.mark.slow
 HEADER_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 4
 

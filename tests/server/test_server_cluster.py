@@ -21,7 +21,7 @@ from app.wire.client import AudioFrame, EngineClient, ServerBusy, Unauthorized
 from tests.ports import free_port
 from tests.server.helpers import TOKEN, collect, of, tone
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
